@@ -1,0 +1,334 @@
+"""Mini-batch schedulers: which rollouts share an optimizer step.
+
+One rollout batch holds B groups of G completions each. The trainer usually
+takes several optimizer steps on it: the batch is cut into M mini-batches, and
+the cut is repeated for each of E epochs. The cut looks like bookkeeping, but
+it decides which rollouts meet inside one update (arXiv 2605.08666).
+
+A token that several rollouts of one group emit after the same history (the
+end of the prompt, a shared format prefix) gets the summed gradient
+(sum_i c_i) * grad log pi(a | h). With centred advantages, sum_i A_i = 0, so
+that sum cancels, but only when all the copies are applied in the same step.
+If the positive copies go into step 1 and the negative copies into step 2, the
+shared token is first pushed up and then pushed down at different
+parameters. Nothing cancels, and the token drifts.
+
+Each scheduler below is a pure function
+
+    scheduler(group_ids, advantages, lengths, M, generator) -> list of M LongTensors
+
+- group_ids:  LongTensor [N], the group (prompt) of each rollout. Groups need
+  not be contiguous.
+- advantages: FloatTensor [N]. Only the sign is used: positive (> 0),
+  negative (< 0) or zero (== 0).
+- lengths:    LongTensor [N], completion tokens of each rollout.
+- generator:  a seeded torch.Generator. It is the only source of randomness.
+
+The M index tensors returned form a partition of range(N): every rollout is
+in exactly one mini-batch, and no mini-batch is empty. The order inside a
+mini-batch does not matter, because a step sums over it.
+
+The rules:
+
+  full            M = 1: one step on the whole batch.
+  shuffle         Permute the rollouts, then cut into M chunks (TRL).
+  length          Balance the token totals across M chunks of the shuffle
+                  sizes (verl's balance_batch). Greedy: shuffle, stable-sort
+                  by length (longest first), then put each rollout into the
+                  chunk with the fewest tokens among the chunks that still
+                  have room.
+  query (QB)      Permute the groups, then cut the list of groups into M
+                  chunks. Each mini-batch gets whole groups.
+  balanced (RB)   Shuffle the positives, the negatives and the zeros, each
+                  class on its own. Line them up (positives, negatives,
+                  zeros) and deal them round-robin to the M mini-batches, the
+                  way cards are dealt. The deal runs on across classes: the
+                  negatives start at the mini-batch after the one that got
+                  the last positive. Each class's count per mini-batch then
+                  differs by at most 1, and the sizes are those of shuffle.
+  sign            Control. It is built to block cancellation, not to be
+                  used for training. Line up all positives, then zeros, then
+                  negatives (each class shuffled), and cut into M chunks of
+                  the shuffle sizes. Chunks are single-sign wherever the
+                  counts allow. A chunk is mixed only when a class boundary
+                  falls inside it, so with k non-empty classes at most k-1
+                  chunks are mixed.
+  query_balanced  Whole groups, as in QB, with the same number of groups
+                  per mini-batch. The groups are placed so that the positive
+                  and negative counts per mini-batch come out as even as
+                  possible. A greedy placement comes first, then pairwise
+                  swaps improve it (see query_balanced).
+
+QB and query_balanced keep every group's sum of A = 0 inside one step. RB
+keeps positives and negatives meeting in every step, but it splits groups.
+
+Leftovers. When M does not divide the number of items being cut (rollouts,
+or groups for query and query_balanced), the first (count mod M) chunks get
+one extra item. These are the sizes torch.tensor_split produces. For
+example, 16 rollouts into 3 mini-batches gives sizes 6, 5, 5.
+
+Use make_minibatches(name, ...) to validate the inputs and dispatch by name.
+Use minibatch_stats(...) to get numbers for the training log.
+"""
+
+import operator
+
+import torch
+
+# ---------------------------------------------------------------- helpers
+
+
+def _sizes(count, M):
+    """Chunk sizes for `count` items in M chunks: the first count % M get +1."""
+    q, r = divmod(count, M)
+    return [q + 1 if c < r else q for c in range(M)]
+
+
+def _cut(order, M):
+    """Cut a 1-D index tensor into M consecutive chunks (tensor_split sizes)."""
+    return [chunk.clone() for chunk in torch.tensor_split(order, M)]
+
+
+def _shuffled(idx, generator):
+    """A random permutation of the index tensor `idx`."""
+    return idx[torch.randperm(len(idx), generator=generator)]
+
+
+def _sign_classes(advantages):
+    """Indices of positive, negative and zero-advantage rollouts."""
+    pos = torch.nonzero(advantages > 0).flatten()
+    neg = torch.nonzero(advantages < 0).flatten()
+    zero = torch.nonzero(advantages == 0).flatten()
+    return pos, neg, zero
+
+
+def _groups(group_ids):
+    """The distinct group ids and, for each, the indices of its rollouts."""
+    ids = torch.unique(group_ids)
+    members = [torch.nonzero(group_ids == gid).flatten() for gid in ids]
+    return ids, members
+
+
+# ------------------------------------------------------------- schedulers
+
+
+def full(group_ids, advantages, lengths, M, generator):
+    """One step on the whole batch. Nothing is ever split."""
+    if M != 1:
+        raise ValueError(
+            f"batching 'full' takes the whole batch in one step; "
+            f"it needs minibatches=1, got {M}")
+    return [torch.arange(len(group_ids), dtype=torch.long)]
+
+
+def shuffle(group_ids, advantages, lengths, M, generator):
+    """Random permutation cut into M chunks: a group lands wherever it lands."""
+    return _cut(torch.randperm(len(group_ids), generator=generator), M)
+
+
+def length(group_ids, advantages, lengths, M, generator):
+    """Even token totals per chunk, with the chunk sizes of `shuffle`.
+
+    1. Shuffle the rollouts, so that ties in length are broken at random.
+    2. Stable-sort them by length, longest first.
+    3. Take the rollouts in that order. Put each one into the chunk with
+       the smallest token total among the chunks that are not yet full.
+       Ties go to the lowest chunk index.
+
+    This is the longest-processing-time rule with a cap on each chunk's size.
+    Long rollouts are spread out first, and the short ones fill the gaps.
+    """
+    n = len(lengths)
+    order = torch.randperm(n, generator=generator)
+    order = order[torch.sort(lengths[order], descending=True, stable=True).indices]
+    room = _sizes(n, M)
+    tokens = [0] * M
+    chunks = [[] for _ in range(M)]
+    for i in order.tolist():
+        c = min((c for c in range(M) if room[c] > 0), key=lambda c: tokens[c])
+        chunks[c].append(i)
+        tokens[c] += int(lengths[i])
+        room[c] -= 1
+    return [torch.tensor(chunk, dtype=torch.long) for chunk in chunks]
+
+
+def query(group_ids, advantages, lengths, M, generator):
+    """QB: permute the groups and give each mini-batch whole groups."""
+    _, members = _groups(group_ids)
+    group_order = torch.randperm(len(members), generator=generator)
+    return [torch.cat([members[g] for g in part.tolist()])
+            for part in torch.tensor_split(group_order, M)]
+
+
+def balanced(group_ids, advantages, lengths, M, generator):
+    """RB: deal positives, then negatives, then zeros round-robin.
+
+    Rollout k of the line-up goes to mini-batch k mod M. Each class is one
+    run of consecutive positions in the line-up, so each class is spread
+    evenly (counts differ by at most 1). Because the deal runs on across
+    classes, the total sizes are those of `shuffle`.
+    """
+    pos, neg, zero = _sign_classes(advantages)
+    line_up = torch.cat([_shuffled(pos, generator),
+                         _shuffled(neg, generator),
+                         _shuffled(zero, generator)])
+    return [line_up[c::M].clone() for c in range(M)]
+
+
+def sign(group_ids, advantages, lengths, M, generator):
+    """Control: positives, then zeros, then negatives, cut into M chunks."""
+    pos, neg, zero = _sign_classes(advantages)
+    line_up = torch.cat([_shuffled(pos, generator),
+                         _shuffled(zero, generator),
+                         _shuffled(neg, generator)])
+    return _cut(line_up, M)
+
+
+def query_balanced(group_ids, advantages, lengths, M, generator):
+    """Whole groups per mini-batch, with positive and negative counts even.
+
+    Mini-batch c holds as many groups as it would under `query`. The aim is
+    to make the per-mini-batch positive counts P_c and negative counts N_c
+    even. The measure of unevenness is S = sum_c (P_c^2 + N_c^2), which is
+    smallest when the counts are equal.
+
+    1. Shuffle the groups, then stable-sort them by the number of signed
+       rollouts (p + n), most first.
+    2. Greedy: put each group into the mini-batch, among those with room,
+       where it raises S the least. That is the one with the smallest
+       p * P_c + n * N_c. Ties go to the lowest index.
+    3. Swaps: while swapping two groups in different mini-batches lowers S,
+       swap them. S is an integer that drops at every swap, so this ends.
+
+    Group sizes and counts per mini-batch never change, and no group is
+    split.
+    """
+    _, members = _groups(group_ids)
+    n_groups = len(members)
+    p = [int((advantages[m] > 0).sum()) for m in members]
+    n = [int((advantages[m] < 0).sum()) for m in members]
+
+    order = torch.randperm(n_groups, generator=generator).tolist()
+    order.sort(key=lambda g: -(p[g] + n[g]))  # list.sort is stable
+
+    room = _sizes(n_groups, M)
+    P, N = [0] * M, [0] * M
+    where = [0] * n_groups
+    for g in order:
+        c = min((c for c in range(M) if room[c] > 0),
+                key=lambda c: p[g] * P[c] + n[g] * N[c])
+        where[g] = c
+        P[c] += p[g]
+        N[c] += n[g]
+        room[c] -= 1
+
+    improved = True
+    while improved:
+        improved = False
+        for a in range(n_groups):
+            for b in range(a + 1, n_groups):
+                ca, cb = where[a], where[b]
+                if ca == cb:
+                    continue
+                dp, dn = p[a] - p[b], n[a] - n[b]  # what ca loses and cb gains
+                before = P[ca] ** 2 + P[cb] ** 2 + N[ca] ** 2 + N[cb] ** 2
+                after = ((P[ca] - dp) ** 2 + (P[cb] + dp) ** 2
+                         + (N[ca] - dn) ** 2 + (N[cb] + dn) ** 2)
+                if after < before:
+                    where[a], where[b] = cb, ca
+                    P[ca] -= dp
+                    P[cb] += dp
+                    N[ca] -= dn
+                    N[cb] += dn
+                    improved = True
+
+    chunks = [[] for _ in range(M)]
+    for g in order:
+        chunks[where[g]].append(members[g])
+    return [torch.cat(chunk) for chunk in chunks]
+
+
+SCHEDULERS = {
+    "full": full,
+    "shuffle": shuffle,
+    "length": length,
+    "query": query,
+    "balanced": balanced,
+    "sign": sign,
+    "query_balanced": query_balanced,
+}
+
+_WHOLE_GROUPS = ("query", "query_balanced")
+
+
+# ------------------------------------------------------------ entry points
+
+
+def make_minibatches(name, group_ids, advantages, lengths, M, generator):
+    """Validate the inputs, then run the scheduler called `name`.
+
+    Each error raises ValueError with a one-line message.
+    """
+    if name not in SCHEDULERS:
+        raise ValueError(
+            f"unknown batching {name!r}; choose one of: {', '.join(SCHEDULERS)}")
+    group_ids = torch.as_tensor(group_ids, dtype=torch.long)
+    advantages = torch.as_tensor(advantages, dtype=torch.float32)
+    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    if not (group_ids.dim() == advantages.dim() == lengths.dim() == 1):
+        raise ValueError(
+            f"group_ids, advantages and lengths must be 1-D; got shapes "
+            f"{tuple(group_ids.shape)}, {tuple(advantages.shape)}, "
+            f"{tuple(lengths.shape)}")
+    n = len(group_ids)
+    if not (len(advantages) == n == len(lengths)):
+        raise ValueError(
+            f"group_ids, advantages and lengths need one entry per rollout; "
+            f"got {n}, {len(advantages)}, {len(lengths)}")
+    if torch.isnan(advantages).any():
+        raise ValueError("advantages contain NaN, so their sign is undefined")
+    try:
+        M = operator.index(M)
+    except TypeError:
+        raise ValueError(f"minibatches must be an integer, got {M!r}") from None
+    if M < 1:
+        raise ValueError(f"minibatches must be at least 1, got {M}")
+    if M > n:
+        raise ValueError(
+            f"minibatches={M} is more than the {n} rollouts in the batch; "
+            f"every mini-batch needs at least one")
+    if name in _WHOLE_GROUPS:
+        n_groups = len(torch.unique(group_ids))
+        if M > n_groups:
+            raise ValueError(
+                f"batching {name!r} gives each mini-batch whole groups; "
+                f"minibatches={M} is more than the {n_groups} groups")
+    return SCHEDULERS[name](group_ids, advantages, lengths, M, generator)
+
+
+def minibatch_stats(minibatches, group_ids, advantages, lengths):
+    """Plain Python numbers for the log.
+
+    mb_pos, mb_neg, mb_zero  counts of positive, negative and zero-advantage
+                             rollouts per mini-batch
+    groups_split             number of groups whose rollouts land in more
+                             than one mini-batch
+    token_counts             completion tokens per mini-batch
+    token_spread             max(token_counts) - min(token_counts)
+    """
+    mb_pos = [int((advantages[mb] > 0).sum()) for mb in minibatches]
+    mb_neg = [int((advantages[mb] < 0).sum()) for mb in minibatches]
+    mb_zero = [int((advantages[mb] == 0).sum()) for mb in minibatches]
+    token_counts = [int(lengths[mb].sum()) for mb in minibatches]
+    seen_in = {}
+    for c, mb in enumerate(minibatches):
+        for gid in group_ids[mb].tolist():
+            seen_in.setdefault(gid, set()).add(c)
+    return {
+        "mb_pos": mb_pos,
+        "mb_neg": mb_neg,
+        "mb_zero": mb_zero,
+        "groups_split": sum(len(chunks) > 1 for chunks in seen_in.values()),
+        "token_spread": max(token_counts) - min(token_counts),
+        "token_counts": token_counts,
+    }

@@ -1,0 +1,168 @@
+"""config.py: every flag of train.py, with its default and meaning, and its checks.
+
+Flags are ``--key=value`` (as in nanoGPT's configurator and TRL's scripts).
+A bad flag, value or combination exits with one line on stderr and status 2.
+"""
+
+import sys
+from dataclasses import dataclass, field, fields
+
+
+class CliError(Exception):
+    """A user error: reported as one line, no traceback."""
+
+
+def fail(msg, code=2):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _f(default, help):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class Config:
+    # task
+    task: str = _f("add", "task: add | mul | primes (several correct answers)")
+    digits: int = _f(2, "operand digits for add and mul")
+    scratchpad: bool = _f(False, "work the columns / partial products before the answer")
+    # model
+    n_layer: int = _f(4, "transformer blocks")
+    n_head: int = _f(4, "attention heads")
+    n_embd: int = _f(128, "model width")
+    # phase 1: SFT warm start
+    sft_steps: int = _f(1000, "SFT steps on canonical solutions (skipped with --init_from)")
+    sft_batch: int = _f(64, "SFT batch size")
+    sft_lr: float = _f(1e-3, "SFT learning rate (AdamW)")
+    sft_flawed: float = _f(0.7, "fraction of SFT solutions written by a flawed teacher (e.g. one who forgets carries)")
+    # phase 2: RL
+    rl_steps: int = _f(300, "RL steps (rollout batches)")
+    prompts_per_step: int = _f(16, "B: prompts per rollout batch")
+    group_size: int = _f(8, "G: completions per prompt")
+    temperature: float = _f(1.0, "sampling temperature (the loss uses the same)")
+    top_k: int = _f(0, "sample from the top k tokens only (0: off)")
+    lr: float = _f(1e-4, "RL learning rate (AdamW)")
+    grad_clip: float = _f(1.0, "gradient-norm clip")
+    loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only")
+    clip: str = _f("sym", "ratio clip: none | sym (1±clip_low) | higher (1-clip_low, 1+clip_high)")
+    clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
+    clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
+    batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
+    minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
+    epochs: int = _f(1, "passes over each rollout batch")
+    # run
+    seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
+    device: str = _f("auto", "auto | cpu | cuda")
+    out_dir: str = _f("out", "where config.json, metrics.jsonl and checkpoints go")
+    init_from: str = _f("", "start from this checkpoint (skips SFT)")
+    eval_every: int = _f(50, "RL steps between held-out evaluations")
+    eval_size: int = _f(256, "held-out problems (disjoint from training, fixed by seed)")
+
+
+COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
+          "group_size", "minibatches", "epochs", "eval_every", "eval_size")
+
+
+def _convert(name, typ, raw):
+    if typ is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise CliError(f"--{name} takes true or false, got {raw!r}")
+    try:
+        return typ(raw)
+    except ValueError:
+        raise CliError(f"--{name} takes {'an integer' if typ is int else 'a number'}, got {raw!r}") from None
+
+
+def usage(cls, doc=""):
+    lines = [doc.strip().splitlines()[0] if doc else "", "", "flags (--key=value):"]
+    for f in fields(cls):
+        lines.append(f"  --{f.name:<18} {str(f.default):<10} {f.metadata.get('help', '')}")
+    return "\n".join(lines)
+
+
+def parse_args(argv, cls=Config, doc="", check=True):
+    """--key=value flags -> a Config. --help prints every flag and exits 0."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(usage(cls, doc))
+        sys.exit(0)
+    known = {f.name: f for f in fields(cls)}
+    values = {}
+    for a in argv:
+        if not a.startswith("--"):
+            raise CliError(f"unexpected argument {a!r}; flags look like --key=value (see --help)")
+        key, eq, raw = a[2:].partition("=")
+        if key not in known:
+            raise CliError(f"unknown flag --{key} (see --help)")
+        typ = known[key].type
+        if not eq:
+            if typ is bool:
+                raw = "true"
+            else:
+                raise CliError(f"--{key} needs a value: --{key}=VALUE")
+        values[key] = _convert(key, typ, raw)
+    cfg = cls(**values)
+    if check:
+        validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    """Names, counts and combinations that cannot work."""
+    import batching
+    import loss
+    import toy_tasks
+    if cfg.task not in toy_tasks.TASK_NAMES:
+        raise CliError(f"unknown task {cfg.task!r}; choose one of {', '.join(toy_tasks.TASK_NAMES)}")
+    if cfg.loss not in loss.LOSSES:
+        raise CliError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(loss.LOSSES)}")
+    if cfg.clip not in loss.CLIPS:
+        raise CliError(f"unknown clip {cfg.clip!r}; choose one of {', '.join(loss.CLIPS)}")
+    if cfg.batching not in batching.SCHEDULERS:
+        raise CliError(f"unknown batching {cfg.batching!r}; choose one of {', '.join(batching.SCHEDULERS)}")
+    if cfg.device not in ("auto", "cpu", "cuda"):
+        raise CliError(f"unknown device {cfg.device!r}; choose auto, cpu or cuda")
+    for name in COUNTS:
+        if getattr(cfg, name) < 1:
+            raise CliError(f"--{name} must be at least 1, got {getattr(cfg, name)}")
+    for name in ("sft_steps",):
+        if getattr(cfg, name) < 0:
+            raise CliError(f"--{name} must be 0 or more, got {getattr(cfg, name)}")
+    for name in ("lr", "sft_lr", "grad_clip"):
+        if not getattr(cfg, name) > 0:
+            raise CliError(f"--{name} must be positive, got {getattr(cfg, name)}")
+    if not 0 <= cfg.sft_flawed <= 1:
+        raise CliError(f"--sft_flawed is a fraction in [0, 1], got {cfg.sft_flawed}")
+    if cfg.rl_steps < 0:
+        raise CliError(f"--rl_steps must be 0 or more, got {cfg.rl_steps}")
+    if cfg.temperature < 0:
+        raise CliError(f"--temperature must be >= 0, got {cfg.temperature}")
+    if cfg.temperature == 0:
+        raise CliError("--temperature=0 is greedy: every rollout of a group would be the same "
+                       "and no group would carry a signal; use a positive temperature")
+    if cfg.top_k < 0:
+        raise CliError(f"--top_k must be 0 (off) or positive, got {cfg.top_k}")
+    if cfg.group_size < 2 and cfg.loss != "positive_only":
+        raise CliError(f"--group_size={cfg.group_size}: group advantages need at least 2 "
+                       f"completions per prompt")
+    if cfg.n_embd % cfg.n_head:
+        raise CliError(f"--n_embd={cfg.n_embd} is not divisible by --n_head={cfg.n_head}")
+    if not (0 < cfg.clip_low < 1):
+        raise CliError(f"--clip_low must be in (0, 1), got {cfg.clip_low}")
+    if cfg.clip_high <= 0:
+        raise CliError(f"--clip_high must be positive, got {cfg.clip_high}")
+    if cfg.clip == "higher" and cfg.clip_high < cfg.clip_low:
+        raise CliError(f"--clip=higher needs --clip_high >= --clip_low, got {cfg.clip_high} < {cfg.clip_low}")
+    n = cfg.prompts_per_step * cfg.group_size
+    if cfg.minibatches > n:
+        raise CliError(f"--minibatches={cfg.minibatches} exceeds the {n} rollouts of a batch")
+    if cfg.batching == "full" and cfg.minibatches != 1:
+        raise CliError("--batching=full takes the whole batch in one step; it needs --minibatches=1")
+    if cfg.batching in ("query", "query_balanced") and cfg.minibatches > cfg.prompts_per_step:
+        raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
+                       f"exceeds the {cfg.prompts_per_step} groups of a batch")
+    if cfg.task == "primes" and cfg.scratchpad:
+        raise CliError("--task=primes has no scratchpad")

@@ -1,0 +1,237 @@
+"""loss.py: group advantages, the GRPO family of objectives, and DFPO's transforms.
+
+What it teaches
+---------------
+Every objective here is a weighted policy gradient. Write its gradient as
+
+    grad = - sum_{i,t} c_{i,t} * grad log pi(y_{i,t} | s_{i,t})
+
+with a per-token coefficient ``c_{i,t} = -d loss / d log pi_new(y_{i,t})``.
+Take a token ``a`` that every rollout of a group emits after the same history
+``h`` (the first completion token, a shared format prefix). Its gradient is
+``(sum_i c_i) grad log pi(a|h)``. With centred advantages (sum_i A_i = 0)
+that vanishes iff every copy gets the same weight, ``c_i = w * A_i`` with ``w``
+independent of ``i``: *gradient exchangeability* [P1, arXiv 2604.13088].
+Then shared tokens cancel and only tokens that differ between good and bad
+rollouts move. ``shared_residual`` below measures how far an objective is
+from that, live, on every step.
+
+Objectives (``--loss``), N = sequences and sum L = completion tokens in the
+optimizer step, L_i = length of completion i, rho = pi_new/pi_old per token:
+
+| name          | advantage A_i              | c_{i,t} on-policy            | keeps exchangeability? |
+|---------------|----------------------------|------------------------------|------------------------|
+| grpo          | (r_i - mu_g)/(sigma_g+eps) | A_i / (N L_i)                | no: 1/L_i              |
+| dr_grpo       | r_i - mu_g                 | A_i / (N L_max)              | yes, until a clip binds|
+| dapo          | (r_i - mu_g)/(sigma_g+eps) | A_i / sum L                  | yes, until a clip binds|
+| rloo          | r_i - mean_{j!=i} r_j      | A_i / N   (token sum)        | yes, until a clip binds|
+| gspo          | (r_i - mu_g)/(sigma_g+eps) | s_i A_i / (N L_i), clipped   | no: s_i, 1/L_i         |
+|               |   s_i = exp(mean_t log rho_{i,t}) per sequence                                   |
+| dfpo_min      | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
+| dfpo_orth     | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
+| positive_only | 1[r_i > 0]                 | 1 / sum L over positives     | nothing to cancel      |
+
+Token-level objectives (grpo, dr_grpo, dapo, rloo, positive_only) use the PPO
+surrogate per token, ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``,
+whose coefficient is ``rho A / norm`` where the clip does not bind and 0 where
+it does. All copies of a shared (h, a) have the *same* rho, so token ratios
+keep exchangeability; an asymmetric clip does not: when rho > 1+eps_high the
+A>0 copies lose their gradient and the A<0 ones keep it (clip-higher, DAPO,
+makes this more lopsided). ``gspo`` uses one ratio s_i per sequence, clipped
+per sequence; different copies carry different s_i.
+
+DFPO [P1] takes the per-sequence importance weights ``w_i = sg(s_i)`` and,
+inside each group, *before* the gradient and with a stop-gradient, replaces
+them by
+
+    Min-Replace     w~_i = min_j w_j
+    Adv-Orthogonal  w~   = w - (A.w / |A|^2) A,        so that sum_i A_i w~_i = 0
+
+Either way a token shared by the whole group cancels exactly, on- and
+off-policy, and no clip is needed (``--clip`` on a dfpo loss truncates w to
+[1-eps_low, 1+eps_high] before the transform, which keeps the property).
+
+On-policy (one mini-batch, one epoch: rho = s = w = 1, no clip binds):
+dr_grpo, dfpo_min and dfpo_orth coincide exactly (same advantage, same
+coefficient); dapo equals grpo when all lengths are equal; gspo's coefficient
+equals grpo's. They differ only once the data are reused off-policy
+(``--minibatches`` > 1 or ``--epochs`` > 1 in train.py).
+
+Groups whose rewards are all equal have A = 0: they add nothing to the
+gradient but still count in N and sum L.
+"""
+
+import torch
+
+LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "positive_only")
+CLIPS = ("none", "sym", "higher")
+
+
+# ----------------------------------------------------------------------------- groups
+
+def _compact(group):
+    """Group ids -> 0..K-1 (so any labels work, also a subset of a batch)."""
+    return torch.unique(group, return_inverse=True)[1]
+
+
+def group_mean(x, group):
+    """Mean of x over the members of each row's group, broadcast back to rows."""
+    g = _compact(group)
+    K = int(g.max()) + 1
+    s = torch.zeros(K, dtype=x.dtype, device=x.device).index_add_(0, g, x)
+    n = torch.zeros(K, dtype=x.dtype, device=x.device).index_add_(0, g, torch.ones_like(x))
+    return (s / n)[g], n[g]
+
+
+def advantages(rewards, group, loss="grpo", eps=1e-6):
+    """Per-sequence advantages A_i computed inside each group (table above).
+    sigma_g is the sample standard deviation (Bessel-corrected), as in TRL and verl."""
+    rewards = rewards.float()
+    if loss == "positive_only":
+        return (rewards > 0).float()
+    mu, n = group_mean(rewards, group)
+    if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
+        return rewards - mu
+    if loss == "rloo":
+        return (rewards - mu) * n / (n - 1)  # r_i - mean_{j != i} r_j
+    var, _ = group_mean((rewards - mu) ** 2, group)
+    sigma = (var * n / (n - 1)).sqrt()
+    return (rewards - mu) / (sigma + eps)
+
+
+def zero_variance_fraction(rewards, group):
+    """Fraction of groups whose rewards are all equal (A = 0 for every member)."""
+    g = _compact(group)
+    K = int(g.max()) + 1
+    hi = torch.full((K,), -float("inf")).scatter_reduce(0, g, rewards.float(), "amax")
+    lo = torch.full((K,), float("inf")).scatter_reduce(0, g, rewards.float(), "amin")
+    return float((hi == lo).float().mean())
+
+
+# ----------------------------------------------------------------------------- DFPO
+
+def min_replace(w, adv, group):
+    """w~_i = min_{j in group(i)} w_j."""
+    g = _compact(group)
+    K = int(g.max()) + 1
+    mins = torch.full((K,), float("inf"), dtype=w.dtype, device=w.device)
+    return mins.scatter_reduce(0, g, w, "amin")[g]
+
+
+def adv_orthogonal(w, adv, group):
+    """w~ = w - (A.w / |A|^2) A inside each group; unchanged where |A| = 0."""
+    g = _compact(group)
+    K = int(g.max()) + 1
+    dot = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * w)
+    nrm = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * adv)
+    coef = torch.where(nrm > 0, dot / nrm.clamp(min=1e-12), torch.zeros_like(nrm))
+    return w - coef[g] * adv
+
+
+# ----------------------------------------------------------------------------- objective
+
+def step_counts(mask, adv, loss, max_len=None):
+    """Denominators of one optimizer step: N, sum L, sum L over positives, L_max.
+    Pass them to ``policy_loss`` when a step is split into micro-batches."""
+    lens = mask.sum(1)
+    return {"n_seqs": mask.shape[0], "n_tokens": int(lens.sum()),
+            "n_pos_tokens": int(lens[adv > 0].sum()),
+            "max_len": int(max_len if max_len is not None else lens.max())}
+
+
+def _token_norm(loss, lens, counts):
+    """Per-sequence aggregation weight so that loss = sum_{i,t} norm_i * l_{i,t}."""
+    N, L_max = counts["n_seqs"], counts["max_len"]
+    if loss in ("grpo", "gspo"):
+        return 1.0 / (N * lens.clamp(min=1).float())
+    if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
+        return torch.full_like(lens, 1.0 / (N * L_max), dtype=torch.float)
+    if loss == "dapo":
+        return torch.full_like(lens, 1.0 / max(counts["n_tokens"], 1), dtype=torch.float)
+    if loss == "rloo":
+        return torch.full_like(lens, 1.0 / N, dtype=torch.float)
+    if loss == "positive_only":
+        return torch.full_like(lens, 1.0 / max(counts["n_pos_tokens"], 1), dtype=torch.float)
+    raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+
+
+def clip_bounds(clip, clip_low, clip_high):
+    if clip == "none":
+        return None
+    if clip == "sym":
+        return 1.0 - clip_low, 1.0 + clip_low
+    if clip == "higher":
+        return 1.0 - clip_low, 1.0 + clip_high
+    raise ValueError(f"unknown clip {clip!r}; choose one of {', '.join(CLIPS)}")
+
+
+def ppo_term(ratio, adv, bounds):
+    """-min(rho A, clip(rho) A) and whether the clip binds (gradient zero)."""
+    unclipped = ratio * adv
+    if bounds is None:
+        return -unclipped, torch.zeros_like(unclipped, dtype=torch.bool)
+    clipped = ratio.clamp(*bounds) * adv
+    return -torch.minimum(unclipped, clipped), clipped < unclipped
+
+
+def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
+                clip_low=0.2, clip_high=0.28, counts=None):
+    """The scalar loss of one (micro-)batch and a dict of stats.
+
+    new_logp, old_logp: [N,T] log-probs of the sampled tokens under the current
+    and the sampling policy; mask: [N,T] bool; adv: [N]; group: [N] group ids;
+    counts: the optimizer step's denominators (``step_counts``), defaults to
+    this batch's own.
+    """
+    mask_f = mask.float()
+    lens = mask.sum(1)
+    if counts is None:
+        counts = step_counts(mask, adv, loss)
+    norm = _token_norm(loss, lens, counts)  # [N]
+    bounds = clip_bounds(clip, clip_low, clip_high)
+    log_ratio = (new_logp - old_logp) * mask_f
+    seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
+    seq_ratio = seq_log_ratio.detach().exp()
+
+    if loss == "gspo":
+        s = seq_log_ratio.exp()  # differentiable: d s_i = s_i * mean_t d log pi
+        per_seq, clipped = ppo_term(s, adv, bounds)
+        total = (per_seq * norm * lens).sum()
+        clip_frac = (clipped & (lens > 0)).float().sum() / max(int((lens > 0).sum()), 1)
+    elif loss in ("dfpo_min", "dfpo_orth"):
+        w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
+        w = (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
+        total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
+        clip_frac = torch.tensor(0.0) if bounds is None else \
+            ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
+    else:
+        if loss not in LOSSES:
+            raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+        ratio = log_ratio.exp()
+        per_tok, clipped = ppo_term(ratio, adv[:, None], bounds)
+        total = (per_tok * norm[:, None] * mask_f).sum()
+        clip_frac = (clipped & mask).float().sum() / mask_f.sum().clamp(min=1)
+
+    stats = {"clip_frac": float(clip_frac), "seq_ratio": float(seq_ratio[lens > 0].mean())
+             if bool((lens > 0).any()) else 1.0}
+    return total, stats
+
+
+def coefficients(loss_value, new_logp):
+    """c_{i,t} = -d loss / d log pi_new(y_{i,t}), by autograd through the loss
+    only (the model is not touched), e.g. for ``shared_residual``."""
+    (g,) = torch.autograd.grad(loss_value, new_logp, retain_graph=True)
+    return -g
+
+
+def shared_residual(coef, group):
+    """Per group, |sum_i c_i| / sum_i |c_i| over the coefficients of the first
+    completion token (whose history, the prompt, the whole group shares),
+    averaged over groups with any weight. ~0 when exchangeability holds."""
+    c0 = coef[:, 0]
+    g = _compact(group)
+    K = int(g.max()) + 1
+    net = torch.zeros(K, dtype=c0.dtype).index_add_(0, g, c0).abs()
+    mass = torch.zeros(K, dtype=c0.dtype).index_add_(0, g, c0.abs())
+    live = mass > 1e-12
+    return float((net[live] / mass[live]).mean()) if bool(live.any()) else 0.0

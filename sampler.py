@@ -1,0 +1,105 @@
+"""sampler.py: batched sampling of G completions per prompt, with a KV cache.
+
+What it teaches
+---------------
+A GRPO step starts by drawing a *group* of ``G`` completions for each of ``B``
+prompts. Each completion token is drawn from the tempered policy
+
+    pi_T(y | s) = softmax(z(s) / T)[y]          (optionally restricted to the top k logits)
+
+and its log-probability ``log pi_T(y|s)`` is recorded. These are the "old"
+log-probs: the PPO ratio of a later optimizer step is
+``rho = exp(log pi_new - log pi_old)`` (see loss.py). They are those of the
+tempered policy *without* the top-k cut, which is what the loss recomputes, so
+that an on-policy ratio is exactly 1 (top-k is off by default).
+
+Mechanics
+---------
+* Prompts of different lengths are left-padded. Padding is masked out of
+  attention and positions count real tokens only (model.py), so a prompt is
+  encoded exactly as it would be alone: no pad token the model never saw
+  reaches a real token, and no position is shifted.
+* The KV cache keeps each layer's keys and values; each new token costs one
+  forward pass over a single position instead of the whole sequence.
+* A row that has emitted EOS keeps being computed (it is cheap and keeps the
+  batch rectangular) but its later tokens are PAD and masked out. The loop
+  ends when every row is done, checked once every few steps, not per row.
+* Randomness comes only from the ``torch.Generator`` passed in, and every row
+  draws at every step, so the cached and the full-recompute paths consume the
+  same random numbers: given a seed both return the same samples.
+``sample(..., use_cache=False)`` is the reference path: it recomputes the
+whole sequence at every step. Tests check that both agree token for token.
+"""
+
+import torch
+import torch.nn.functional as F
+
+from model import left_pad
+from toy_tasks import EOS, PAD
+
+
+@torch.no_grad()
+def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, top_k=0,
+           generator=None, use_cache=True, check_every=4):
+    """Draw ``n_per_prompt`` completions for each prompt (a list of token-id lists).
+
+    Rows are grouped: row ``b * n_per_prompt + j`` is completion j of prompt b.
+    Returns a dict with
+      ``tokens``   [N, T] completion ids, PAD after EOS;
+      ``mask``     [N, T] True on completion tokens, EOS included;
+      ``logprobs`` [N, T] log pi_T of each sampled token (0 where masked);
+      ``prompts``  the N prompt id lists, ``group`` [N] prompt index of each row.
+    ``temperature=0`` means greedy decoding (log-probs are then at T=1).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    rows = [p for p in prompts for _ in range(n_per_prompt)]
+    ids, valid, lens = left_pad(rows, PAD, device)
+    N, Lp = ids.shape
+    total = Lp + max_new_tokens
+    if total > model.cfg.block_size:
+        raise ValueError(f"prompt ({Lp}) + max_new_tokens ({max_new_tokens}) exceeds "
+                         f"block_size={model.cfg.block_size}")
+    seq = torch.cat([ids, torch.full((N, max_new_tokens), PAD, dtype=torch.long, device=device)], 1)
+    key_valid = torch.cat([valid, torch.ones(N, max_new_tokens, dtype=torch.bool, device=device)], 1)
+    pos = torch.cat([(valid.long().cumsum(1) - 1).clamp(min=0),
+                     lens[:, None] + torch.arange(max_new_tokens, device=device)[None]], 1)
+    logp_out = torch.zeros(N, max_new_tokens, device=device)
+    done = torch.zeros(N, dtype=torch.bool, device=device)
+    cache = model.new_cache(N, total, device) if use_cache else None
+
+    if use_cache:
+        logits = model.step(seq[:, :Lp], pos[:, :Lp], key_valid[:, :Lp], cache, 0)
+    T = 0
+    for t in range(max_new_tokens):
+        if not use_cache:
+            logits = model(seq[:, :Lp + t], key_valid[:, :Lp + t])[:, -1]
+        logits = logits.float()
+        logp = F.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+        if temperature > 0:
+            cut = logits / temperature
+            if top_k:
+                kth = torch.topk(cut, min(top_k, cut.shape[-1]), -1).values[:, -1:]
+                cut = cut.masked_fill(cut < kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(cut, -1), 1, generator=generator).squeeze(1)
+        else:
+            nxt = logits.argmax(-1)
+        logp_out[:, t] = torch.where(done, 0.0, logp.gather(1, nxt[:, None])[:, 0])
+        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        seq[:, Lp + t] = nxt
+        done = done | (nxt == EOS)
+        T = t + 1
+        if (t + 1) % check_every == 0 and bool(done.all()):
+            break
+        if use_cache and t + 1 < max_new_tokens:
+            logits = model.step(seq[:, Lp + t:Lp + t + 1], pos[:, Lp + t:Lp + t + 1],
+                                key_valid[:, :Lp + t + 1], cache, Lp + t)
+    tokens = seq[:, Lp:Lp + T]
+    mask = tokens != PAD
+    T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-PAD columns
+    tokens, mask = tokens[:, :T], mask[:, :T]
+    model.train(was_training)
+    group = torch.arange(len(prompts), device=device).repeat_interleave(n_per_prompt)
+    return {"tokens": tokens, "mask": mask, "logprobs": logp_out[:, :T] * mask,
+            "prompts": rows, "group": group}

@@ -1,0 +1,257 @@
+"""train.py: SFT warm start, then critic-free RL with verifiable rewards.
+
+What it teaches
+---------------
+The whole loop of GRPO-style training on a task whose answers a program checks.
+
+Phase 1, SFT: minimise the cross-entropy of canonical solutions, briefly, so
+that the policy is right *sometimes*: groups then hold both correct and wrong
+completions, and only such mixed groups carry a learning signal.
+
+Phase 2, RL. Each step:
+  1. sample B = --prompts_per_step prompts x G = --group_size completions (sampler.py);
+  2. reward each completion with the task's verifier (toy_tasks.py);
+  3. compute group advantages A_i (loss.advantages);
+  4. cut the rollout batch into --minibatches mini-batches (batching.py), and
+     for --epochs passes take one optimizer step per mini-batch on
+     loss.policy_loss, with PPO ratios against the log-probs recorded at
+     sampling time. With one mini-batch and one epoch every step is on-policy.
+
+Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
+every flag. Writes to --out_dir: config.json (the resolved config),
+metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
+"""
+
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import torch
+from tqdm import tqdm
+
+import batching
+import loss as L
+import toy_tasks
+from config import Config, CliError, parse_args, fail
+from model import GPT, GPTConfig, completion_logprobs, token_logprobs, left_pad
+from sampler import sample
+from toy_tasks import EOS, PAD
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+def save_checkpoint(path, model, cfg, kind, step):
+    """Write atomically: a temp file in the same folder, then os.replace."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    torch.save({"kind": kind, "step": step, "model_cfg": vars(model.cfg),
+                "task": {"task": cfg.task, "digits": cfg.digits, "scratchpad": cfg.scratchpad},
+                "model": model.state_dict(), "config": vars(cfg)}, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path, device="cpu"):
+    """Load and validate a checkpoint; raise CliError with one line if it is bad."""
+    if not os.path.isfile(path):
+        raise CliError(f"checkpoint {path!r} does not exist")
+    try:
+        ck = torch.load(path, map_location=device, weights_only=True)
+        mcfg = GPTConfig(**ck["model_cfg"])
+        model = GPT(mcfg).to(device)
+        model.load_state_dict(ck["model"])
+        ck["task"]["task"], ck["kind"]
+    except Exception as e:  # truncated, corrupt, or not one of ours
+        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project "
+                       f"({type(e).__name__})") from None
+    return model, ck
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def resolve_device(name):
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CliError("--device=cuda but no CUDA device is available")
+    return name
+
+
+def sft_batch(task, draw, n, rng, device, flawed=0.0):
+    """Prompt + solution + EOS, left-padded prompts; the loss is on the completion.
+    A fraction ``flawed`` of the solutions come from the task's flawed teacher."""
+    probs = [draw() for _ in range(n)]
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in probs]
+    sols = [toy_tasks.encode(task.flawed(p, rng) if rng.random() < flawed else task.solution(p, rng))
+            + [EOS] for p in probs]
+    T = max(len(s) for s in sols)
+    tokens = torch.full((n, T), PAD, dtype=torch.long, device=device)
+    for i, s in enumerate(sols):
+        tokens[i, :len(s)] = torch.tensor(s)
+    return prompts, tokens, tokens != PAD
+
+
+@torch.no_grad()
+def evaluate(model, task, problems, cfg, device):
+    """Greedy accuracy on held-out problems."""
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
+    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)
+
+
+def rollouts(model, task, draw, cfg, gen, device):
+    """Sample a rollout batch and reward it."""
+    problems = [draw() for _ in range(cfg.prompts_per_step)]
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
+                 cfg.top_k, generator=gen)
+    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
+                                   for i, t in enumerate(texts)], device=device)
+    return out
+
+
+def rl_update(model, opt, batch, cfg, gen):
+    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch."""
+    rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
+    adv = L.advantages(rewards, group, cfg.loss)
+    lens = mask.sum(1)
+    logs = []
+    for _ in range(cfg.epochs):
+        mbs = batching.make_minibatches(cfg.batching, group, adv, lens, cfg.minibatches, gen)
+        for mb in mbs:
+            idx = mb.tolist()
+            prompts = [batch["prompts"][i] for i in idx]
+            new_logp = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
+                                           cfg.temperature)
+            counts = L.step_counts(mask[mb], adv[mb], cfg.loss, max_len=batch["max_len"])
+            loss, stats = L.policy_loss(new_logp, batch["logprobs"][mb], mask[mb], adv[mb],
+                                        group[mb], cfg.loss, cfg.clip, cfg.clip_low,
+                                        cfg.clip_high, counts)
+            stats["residual"] = L.shared_residual(L.coefficients(loss, new_logp), group[mb])
+            if not torch.isfinite(loss):
+                raise FloatingPointError("loss is not finite")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            opt.step()
+            stats["loss"] = float(loss)
+            logs.append(stats)
+    out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+
+def main(cfg):
+    device = resolve_device(cfg.device)
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+
+    if cfg.init_from:
+        model, ck = load_checkpoint(cfg.init_from, device)
+        t = ck["task"]
+        if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+            raise CliError(f"checkpoint was trained on task {t}, not on "
+                           f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+        sft_steps = 0
+    else:
+        mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer, n_head=cfg.n_head,
+                         n_embd=cfg.n_embd, block_size=64)
+        model = GPT(mcfg).to(device)
+        sft_steps = cfg.sft_steps
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=model.num_params(),
+                    sft_steps_run=sft_steps, torch=torch.__version__)
+    with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
+        json.dump(resolved, f, indent=1)
+    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+
+    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
+    draw = toy_tasks.train_sampler(task, held_out, cfg.seed)
+    sol_rng = random.Random(cfg.seed + 1)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed)
+    metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "w")
+
+    def log(d):
+        metrics.write(json.dumps(d) + "\n")
+        metrics.flush()
+
+    t0 = time.time()
+    summary = {}
+    # ---- phase 1: SFT warm start
+    if sft_steps > 0:
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
+        bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True)
+        for step in bar:
+            prompts, tokens, mask = sft_batch(task, draw, cfg.sft_batch, sol_rng, device, cfg.sft_flawed)
+            logp = completion_logprobs(model, prompts, tokens, mask, PAD)
+            loss = -(logp.sum() / mask.sum())
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"SFT loss is not finite at step {step}")
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            bar.set_postfix(loss=f"{loss.item():.3f}")
+            log({"phase": "sft", "step": step, "loss": float(loss)})
+        bar.close()
+        save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), model, cfg, "warm_start", sft_steps)
+
+    # ---- phase 2: RL
+    acc0 = evaluate(model, task, held_out, cfg, device)
+    summary["warm_start_acc"] = acc0
+    log({"phase": "rl", "step": 0, "eval_acc": acc0})
+    print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
+    acc = acc0
+    for step in bar:
+        model.train()
+        batch = rollouts(model, task, draw, cfg, gen, device)
+        batch["max_len"] = task.max_new_tokens
+        r, g = batch["rewards"], batch["group"]
+        zero_var = L.zero_variance_fraction(r, g)
+        try:
+            stats = rl_update(model, opt, batch, cfg, gen)
+        except FloatingPointError:
+            raise FloatingPointError(f"RL loss is not finite at step {step}") from None
+        rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
+               "zero_var": zero_var, **{k: v for k, v in stats.items() if k != "mb_stats"},
+               **stats["mb_stats"]}
+        if step == 1:
+            summary["mixed_at_start"] = rec["mixed"]
+        if step % cfg.eval_every == 0 or step == cfg.rl_steps:
+            acc = evaluate(model, task, held_out, cfg, device)
+            rec["eval_acc"] = acc
+            tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
+                       f"mixed {rec['mixed']:.2f}  residual {rec['residual']:.3f}  "
+                       f"[{time.time() - t0:.0f}s]")
+            save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", step)
+        log(rec)
+        bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{acc:.2f}")
+    bar.close()
+    if cfg.rl_steps == 0:
+        save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", 0)
+    summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
+    log({"phase": "summary", "step": cfg.rl_steps, **summary})
+    metrics.close()
+    print(f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
+          f"mixed groups at RL start {summary.get('mixed_at_start', float('nan')):.2f}; "
+          f"{summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
+    return summary
+
+
+if __name__ == "__main__":
+    try:
+        cfg = parse_args(sys.argv[1:], Config, doc=__doc__)
+        main(cfg)
+    except CliError as e:
+        fail(str(e))
+    except FloatingPointError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted")
