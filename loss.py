@@ -212,8 +212,10 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         total = (per_tok * norm[:, None] * mask_f).sum()
         clip_frac = (clipped & mask).float().sum() / mask_f.sum().clamp(min=1)
 
-    stats = {"clip_frac": float(clip_frac), "seq_ratio": float(seq_ratio[lens > 0].mean())
-             if bool((lens > 0).any()) else 1.0}
+    live = lens > 0
+    stats = {"clip_frac": float(clip_frac),
+             "seq_ratio": float(seq_ratio[live].mean()) if bool(live.any()) else 1.0,
+             "abs_log_ratio": float(log_ratio.detach().abs().sum() / mask_f.sum().clamp(min=1))}
     return total, stats
 
 

@@ -137,10 +137,11 @@ def rl_update(model, opt, batch, cfg, gen):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
-            stats["loss"] = float(loss)
+            stats["loss"] = loss.item()
             logs.append(stats)
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
+    out["steps"] = logs  # per optimizer step, in order
     return out
 
 
@@ -197,7 +198,7 @@ def main(cfg):
             loss.backward()
             opt.step()
             bar.set_postfix(loss=f"{loss.item():.3f}")
-            log({"phase": "sft", "step": step, "loss": float(loss)})
+            log({"phase": "sft", "step": step, "loss": loss.item()})
         bar.close()
         save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), model, cfg, "warm_start", sft_steps)
 
@@ -220,7 +221,7 @@ def main(cfg):
         except FloatingPointError:
             raise FloatingPointError(f"RL loss is not finite at step {step}") from None
         rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
-               "zero_var": zero_var, **{k: v for k, v in stats.items() if k != "mb_stats"},
+               "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
                **stats["mb_stats"]}
         if step == 1:
             summary["mixed_at_start"] = rec["mixed"]

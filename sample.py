@@ -1,0 +1,81 @@
+"""sample.py: print completions of a checkpoint and their rewards.
+
+    python sample.py --init_from=out/ckpt.pt                 # held-out problems
+    python sample.py --init_from=out/ckpt.pt --prompt=47+85=  # your own prompt
+    python sample.py --init_from=out/ckpt.pt --num_samples=8 --temperature=1.0
+
+With a prompt the task's verifier scores each completion when the prompt
+parses as one of its problems; characters outside the alphabet are refused.
+"""
+
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import toy_tasks
+from config import CliError, _f, fail, parse_args
+from sampler import sample
+from train import load_checkpoint
+
+
+@dataclass
+class SampleConfig:
+    init_from: str = _f("", "checkpoint to sample from (required)")
+    prompt: str = _f("", "prompt text, e.g. 47+85= (default: held-out problems)")
+    num_samples: int = _f(4, "completions per prompt")
+    num_prompts: int = _f(8, "held-out problems to show when no prompt is given")
+    temperature: float = _f(0.0, "0 is greedy")
+    seed: int = _f(0, "sampling seed")
+
+
+def parse_problem(task_name, prompt):
+    """The problem tuple a prompt states, or None if it is not one of the task's."""
+    body = prompt[:-1] if prompt.endswith("=") else None
+    if body is None:
+        return None
+    sep = {"add": "+", "mul": "*"}.get(task_name)
+    parts = body.split(sep) if sep else [body]
+    if not all(p.isdigit() for p in parts) or len(parts) != (2 if sep else 1):
+        return None
+    return tuple(int(p) for p in parts)
+
+
+def main(cfg):
+    if not cfg.init_from:
+        raise CliError("--init_from=CKPT is required")
+    if cfg.num_samples < 1 or cfg.num_prompts < 1:
+        raise CliError("--num_samples and --num_prompts must be at least 1")
+    if cfg.temperature < 0:
+        raise CliError(f"--temperature must be >= 0, got {cfg.temperature}")
+    model, ck = load_checkpoint(cfg.init_from)
+    t = ck["task"]
+    task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])
+    if cfg.prompt:
+        try:
+            toy_tasks.check_text(cfg.prompt)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        problems = [parse_problem(t["task"], cfg.prompt)]
+        prompts = [cfg.prompt]
+    else:
+        problems = toy_tasks.eval_problems(task, cfg.num_prompts, ck["config"].get("seed", 0))
+        prompts = [task.prompt(p) for p in problems]
+    ids = [toy_tasks.encode(p) for p in prompts]
+    if max(len(i) for i in ids) + task.max_new_tokens > model.cfg.block_size:
+        raise CliError(f"prompt is too long for this model (block_size={model.cfg.block_size})")
+    gen = torch.Generator().manual_seed(cfg.seed)
+    n = 1 if cfg.temperature == 0 else cfg.num_samples
+    out = sample(model, ids, n, task.max_new_tokens, cfg.temperature, generator=gen)
+    print(f"checkpoint {cfg.init_from}: task {task.name}, {ck['kind']} step {ck['step']}")
+    for row, toks in enumerate(out["tokens"].tolist()):
+        prob, text = problems[row // n], toy_tasks.decode(toks)
+        r = "?" if prob is None else f"{task.reward(prob, text):.0f}"
+        print(f"{prompts[row // n]}{text}    reward {r}")
+
+
+if __name__ == "__main__":
+    try:
+        main(parse_args(sys.argv[1:], SampleConfig, doc=__doc__, check=False))
+    except CliError as e:
+        fail(str(e))

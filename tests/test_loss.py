@@ -1,0 +1,266 @@
+"""Numbers for every formula in loss.py, and the central exchangeability test.
+
+Coefficients are c_{i,t} = -d loss / d log pi_new(y_{i,t}), read off by autograd
+and compared with values written out by hand from DESIGN.md section 3.
+"""
+import math
+
+import pytest
+import torch
+
+import loss as L
+
+# One group of three completions of lengths 2, 3, 4 (T = 4); rewards 1, 0, 0.
+MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
+R = torch.tensor([1.0, 0.0, 0.0])
+GROUP = torch.zeros(3, dtype=torch.long)
+LENS = torch.tensor([2.0, 3.0, 4.0])
+SIGMA = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # sample std of (1, 0, 0)
+A_STD = torch.tensor([2 / 3, -1 / 3, -1 / 3]) / (SIGMA + 1e-6)
+A_CEN = torch.tensor([2 / 3, -1 / 3, -1 / 3])
+
+
+def coef(loss, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
+    new = new.clone().requires_grad_(True)
+    total, stats = L.policy_loss(new, old, mask, adv, group, loss, clip, **kw)
+    c = L.coefficients(total, new)
+    return c.detach(), stats
+
+
+def expand(per_seq, mask=MASK):
+    return per_seq[:, None] * mask.float()
+
+
+def test_advantages_by_hand():
+    torch.testing.assert_close(L.advantages(R, GROUP, "grpo"), A_STD)
+    torch.testing.assert_close(L.advantages(R, GROUP, "dapo"), A_STD)
+    torch.testing.assert_close(L.advantages(R, GROUP, "dr_grpo"), A_CEN)
+    torch.testing.assert_close(L.advantages(R, GROUP, "dfpo_orth"), A_CEN)
+    torch.testing.assert_close(L.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5]))
+    torch.testing.assert_close(L.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0]))
+    # two interleaved groups are handled separately
+    r = torch.tensor([1.0, 3.0, 0.0, 2.0])
+    g = torch.tensor([0, 1, 0, 1])
+    torch.testing.assert_close(L.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5]))
+
+
+ON = torch.log(torch.rand(3, 4, generator=torch.Generator().manual_seed(0)) * 0.9 + 0.05) * MASK
+
+
+@pytest.mark.parametrize("name, adv, expected", [
+    ("grpo", A_STD, A_STD / (3 * LENS)),
+    ("dr_grpo", A_CEN, A_CEN / (3 * 4)),
+    ("dapo", A_STD, A_STD / 9),
+    ("rloo", torch.tensor([1.0, -0.5, -0.5]), torch.tensor([1.0, -0.5, -0.5]) / 3),
+    ("gspo", A_STD, A_STD / (3 * LENS)),
+    ("dfpo_min", A_CEN, A_CEN / (3 * 4)),
+    ("dfpo_orth", A_CEN, A_CEN / (3 * 4)),
+    ("positive_only", torch.tensor([1.0, 0, 0]), torch.tensor([1 / 2, 0, 0])),
+])
+def test_on_policy_coefficients_by_hand(name, adv, expected):
+    c, stats = coef(name, ON, ON.detach(), adv, clip="sym")
+    torch.testing.assert_close(c, expand(expected))
+    assert stats["clip_frac"] == 0 and abs(stats["seq_ratio"] - 1) < 1e-6
+
+
+# Off-policy: log-ratios per token, rows 0..2.
+LOGR = torch.tensor([[0.10, -0.30, 0, 0], [0.05, 0.02, 0.20, 0], [-0.10, 0.00, 0.10, 0.40]])
+OLD = ON - LOGR * MASK
+
+
+def test_off_policy_token_ppo_coefficients_by_hand():
+    rho = LOGR.exp() * MASK
+    c, _ = coef("dapo", ON, OLD, A_STD, clip="none")
+    torch.testing.assert_close(c, rho * A_STD[:, None] / 9)
+    # clip=higher, eps_low=0.2, eps_high=0.28: A>0 row loses tokens with rho > 1.28,
+    # A<0 rows lose tokens with rho < 0.8; here only row 2, t=3 (rho=e^0.4=1.49 > 1.28,
+    # but A<0 so it keeps it) ... and row 0 keeps all (rho <= 1.11).
+    c, st = coef("dapo", ON, OLD, A_STD, clip="higher", clip_low=0.2, clip_high=0.28)
+    torch.testing.assert_close(c, rho * A_STD[:, None] / 9)
+    assert st["clip_frac"] == 0
+    # a tighter symmetric clip binds: eps = 0.15 -> row 0 t=1 (rho .74 < .85) keeps
+    # (A>0 takes min, unclipped is smaller), row 2 t=3 (1.49 > 1.15, A<0) keeps,
+    # row 1 t=2 (rho 1.22 > 1.15, A<0) keeps; row 2 t=0 (rho .905, A<0) keeps.
+    # Clipping zeroes: A>0 & rho>1.15 -> none; A<0 & rho<.85 -> none. So add one:
+    logr = LOGR.clone()
+    logr[0, 0] = 0.3    # A>0, rho=1.35 > 1.15: clipped
+    logr[1, 1] = -0.3   # A<0, rho=0.74 < 0.85: clipped
+    old = ON - logr * MASK
+    c, st = coef("grpo", ON, old, A_STD, clip="sym", clip_low=0.15)
+    keep = torch.ones(3, 4)
+    keep[0, 0] = keep[1, 1] = 0
+    torch.testing.assert_close(c, keep * logr.exp() * MASK * (A_STD / (3 * LENS))[:, None])
+    assert abs(st["clip_frac"] - 2 / 9) < 1e-6
+
+
+def test_gspo_coefficients_by_hand():
+    s = torch.tensor([(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]).exp()
+    c, st = coef("gspo", ON, OLD, A_STD, clip="none")
+    torch.testing.assert_close(c, expand(s * A_STD / (3 * LENS)))
+    assert abs(st["seq_ratio"] - float(s.mean())) < 1e-6
+    # per-sequence clip eps=0.05: s = (.905, 1.094, 1.105); row 0 (A>0, s<1.05) keeps,
+    # rows 1, 2 (A<0, s>0.95) keep; eps=0.05 on the low side does not bind either.
+    c, st = coef("gspo", ON, OLD, A_STD, clip="sym", clip_low=0.05)
+    torch.testing.assert_close(c, expand(s * A_STD / (3 * LENS)))
+    # flip the advantages: now row 0 (A<0, s=.905 < .95) and rows 1, 2 (A>0, s > 1.05) clip
+    c, st = coef("gspo", ON, OLD, -A_STD, clip="sym", clip_low=0.05)
+    assert torch.all(c == 0) and st["clip_frac"] == 1.0
+
+
+def test_dfpo_coefficients_by_hand():
+    s = torch.tensor([(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]).exp()
+    c, _ = coef("dfpo_min", ON, OLD, A_CEN)
+    torch.testing.assert_close(c, expand(s.min() * A_CEN / 12))
+    w = s - (A_CEN @ s) / (A_CEN @ A_CEN) * A_CEN
+    c, _ = coef("dfpo_orth", ON, OLD, A_CEN)
+    torch.testing.assert_close(c, expand(w * A_CEN / 12))
+    assert abs(float(A_CEN @ w)) < 1e-6
+
+
+def test_dfpo_transforms_alone():
+    w = torch.tensor([1.2, 0.9, 1.0, 2.0, 0.5])
+    a = torch.tensor([1.0, -1.0, 0.0, 0.5, -0.5])
+    g = torch.tensor([0, 0, 0, 1, 1])
+    torch.testing.assert_close(L.min_replace(w, a, g), torch.tensor([0.9, 0.9, 0.9, 0.5, 0.5]))
+    # group 0: A.w = 0.3, |A|^2 = 2 -> w - 0.15 A; group 1: A.w = .75, |A|^2 = .5 -> w - 1.5 A
+    torch.testing.assert_close(L.adv_orthogonal(w, a, g),
+                               torch.tensor([1.05, 1.05, 1.0, 1.25, 1.25]))
+    zero = torch.zeros(3)
+    torch.testing.assert_close(L.adv_orthogonal(w[:3], zero, g[:3]), w[:3])
+
+
+# ----------------------------------------------------------------------------- exchangeability
+
+def shared_group(G=4, seed=0, off_policy=False, shared_logratio=0.0):
+    """A group whose rollouts all emit the same first token after the prompt (so
+    log pi_new and log pi_old of that token are identical across the group),
+    then continue with different tokens and lengths. Rewards 1,0,1,0,..."""
+    g = torch.Generator().manual_seed(seed)
+    T = G + 2
+    lens = torch.arange(2, G + 2)
+    mask = torch.arange(T)[None] < lens[:, None]
+    new = torch.log(torch.rand(G, T, generator=g) * 0.9 + 0.05) * mask
+    new[:, 0] = new[0, 0]
+    logr = torch.zeros(G, T)
+    if off_policy:
+        logr = (torch.rand(G, T, generator=g) - 0.5) * 0.6
+        logr[:, 0] = shared_logratio
+    old = new - logr * mask
+    rewards = torch.tensor([1.0, 0.0] * (G // 2))
+    return new, old, mask, rewards, torch.zeros(G, dtype=torch.long)
+
+
+def shared_token_net(name, off_policy, clip="none", shared_logratio=0.0, **kw):
+    new, old, mask, r, grp = shared_group(off_policy=off_policy, shared_logratio=shared_logratio)
+    adv = L.advantages(r, grp, name)
+    c, _ = coef(name, new, old, adv, mask, grp, clip=clip, **kw)
+    return float(c[:, 0].sum()), float(c[:, 0].abs().sum())
+
+
+@pytest.mark.parametrize("name", ["dr_grpo", "dapo", "rloo"])
+def test_shared_token_cancels_on_policy(name):
+    net, mass = shared_token_net(name, off_policy=False, clip="sym")
+    assert mass > 1e-3 and abs(net) < 1e-6
+
+
+@pytest.mark.parametrize("name", ["dfpo_min", "dfpo_orth"])
+@pytest.mark.parametrize("clip", ["none", "sym"])
+def test_shared_token_cancels_for_dfpo_also_off_policy(name, clip):
+    net, mass = shared_token_net(name, off_policy=True, clip=clip, shared_logratio=0.25)
+    assert mass > 1e-3 and abs(net) < 1e-6
+
+
+def test_grpo_with_unequal_lengths_does_not_cancel():
+    net, mass = shared_token_net("grpo", off_policy=False)
+    assert abs(net) > 0.05 * mass
+
+
+def test_gspo_with_unequal_sequence_ratios_does_not_cancel():
+    on_net, _ = shared_token_net("gspo", off_policy=False)
+    net, mass = shared_token_net("gspo", off_policy=True, shared_logratio=0.1)
+    assert abs(net) > 0.05 * mass and abs(net) != pytest.approx(abs(on_net), rel=1e-3)
+
+
+def test_dapo_clip_higher_breaks_cancellation_when_shared_ratio_crosses_a_bound():
+    # inside the bounds it still cancels ...
+    net, mass = shared_token_net("dapo", True, "higher", 0.1, clip_low=0.2, clip_high=0.28)
+    assert abs(net) < 1e-6
+    # ... past 1 + eps_high the A>0 copies lose their gradient, the A<0 ones keep it
+    net, mass = shared_token_net("dapo", True, "higher", 0.3, clip_low=0.2, clip_high=0.28)
+    assert net < -0.1 * mass
+
+
+def test_shared_residual_stat():
+    c = torch.tensor([[1.0, 5], [-1.0, 5], [2.0, 0], [2.0, 0]])
+    g = torch.tensor([0, 0, 1, 1])
+    assert L.shared_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
+    new, old, mask, r, grp = shared_group()
+    for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
+        c, _ = coef(name, new, old, L.advantages(r, grp, name), mask, grp)
+        assert (L.shared_residual(c, grp) < 1e-6) == expect_zero
+
+
+# ----------------------------------------------------------------------------- zero variance
+
+def test_zero_variance_groups_contribute_nothing_and_are_counted():
+    r = torch.tensor([1.0, 1, 1, 0, 1, 0, 0, 0, 0])
+    g = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    assert L.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
+    mask = torch.ones(9, 3, dtype=torch.bool)
+    new = torch.full((9, 3), -0.5)
+    for name in L.LOSSES:
+        adv = L.advantages(r, g, name)
+        c, _ = coef(name, new, new - 0.1, adv, mask, g)
+        if name != "positive_only":  # its advantage is 1[r>0], not group-relative
+            assert torch.all(c[[0, 1, 2, 6, 7, 8]] == 0), name
+            assert torch.any(c[[3, 4, 5]] != 0), name
+
+
+# ----------------------------------------------------------------------------- micro-batches
+
+def batch(seed=1):
+    g = torch.Generator().manual_seed(seed)
+    N, T = 8, 6
+    lens = torch.randint(1, T + 1, (N,), generator=g)
+    mask = torch.arange(T)[None] < lens[:, None]
+    new = torch.log(torch.rand(N, T, generator=g) * 0.9 + 0.05) * mask
+    old = new - (torch.rand(N, T, generator=g) - 0.5) * 0.4 * mask
+    r = torch.tensor([1.0, 0, 0, 1, 1, 1, 0, 1])
+    grp = torch.arange(4).repeat_interleave(2)
+    return new, old, mask, r, grp
+
+
+def grad_of(name, parts, clip="sym"):
+    new, old, mask, r, grp = batch()
+    adv = L.advantages(r, grp, name)
+    counts = L.step_counts(mask, adv, name, max_len=6)
+    new = new.clone().requires_grad_(True)
+    for idx in parts:
+        idx = torch.tensor(idx)
+        total, _ = L.policy_loss(new[idx], old[idx], mask[idx], adv[idx], grp[idx], name, clip,
+                                 clip_low=0.1, counts=counts)
+        total.backward()
+    return new.grad
+
+
+WHOLE = [list(range(8))]
+SPLIT_ROWS = [[0, 2, 4, 6], [1, 3, 5, 7]]     # splits every group
+SPLIT_GROUPS = [[0, 1, 2, 3], [4, 5, 6, 7]]   # whole groups
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "dapo", "rloo", "gspo", "positive_only"])
+def test_micro_batch_accumulation_equals_whole_batch(name):
+    torch.testing.assert_close(grad_of(name, SPLIT_ROWS), grad_of(name, WHOLE))
+
+
+@pytest.mark.parametrize("name", ["dfpo_min", "dfpo_orth"])
+def test_dfpo_is_micro_batch_invariant_only_with_whole_groups(name):
+    torch.testing.assert_close(grad_of(name, SPLIT_GROUPS), grad_of(name, WHOLE))
+    assert not torch.allclose(grad_of(name, SPLIT_ROWS), grad_of(name, WHOLE))
+
+
+def test_bad_names():
+    with pytest.raises(ValueError, match="unknown clip"):
+        L.clip_bounds("wide", 0.2, 0.2)
+    with pytest.raises(ValueError, match="unknown loss"):
+        coef("ppo", ON, ON, A_STD)

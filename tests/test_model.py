@@ -1,0 +1,156 @@
+"""Model log-probs, KV-cache sampling against full recompute, masks, SFT, checkpoints."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import toy_tasks as T
+import train
+from model import GPT, GPTConfig, completion_logprobs, left_pad
+from sampler import sample
+
+
+def tiny(seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=2, n_head=2, n_embd=32, block_size=40)
+    cfg.update(kw)
+    return GPT(GPTConfig(**cfg))
+
+
+def mixed_prompts():
+    texts = ["47+85=", "9=", "123*4=", "58=", "1+1=", "99*99="]
+    return [T.encode(t) for t in texts]
+
+
+def test_head_is_untied_and_hidden_states_feed_it():
+    m = tiny()
+    assert m.lm_head.weight.data_ptr() != m.wte.weight.data_ptr()
+    assert m.lm_head.weight.shape == (T.N_OUT, 32)
+    idx = torch.tensor([T.encode("47+85=132")])
+    logits, h = m(idx, return_hidden=True)
+    torch.testing.assert_close(logits, h @ m.lm_head.weight.T)
+
+
+def test_logprobs_equal_hand_written_cross_entropy():
+    m = tiny()
+    prompts = mixed_prompts()[:3]
+    comps = [T.encode("132") + [T.EOS], T.encode("7"), T.encode("4,92") + [T.EOS]]
+    Tn = max(map(len, comps))
+    tokens = torch.tensor([c + [T.PAD] * (Tn - len(c)) for c in comps])
+    mask = tokens != T.PAD
+    lp = completion_logprobs(m, prompts, tokens, mask, T.PAD)
+    for i, (p, c) in enumerate(zip(prompts, comps)):
+        seq = torch.tensor([p + c])  # alone, no padding at all
+        logits = m(seq)[0, len(p) - 1:-1]
+        ce = F.cross_entropy(logits, torch.tensor(c), reduction="none")
+        torch.testing.assert_close(lp[i, :len(c)], -ce, atol=1e-5, rtol=1e-5)
+        assert torch.all(lp[i, len(c):] == 0)
+
+
+def test_padding_does_not_change_a_prompt():
+    m = tiny()
+    p = T.encode("5=")
+    alone = m(torch.tensor([p]))[0, -1]
+    ids, valid, _ = left_pad([T.encode("123*45="), p], T.PAD)
+    padded = m(ids, valid)[1, -1]
+    torch.testing.assert_close(alone, padded, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_kv_cache_equals_full_recompute(seed):
+    m = tiny(seed)
+    a = sample(m, mixed_prompts(), 1, 12, temperature=0.0, use_cache=True)
+    b = sample(m, mixed_prompts(), 1, 12, temperature=0.0, use_cache=False)
+    assert torch.equal(a["tokens"], b["tokens"])
+    assert torch.equal(a["mask"], b["mask"])
+    torch.testing.assert_close(a["logprobs"], b["logprobs"], atol=1e-5, rtol=1e-5)
+
+
+def test_seeded_sampling_is_deterministic_and_paths_agree():
+    m = tiny(3)
+    outs = [sample(m, mixed_prompts(), 4, 10, 1.0, generator=torch.Generator().manual_seed(7),
+                   use_cache=c) for c in (True, True, False)]
+    assert torch.equal(outs[0]["tokens"], outs[1]["tokens"])
+    assert torch.equal(outs[0]["tokens"], outs[2]["tokens"])
+    other = sample(m, mixed_prompts(), 4, 10, 1.0, generator=torch.Generator().manual_seed(8))
+    assert not torch.equal(other["tokens"], outs[0]["tokens"])
+    assert torch.equal(outs[0]["group"], torch.arange(6).repeat_interleave(4))
+
+
+def test_sampler_masks_eos_and_recorded_logprobs():
+    m = tiny(4)
+    with torch.no_grad():  # make EOS likely so that rows stop at different times
+        m.lm_head.weight[T.EOS] += 0.5 * m.lm_head.weight.abs().max()
+    out = sample(m, mixed_prompts(), 3, 10, 1.0, generator=torch.Generator().manual_seed(0))
+    tok, mask = out["tokens"], out["mask"]
+    lens = mask.sum(1)
+    assert lens.min() < lens.max()  # rows ended at different steps
+    for row, n in zip(tok.tolist(), lens.tolist()):
+        assert T.PAD not in row[:n] and all(t == T.PAD for t in row[n:])
+        if T.EOS in row:
+            assert row.index(T.EOS) == n - 1  # mask covers EOS, nothing after it
+    assert torch.all(out["logprobs"][~mask] == 0) and torch.all(out["logprobs"][mask] < 0)
+    recomputed = completion_logprobs(m, out["prompts"], tok, mask, T.PAD)
+    torch.testing.assert_close(recomputed, out["logprobs"], atol=1e-5, rtol=1e-5)  # on-policy ratio 1
+
+
+def test_temperature_and_top_k():
+    m = tiny(5)
+    g = torch.Generator().manual_seed(0)
+    out = sample(m, mixed_prompts(), 8, 6, temperature=1.0, top_k=1, generator=g)
+    greedy = sample(m, mixed_prompts(), 1, 6, temperature=0.0)
+    assert torch.equal(out["tokens"][::8], greedy["tokens"][:, :out["tokens"].shape[1]])
+
+
+def test_sft_steps_lower_the_loss():
+    m = tiny(6, n_embd=64)
+    task = T.make_task("add", 2)
+    import random
+    draw, rng = T.train_sampler(task, [], 0), random.Random(0)
+    fixed = train.sft_batch(task, draw, 64, rng, "cpu")
+    opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
+
+    def loss():
+        lp = completion_logprobs(m, *fixed, T.PAD)
+        return -(lp.sum() / fixed[2].sum())
+    before = loss().item()
+    for _ in range(30):
+        opt.zero_grad()
+        l = loss()
+        l.backward()
+        opt.step()
+    assert loss().item() < 0.7 * before
+
+
+def test_checkpoint_round_trip_and_atomic_write(tmp_path):
+    from config import Config
+    m = tiny(7)
+    cfg = Config()
+    path = os.path.join(tmp_path, "c.pt")
+    train.save_checkpoint(path, m, cfg, "warm_start", 5)
+    assert os.listdir(tmp_path) == ["c.pt"]  # no temp file left behind
+    m2, ck = train.load_checkpoint(path)
+    assert ck["kind"] == "warm_start" and ck["step"] == 5 and ck["task"]["task"] == cfg.task
+    for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
+        assert torch.equal(a, b), k
+    idx = torch.tensor([T.encode("12+34=")])
+    assert torch.equal(m(idx), m2(idx))
+
+
+def test_bad_checkpoints_raise_one_line(tmp_path):
+    from config import CliError, Config
+    with pytest.raises(CliError, match="does not exist"):
+        train.load_checkpoint(os.path.join(tmp_path, "nope.pt"))
+    path = os.path.join(tmp_path, "c.pt")
+    train.save_checkpoint(path, tiny(), Config(), "rl", 1)
+    data = open(path, "rb").read()
+    for name, blob in [("trunc.pt", data[: len(data) // 2]), ("junk.pt", b"not a checkpoint")]:
+        p = os.path.join(tmp_path, name)
+        open(p, "wb").write(blob)
+        with pytest.raises(CliError, match="corrupt") as e:
+            train.load_checkpoint(p)
+        assert "\n" not in str(e.value)
+    torch.save({"hello": 1}, os.path.join(tmp_path, "other.pt"))
+    with pytest.raises(CliError, match="corrupt"):
+        train.load_checkpoint(os.path.join(tmp_path, "other.pt"))
