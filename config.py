@@ -37,7 +37,7 @@ class Config:
     sft_lr: float = _f(1e-3, "SFT learning rate (AdamW)")
     sft_flawed: float = _f(0.7, "fraction of SFT solutions written by a flawed teacher (e.g. one who forgets carries)")
     # phase 2: RL
-    rl_steps: int = _f(300, "RL steps (rollout batches)")
+    rl_steps: int = _f(600, "RL steps (rollout batches)")
     prompts_per_step: int = _f(16, "B: prompts per rollout batch")
     group_size: int = _f(8, "G: completions per prompt")
     temperature: float = _f(1.0, "sampling temperature (the loss uses the same)")

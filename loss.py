@@ -57,6 +57,9 @@ coefficient); dapo equals grpo when all lengths are equal; gspo's coefficient
 equals grpo's. They differ only once the data are reused off-policy
 (``--minibatches`` > 1 or ``--epochs`` > 1 in train.py).
 
+``positive_only`` has A >= 0, so only the upper clip bound can ever bind;
+``--clip=higher`` is allowed and simply sets that bound to 1+eps_high.
+
 Groups whose rewards are all equal have A = 0: they add nothing to the
 gradient but still count in N and sum L.
 """

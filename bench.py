@@ -1,0 +1,252 @@
+"""bench.py: how fast the sampler, the update phase and one RL step run here.
+
+What it measures
+----------------
+* ``matmul_peak``: GFLOP/s of a square fp32 ``torch.mm`` (2048 x 2048), the
+  reference peak of this machine for the MFU below.
+* ``sampler``: tokens/s of ``sampler.sample`` with the KV cache and with full
+  recompute (``use_cache=False``), same model, prompts and seed, and their
+  ratio. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the
+  model's EOS logit is pinned to -1e4 (``no_eos``), so no row stops early and
+  N * T token slots are generated on both paths.
+* ``update``: one ``train.rl_update`` (forward + backward of the GRPO loss,
+  grad clip, AdamW step) on those 128 rollouts; tokens/s over all prompt +
+  completion positions, and GFLOP/s by nanoGPT's estimate of
+  ``6 N + 12 n_layer n_embd T`` FLOPs per token (N: parameters without the
+  position embedding), with ``mfu`` = achieved / matmul_peak.
+* ``rl_step``: one step of train.py's RL loop (add task, 16 prompts x 8, the
+  task's own max_new_tokens) split into sample / reward / forward+backward /
+  optimizer, in seconds and as shares of the step.
+* ``memory``: peak memory of the process (CPU: ru_maxrss; CUDA:
+  torch.cuda.max_memory_allocated); each line above also carries it so far.
+
+Each time is the median over repeats after one warm-up run (CUDA timings
+synchronize first). Models are the default 4 layers x 128 (4 heads) and
+6 x 256 (8 heads), block_size 64. ``--quick`` uses a tiny model, small
+batches and one repeat, to check that every line comes out (it asserts no
+speed). One JSON object per line goes to stdout (and to ``--out=FILE``).
+
+Usage: python bench.py [--quick] [--device=cpu|cuda|auto] [--out=FILE]
+"""
+
+import json
+import os
+import random
+import resource
+import statistics
+import sys
+import time
+
+import torch
+
+import loss as L
+import toy_tasks
+import train
+from config import Config
+from model import GPT, GPTConfig, completion_logprobs
+from sampler import sample
+from toy_tasks import EOS, PAD
+
+FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
+        "mm": 2048, "repeats": 5, "recompute_repeats": 3}
+QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
+         "mm": 256, "repeats": 1, "recompute_repeats": 1}
+
+
+def sync(device):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    """(seconds, result) of one call."""
+    sync(device)
+    t = time.perf_counter()
+    out = fn()
+    sync(device)
+    return time.perf_counter() - t, out
+
+
+def median_time(fn, repeats, device):
+    """Median seconds over ``repeats`` calls after one warm-up call."""
+    fn()
+    return statistics.median(timed(fn, device)[0] for _ in range(repeats))
+
+
+def peak_mem_mb(device):
+    if device == "cuda":
+        return torch.cuda.max_memory_allocated() / 2 ** 20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def emit(rec, device, out):
+    rec.update(device=device, threads=torch.get_num_threads(), torch=torch.__version__,
+               load=round(os.getloadavg()[0], 2), peak_mem_mb=round(peak_mem_mb(device), 1))
+    line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in rec.items()})
+    print(line, flush=True)
+    if out:
+        out.write(line + "\n")
+
+
+def make_model(n_layer, n_embd, n_head, device, seed=0):
+    torch.manual_seed(seed)
+    cfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=n_layer,
+                    n_head=n_head, n_embd=n_embd, block_size=64)
+    return GPT(cfg).to(device)
+
+
+@torch.no_grad()
+def no_eos(model):
+    """Pin the EOS logit to -1e4: channel 0 of the final LayerNorm outputs a
+    constant 1, which only the EOS row of the output matrix reads."""
+    model.ln_f.weight[0], model.ln_f.bias[0] = 0.0, 1.0
+    model.lm_head.weight[:, 0] = 0.0
+    model.lm_head.weight[EOS] = 0.0
+    model.lm_head.weight[EOS, 0] = -1e4
+    return model
+
+
+def add_prompts(n, seed=0):
+    task, rng = toy_tasks.make_task("add", 2), random.Random(seed)
+    return [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(n)]
+
+
+def matmul_peak(P, device):
+    n = P["mm"]
+    a, b = (torch.randn(n, n, device=device) for _ in range(2))
+    s = median_time(lambda: torch.mm(a, b), max(P["repeats"], 5), device)
+    return {"name": "matmul_peak", "n": n, "seconds": s, "gflops": 2 * n ** 3 / s / 1e9}
+
+
+def bench_sampler(model, P, device):
+    prompts, G, T = add_prompts(P["prompts"]), P["group"], P["new_tokens"]
+
+    def run(use_cache):
+        gen = torch.Generator(device=device).manual_seed(0)
+        return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache)
+    kv = median_time(lambda: run(True), P["repeats"], device)
+    full = median_time(lambda: run(False), P["recompute_repeats"], device)
+    a, b = run(True), run(False)
+    N = len(prompts) * G
+    assert a["tokens"].shape == (N, T) and bool(a["mask"].all()), "a row stopped early"
+    rec = {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
+           "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
+           "same_tokens": bool(torch.equal(a["tokens"], b["tokens"]))}
+    return rec, a
+
+
+def update_flops_per_token(model, T):
+    c = model.cfg
+    n = model.num_params() - model.wpe.weight.numel()
+    return 6 * n + 12 * c.n_layer * c.n_embd * T
+
+
+def bench_update(model, batch, P, peak, device):
+    cfg = Config(batching="full")
+    batch = dict(batch, rewards=(torch.arange(len(batch["prompts"]), device=device) % 2).float(),
+                 max_len=batch["tokens"].shape[1])
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
+    gen = torch.Generator(device=device).manual_seed(0)
+    model.train()
+    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen), P["repeats"], device)
+    N, T = batch["tokens"].shape[0], len(batch["prompts"][0]) + batch["tokens"].shape[1] - 1
+    tokens = N * T  # positions of the forward pass (the last completion token predicts nothing)
+    gflops = update_flops_per_token(model, T) * tokens / s / 1e9
+    return {"name": "update", "sequences": N, "seq_len": T, "seconds": s, "tok_s": tokens / s,
+            "gflops": gflops, "peak_gflops": peak, "mfu": gflops / peak}
+
+
+def rl_step(model, opt, task, draw, cfg, gen, device):
+    """train.py's RL step with timers: sample, reward, forward+backward, optimizer."""
+    t = {}
+    model.train()
+    problems = [draw() for _ in range(cfg.prompts_per_step)]
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    t["sample"], out = timed(lambda: sample(model, prompts, cfg.group_size, task.max_new_tokens,
+                                            cfg.temperature, cfg.top_k, generator=gen), device)
+
+    def reward():
+        texts = [toy_tasks.decode(x) for x in out["tokens"].tolist()]
+        return torch.tensor([task.reward(problems[i // cfg.group_size], x)
+                             for i, x in enumerate(texts)], device=device)
+    t["reward"], rewards = timed(reward, device)
+    mask, group = out["mask"], out["group"]
+
+    def fwd_bwd():
+        adv = L.advantages(rewards, group, cfg.loss)
+        new_logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
+                                       cfg.temperature)
+        counts = L.step_counts(mask, adv, cfg.loss, max_len=task.max_new_tokens)
+        loss, stats = L.policy_loss(new_logp, out["logprobs"], mask, adv, group, cfg.loss,
+                                    cfg.clip, cfg.clip_low, cfg.clip_high, counts)
+        L.shared_residual(L.coefficients(loss, new_logp), group)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+    t["fwd_bwd"], _ = timed(fwd_bwd, device)
+
+    def step():
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+    t["optimizer"], _ = timed(step, device)
+    return t
+
+
+def bench_rl_step(model, P, device):
+    cfg = Config(prompts_per_step=P["prompts"], group_size=P["group"])
+    task = toy_tasks.make_task(cfg.task, cfg.digits)
+    draw = toy_tasks.train_sampler(task, [], 0)
+    gen = torch.Generator(device=device).manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    rl_step(model, opt, task, draw, cfg, gen, device)  # warm-up
+    runs = [rl_step(model, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"])]
+    rec = {"name": "rl_step", "rollouts": cfg.prompts_per_step * cfg.group_size,
+           "max_new_tokens": task.max_new_tokens}
+    for k in runs[0]:
+        rec[k + "_s"] = statistics.median(r[k] for r in runs)
+    total = sum(rec[k + "_s"] for k in runs[0])
+    rec["total_s"] = total
+    rec.update({k + "_share": rec[k + "_s"] / total for k in runs[0]})
+    return rec
+
+
+def parse(argv):
+    opts = {"quick": False, "device": "auto", "out": ""}
+    for a in argv:
+        key, eq, val = a.lstrip("-").partition("=")
+        if a == "--quick":
+            opts["quick"] = True
+        elif a.startswith("--") and eq and key in ("device", "out"):
+            opts[key] = val
+        else:
+            sys.exit(f"error: unknown argument {a!r}; usage: python bench.py [--quick] "
+                     f"[--device=cpu|cuda|auto] [--out=FILE]")
+    if opts["device"] not in ("auto", "cpu", "cuda"):
+        sys.exit(f"error: unknown device {opts['device']!r}; choose cpu, cuda or auto")
+    try:
+        opts["device"] = train.resolve_device(opts["device"])
+    except Exception as e:
+        sys.exit(f"error: {e}")
+    return opts
+
+
+def main(argv):
+    opts = parse(argv)
+    P, device = (QUICK if opts["quick"] else FULL), opts["device"]
+    out = open(opts["out"], "w") if opts["out"] else None
+    peak = matmul_peak(P, device)
+    emit(peak, device, out)
+    for n_layer, n_embd, n_head in P["sizes"]:
+        size = {"model": f"{n_layer}x{n_embd}", "n_head": n_head}
+        model = no_eos(make_model(n_layer, n_embd, n_head, device))
+        rec, batch = bench_sampler(model, P, device)
+        emit(dict(rec, **size), device, out)
+        emit(dict(bench_update(model, batch, P, peak["gflops"], device), **size), device, out)
+        model = make_model(n_layer, n_embd, n_head, device)
+        emit(dict(bench_rl_step(model, P, device), **size), device, out)
+    emit({"name": "memory"}, device, out)
+    if out:
+        out.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
