@@ -6,25 +6,28 @@ What it measures
   reference peak of this machine for the MFU below.
 * ``sampler``: tokens/s of ``sampler.sample`` with the KV cache and with full
   recompute (``use_cache=False``), same model, prompts and seed, and their
-  ratio. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the
-  model's EOS logit is pinned to -1e4 (``no_eos``), so no row stops early and
-  N * T token slots are generated on both paths.
+  ratio. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the EOS
+  logit is pinned to -1e4 (``no_eos``), so no row stops early and N * T token
+  slots are generated on both paths.
 * ``update``: one ``train.rl_update`` (forward + backward of the GRPO loss,
-  grad clip, AdamW step) on those 128 rollouts; tokens/s over all prompt +
-  completion positions, and GFLOP/s by nanoGPT's estimate of
-  ``6 N + 12 n_layer n_embd T`` FLOPs per token (N: parameters without the
-  position embedding), with ``mfu`` = achieved / matmul_peak.
+  grad clip, AdamW step) on those 128 rollouts: tokens/s over the prompt +
+  completion positions, and GFLOP/s by nanoGPT's ``6 N + 12 n_layer n_embd T``
+  FLOPs per token (N: parameters less the position embedding), with
+  ``mfu`` = achieved / matmul_peak.
 * ``rl_step``: one step of train.py's RL loop (add task, 16 prompts x 8, the
-  task's own max_new_tokens) split into sample / reward / forward+backward /
+  task's max_new_tokens) split into sample / reward / forward+backward /
   optimizer, in seconds and as shares of the step.
-* ``memory``: peak memory of the process (CPU: ru_maxrss; CUDA:
-  torch.cuda.max_memory_allocated); each line above also carries it so far.
+* ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated); every
+  line also carries the peak so far.
 
 Each time is the median over repeats after one warm-up run (CUDA timings
-synchronize first). Models are the default 4 layers x 128 (4 heads) and
-6 x 256 (8 heads), block_size 64. ``--quick`` uses a tiny model, small
-batches and one repeat, to check that every line comes out (it asserts no
-speed). One JSON object per line goes to stdout (and to ``--out=FILE``).
+synchronize). Models: the default 4 layers x 128 (4 heads) and 6 x 256
+(8 heads), block_size 64. ``--quick`` takes a tiny model, small batches and
+one repeat: it checks that every line comes out and asserts no speed.
+Every line is one JSON object (stdout, and ``--out=FILE``) with the device,
+threads, torch version and ``others_busy``, the share of all cores used by
+*other* processes during that measurement (/proc/stat): above ~0.05 the
+numbers are disturbed (two torch processes on 2 cores slow small ops a lot).
 
 Usage: python bench.py [--quick] [--device=cpu|cuda|auto] [--out=FILE]
 """
@@ -53,17 +56,14 @@ QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
          "mm": 256, "repeats": 1, "recompute_repeats": 1}
 
 
-def sync(device):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 def timed(fn, device):
     """(seconds, result) of one call."""
-    sync(device)
+    if device == "cuda":
+        torch.cuda.synchronize()
     t = time.perf_counter()
     out = fn()
-    sync(device)
+    if device == "cuda":
+        torch.cuda.synchronize()
     return time.perf_counter() - t, out
 
 
@@ -73,15 +73,34 @@ def median_time(fn, repeats, device):
     return statistics.median(timed(fn, device)[0] for _ in range(repeats))
 
 
-def peak_mem_mb(device):
-    if device == "cuda":
-        return torch.cuda.max_memory_allocated() / 2 ** 20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+def cpu_sample():
+    """(CPU s used by all processes, CPU s elapsed, CPU s used by this one), or None."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except OSError:
+        return None
+    hz, r = os.sysconf("SC_CLK_TCK"), resource.getrusage(resource.RUSAGE_SELF)
+    return (sum(v) - v[3] - v[4]) / hz, sum(v) / hz, r.ru_utime + r.ru_stime
+
+
+WINDOW = [cpu_sample()]
+
+
+def others_busy():
+    """Share of all cores that other processes used since the last line."""
+    a, b = WINDOW[0], cpu_sample()
+    WINDOW[0] = b
+    if a is None or b is None or b[1] <= a[1]:
+        return None
+    return max(0.0, (b[0] - a[0]) - (b[2] - a[2])) / (b[1] - a[1])
 
 
 def emit(rec, device, out):
+    mem = (torch.cuda.max_memory_allocated() / 2 ** 20 if device == "cuda"
+           else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)  # KiB on Linux
     rec.update(device=device, threads=torch.get_num_threads(), torch=torch.__version__,
-               load=round(os.getloadavg()[0], 2), peak_mem_mb=round(peak_mem_mb(device), 1))
+               others_busy=others_busy(), peak_mem_mb=mem)
     line = json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in rec.items()})
     print(line, flush=True)
     if out:
@@ -90,9 +109,8 @@ def emit(rec, device, out):
 
 def make_model(n_layer, n_embd, n_head, device, seed=0):
     torch.manual_seed(seed)
-    cfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=n_layer,
-                    n_head=n_head, n_embd=n_embd, block_size=64)
-    return GPT(cfg).to(device)
+    return GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT,
+                         n_layer=n_layer, n_head=n_head, n_embd=n_embd, block_size=64)).to(device)
 
 
 @torch.no_grad()
@@ -106,11 +124,6 @@ def no_eos(model):
     return model
 
 
-def add_prompts(n, seed=0):
-    task, rng = toy_tasks.make_task("add", 2), random.Random(seed)
-    return [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(n)]
-
-
 def matmul_peak(P, device):
     n = P["mm"]
     a, b = (torch.randn(n, n, device=device) for _ in range(2))
@@ -119,7 +132,9 @@ def matmul_peak(P, device):
 
 
 def bench_sampler(model, P, device):
-    prompts, G, T = add_prompts(P["prompts"]), P["group"], P["new_tokens"]
+    task, rng = toy_tasks.make_task("add", 2), random.Random(0)
+    prompts = [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(P["prompts"])]
+    G, T, N = P["group"], P["new_tokens"], P["prompts"] * P["group"]
 
     def run(use_cache):
         gen = torch.Generator(device=device).manual_seed(0)
@@ -127,32 +142,25 @@ def bench_sampler(model, P, device):
     kv = median_time(lambda: run(True), P["repeats"], device)
     full = median_time(lambda: run(False), P["recompute_repeats"], device)
     a, b = run(True), run(False)
-    N = len(prompts) * G
     assert a["tokens"].shape == (N, T) and bool(a["mask"].all()), "a row stopped early"
-    rec = {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
-           "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
-           "same_tokens": bool(torch.equal(a["tokens"], b["tokens"]))}
-    return rec, a
-
-
-def update_flops_per_token(model, T):
-    c = model.cfg
-    n = model.num_params() - model.wpe.weight.numel()
-    return 6 * n + 12 * c.n_layer * c.n_embd * T
+    return {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
+            "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
+            "same_tokens": bool(torch.equal(a["tokens"], b["tokens"]))}, a
 
 
 def bench_update(model, batch, P, peak, device):
-    cfg = Config(batching="full")
-    batch = dict(batch, rewards=(torch.arange(len(batch["prompts"]), device=device) % 2).float(),
+    N, T = batch["tokens"].shape[0], len(batch["prompts"][0]) + batch["tokens"].shape[1] - 1
+    batch = dict(batch, rewards=(torch.arange(N, device=device) % 2).float(),
                  max_len=batch["tokens"].shape[1])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()
+    cfg = Config(batching="full")
     s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen), P["repeats"], device)
-    N, T = batch["tokens"].shape[0], len(batch["prompts"][0]) + batch["tokens"].shape[1] - 1
-    tokens = N * T  # positions of the forward pass (the last completion token predicts nothing)
-    gflops = update_flops_per_token(model, T) * tokens / s / 1e9
-    return {"name": "update", "sequences": N, "seq_len": T, "seconds": s, "tok_s": tokens / s,
+    c = model.cfg
+    flops = 6 * (model.num_params() - model.wpe.weight.numel()) + 12 * c.n_layer * c.n_embd * T
+    gflops = flops * N * T / s / 1e9  # N * T positions: the last token predicts nothing
+    return {"name": "update", "sequences": N, "seq_len": T, "seconds": s, "tok_s": N * T / s,
             "gflops": gflops, "peak_gflops": peak, "mfu": gflops / peak}
 
 
@@ -174,12 +182,12 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
 
     def fwd_bwd():
         adv = L.advantages(rewards, group, cfg.loss)
-        new_logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
-                                       cfg.temperature)
+        logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
+                                   cfg.temperature)
         counts = L.step_counts(mask, adv, cfg.loss, max_len=task.max_new_tokens)
-        loss, stats = L.policy_loss(new_logp, out["logprobs"], mask, adv, group, cfg.loss,
-                                    cfg.clip, cfg.clip_low, cfg.clip_high, counts)
-        L.shared_residual(L.coefficients(loss, new_logp), group)
+        loss, _ = L.policy_loss(logp, out["logprobs"], mask, adv, group, cfg.loss, cfg.clip,
+                                cfg.clip_low, cfg.clip_high, counts)
+        L.shared_residual(L.coefficients(loss, logp), group)
         opt.zero_grad(set_to_none=True)
         loss.backward()
     t["fwd_bwd"], _ = timed(fwd_bwd, device)
@@ -197,22 +205,19 @@ def bench_rl_step(model, P, device):
     draw = toy_tasks.train_sampler(task, [], 0)
     gen = torch.Generator(device=device).manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    rl_step(model, opt, task, draw, cfg, gen, device)  # warm-up
-    runs = [rl_step(model, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"])]
+    runs = [rl_step(model, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"] + 1)]
     rec = {"name": "rl_step", "rollouts": cfg.prompts_per_step * cfg.group_size,
            "max_new_tokens": task.max_new_tokens}
-    for k in runs[0]:
-        rec[k + "_s"] = statistics.median(r[k] for r in runs)
-    total = sum(rec[k + "_s"] for k in runs[0])
-    rec["total_s"] = total
-    rec.update({k + "_share": rec[k + "_s"] / total for k in runs[0]})
+    rec.update({k + "_s": statistics.median(r[k] for r in runs[1:]) for k in runs[0]})
+    rec["total_s"] = sum(rec[k + "_s"] for k in runs[0])
+    rec.update({k + "_share": rec[k + "_s"] / rec["total_s"] for k in runs[0]})
     return rec
 
 
 def parse(argv):
     opts = {"quick": False, "device": "auto", "out": ""}
     for a in argv:
-        key, eq, val = a.lstrip("-").partition("=")
+        key, eq, val = a[2:].partition("=")
         if a == "--quick":
             opts["quick"] = True
         elif a.startswith("--") and eq and key in ("device", "out"):
@@ -224,7 +229,7 @@ def parse(argv):
         sys.exit(f"error: unknown device {opts['device']!r}; choose cpu, cuda or auto")
     try:
         opts["device"] = train.resolve_device(opts["device"])
-    except Exception as e:
+    except Exception as e:  # CliError: cuda asked for but not available
         sys.exit(f"error: {e}")
     return opts
 

@@ -58,10 +58,12 @@ class Config:
     init_from: str = _f("", "start from this checkpoint (skips SFT)")
     eval_every: int = _f(50, "RL steps between held-out evaluations")
     eval_size: int = _f(256, "held-out problems (disjoint from training, fixed by seed)")
+    diagnostics: bool = _f(False, "also log learning tax, answer drift, entropy and pass@k (diagnostics.py)")
+    pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
 
 COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
-          "group_size", "minibatches", "epochs", "eval_every", "eval_size")
+          "group_size", "minibatches", "epochs", "eval_every", "eval_size", "pass_k")
 
 
 def _convert(name, typ, raw):

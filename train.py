@@ -17,6 +17,12 @@ Phase 2, RL. Each step:
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
 
+With ``--diagnostics`` each RL step also logs the *learning tax* of DESIGN.md
+section 4 (the KL between the policy before and after the step's updates, at
+histories that a whole group shares, and its running sum), and each evaluation
+the mean token entropy, pass@1 and pass@k, and on a task with several correct
+answers the log-odds between two of them and the entropy over all of them.
+
 Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
 every flag. Writes to --out_dir: config.json (the resolved config),
 metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
@@ -33,6 +39,7 @@ import torch
 from tqdm import tqdm
 
 import batching
+import diagnostics
 import loss as L
 import toy_tasks
 from config import Config, CliError, parse_args, fail
@@ -99,6 +106,21 @@ def evaluate(model, task, problems, cfg, device):
     out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)
+
+
+def eval_diagnostics(model, task, held_out, cfg, n_problems=64):
+    """Entropy, pass@k and (several correct answers) drift on held-out problems.
+    Uses its own generator, so the training run is the same with or without it."""
+    probs = held_out[:n_problems]
+    gen = torch.Generator(device=next(model.parameters()).device).manual_seed(cfg.seed + 7)
+    out = {"entropy": diagnostics.mean_token_entropy(model, task, probs),
+           "pass1": diagnostics.pass_at_k_eval(model, task, probs, 2 * cfg.pass_k, 1, gen),
+           f"pass{cfg.pass_k}": diagnostics.pass_at_k_eval(model, task, probs, 2 * cfg.pass_k, cfg.pass_k,
+                                                           gen)}
+    if max(len(task.answers(p)) for p in probs) > 1:
+        drift = diagnostics.answer_drift(diagnostics.answer_logprobs(model, task, probs))
+        out.update({f"answer_{k}": v for k, v in drift.items()})
+    return out
 
 
 def rollouts(model, task, draw, cfg, gen, device):
@@ -205,21 +227,30 @@ def main(cfg):
     # ---- phase 2: RL
     acc0 = evaluate(model, task, held_out, cfg, device)
     summary["warm_start_acc"] = acc0
-    log({"phase": "rl", "step": 0, "eval_acc": acc0})
+    log({"phase": "rl", "step": 0, "eval_acc": acc0,
+         **(eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {})})
     print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
-    acc = acc0
+    acc, tax_sum = acc0, 0.0
     for step in bar:
         model.train()
         batch = rollouts(model, task, draw, cfg, gen, device)
         batch["max_len"] = task.max_new_tokens
         r, g = batch["rewards"], batch["group"]
         zero_var = L.zero_variance_fraction(r, g)
+        if cfg.diagnostics:
+            hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
+            before = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
         try:
             stats = rl_update(model, opt, batch, cfg, gen)
         except FloatingPointError:
             raise FloatingPointError(f"RL loss is not finite at step {step}") from None
+        if cfg.diagnostics:
+            after = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+            stats["tax"] = float(diagnostics.kl(before, after).mean())
+            tax_sum += stats["tax"]
+            stats["tax_sum"] = tax_sum
         rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
                "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
                **stats["mb_stats"]}
@@ -228,6 +259,8 @@ def main(cfg):
         if step % cfg.eval_every == 0 or step == cfg.rl_steps:
             acc = evaluate(model, task, held_out, cfg, device)
             rec["eval_acc"] = acc
+            if cfg.diagnostics:
+                rec.update(eval_diagnostics(model, task, held_out, cfg))
             tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
                        f"mixed {rec['mixed']:.2f}  residual {rec['residual']:.3f}  "
                        f"[{time.time() - t0:.0f}s]")

@@ -14,7 +14,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 import toy_tasks  # noqa: E402
-from model import GPT, GPTConfig  # noqa: E402
+from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
 
 NAMES = {"matmul_peak", "sampler", "update", "rl_step", "memory"}
@@ -89,6 +89,18 @@ def test_seeded_sampling_same_on_both_paths(seed):
     assert a["prompts"] == b["prompts"] and torch.equal(a["group"], b["group"])
     assert bool(a["mask"][:, 0].all())  # every row emits at least one token
     assert (a["logprobs"][a["mask"]] < 0).all() and (a["logprobs"][~a["mask"]] == 0).all()
+
+
+def test_sampler_outputs_feed_a_backward_pass():
+    """The update phase uses the sampled tensors in autograd (masks are saved
+    for backward): they must be ordinary tensors, whatever mode sampled them."""
+    model, prompts = tiny_model(), mixed_prompts()
+    out = sample(model, prompts, 2, 8, generator=torch.Generator().manual_seed(0))
+    logp = completion_logprobs(model, out["prompts"], out["tokens"], out["mask"],
+                               toy_tasks.PAD)
+    ((logp - out["logprobs"]) * out["mask"]).sum().backward()
+    assert model.lm_head.weight.grad is not None
+    assert torch.allclose(logp, out["logprobs"], atol=1e-5)  # on-policy: ratio 1
 
 
 def test_seeded_sampling_is_reproducible():

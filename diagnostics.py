@@ -1,0 +1,406 @@
+"""diagnostics.py: make token gradient cancellation observable (DESIGN.md section 4).
+
+What it teaches
+---------------
+A critic-free update gives every token of completion i the same sign, that of
+its advantage A_i. Whether a token's probability actually goes up or down is
+another matter: tokens are coupled through the shared parameters. With
+per-token coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) (loss.coefficients)
+one SGD step of size eta changes log pi(y_i) to first order by
+
+    Delta_i = eta * sum_j c_j * grad log pi(y_i) . grad log pi(y_j).
+
+Holding the hidden state h fixed and moving only the untied unembedding W
+(z = W h) the dot product has a closed form [P2]:
+
+    Delta_i = eta * sum_j c_j * alpha_ij * kappa_ij,
+    alpha_ij = (e_{y_i} - p_i) . (e_{y_j} - p_j),   kappa_ij = h_i . h_j.
+
+The j = i term always has the sign of A_i (the *self* term); the j != i terms
+are the *coupling*. For two copies of the same token, alpha >= 0, large when
+both are unsure, so a wrong-signed copy pulls a token against its own advantage.
+
+Functions (batches are dicts as train.rollouts returns: prompts, tokens, mask,
+logprobs, group, rewards; plus ``problems`` where a verifier is needed):
+* flipping:  ``one_update`` (one optimizer step on a copy), ``token_deltas``
+  (Delta = log pi_new - log pi_old per token), ``flip_table`` (boosted
+  Delta > eps, suppressed Delta < -eps, stable, split by the sign of A);
+* coupling:  ``coupling_terms`` (the closed form, pair by pair, with an
+  optional pair mask) and ``coupling_summary`` (coupling mass by same/different
+  token and by confidence bins);
+* masking:   ``masked_update_deltas``: plain-SGD Deltas with (a) every same-id
+  token of the opposite advantage sign removed from the gradient that moves a
+  token, (b) all A < 0 tokens removed (positive-only);
+* categories: ``token_categories`` (template / copy / compute per token; a
+  sampled completion off the canonical layout is labelled by character class);
+* value:     ``mc_values``, V(s_t) = mean reward of K sampled continuations;
+* learning tax [P1]: ``shared_histories``, ``policy_at``, ``kl``,
+  ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``;
+  ``mean_token_entropy``, ``pass_at_k``, ``pass_at_k_eval``.
+Everything runs at temperature 1 unless a function takes ``temperature``.
+"""
+
+import copy
+import math
+import random
+
+import torch
+import torch.nn.functional as F
+
+import loss as L
+import toy_tasks
+from model import completion_logprobs, left_pad
+from sampler import sample
+from toy_tasks import EOS, PAD
+
+CATEGORIES = ("template", "copy", "compute")
+
+
+# ----------------------------------------------------------------------------- one update
+
+def _logp(model, batch, temperature=1.0, hidden=False):
+    """model.completion_logprobs, but in the model's own dtype: run the model in
+    float64 (``model.double()``) and Deltas of confident tokens (~1e-8) are not
+    float32 rounding noise."""
+    ids, valid, _ = left_pad(batch["prompts"], PAD, batch["tokens"].device)
+    tok, mask, Lp = batch["tokens"], batch["mask"], ids.shape[1]
+    logits, h = model(torch.cat([ids, tok], 1)[:, :-1], torch.cat([valid, mask], 1)[:, :-1],
+                      return_hidden=True)
+    logits, h = logits[:, Lp - 1:] / temperature, h[:, Lp - 1:]
+    lp = F.log_softmax(logits, -1).gather(-1, tok.masked_fill(~mask, 0)[..., None])[..., 0] * mask
+    return (lp, h) if hidden else lp
+
+
+def token_coefficients(model, batch, adv, loss="grpo"):
+    """c_{i,t} of one on-policy step of ``loss`` (ratio 1, no clip binds) [N,T]."""
+    with torch.no_grad():
+        logp = _logp(model, batch)
+    new = logp.clone().requires_grad_(True)
+    counts = L.step_counts(batch["mask"], adv, loss, max_len=batch.get("max_len"))
+    value, _ = L.policy_loss(new, logp, batch["mask"], adv, batch["group"], loss, "none", counts=counts)
+    return L.coefficients(value, new).detach() * batch["mask"]
+
+
+def one_update(model, batch, adv, optimizer="sgd", lr=1.0, loss="grpo", coef=None, params="all"):
+    """One optimizer step on a deep copy of ``model``; returns the copy.
+
+    The step minimises -sum c_{i,t} log pi(y_{i,t}), whose gradient is that of
+    ``loss`` on-policy. ``coef`` overrides the coefficients (masked updates).
+    optimizer: "sgd" (plain, no momentum: contributions add linearly) or "adam"
+    (train.py's AdamW, betas (0.9, 0.99), no weight decay; its first step is
+    close to sign descent). params: "all", or "head" (only lm_head.weight moves)."""
+    if coef is None:
+        coef = token_coefficients(model, batch, adv, loss)
+    new = copy.deepcopy(model)
+    ps = [new.lm_head.weight] if params == "head" else list(new.parameters())
+    for p in new.parameters():
+        p.requires_grad_(any(p is q for q in ps))
+    opt = (torch.optim.SGD(ps, lr=lr) if optimizer == "sgd" else
+           torch.optim.AdamW(ps, lr=lr, betas=(0.9, 0.99), weight_decay=0.0))
+    opt.zero_grad(set_to_none=True)
+    (-(coef.detach() * _logp(new, batch)).sum()).backward()
+    opt.step()
+    for p in new.parameters():
+        p.requires_grad_(True)
+        p.grad = None
+    return new
+
+
+@torch.no_grad()
+def token_deltas(model_old, model_new, batch):
+    """Delta = log pi_new(y) - log pi_old(y) per completion token [N,T], 0 off the mask."""
+    return (_logp(model_new, batch) - _logp(model_old, batch)) * batch["mask"]
+
+
+def flip_table(delta, mask, adv, eps):
+    """Fractions boosted (Delta > eps), suppressed (Delta < -eps) and stable, for
+    tokens of A > 0 ("pos") and A < 0 ("neg") rollouts, with the raw Deltas.
+    Without coupling, pos would be all boosted and neg all suppressed; tokens
+    on the wrong side of their own advantage are *flipped*."""
+    out = {}
+    for name, rows in (("pos", adv > 0), ("neg", adv < 0)):
+        d = delta[mask & rows[:, None]]
+        n = d.numel()
+        frac = (lambda x: float(x.float().mean())) if n else (lambda x: None)
+        out[name] = {"boosted": frac(d > eps), "suppressed": frac(d < -eps),
+                     "stable": frac(d.abs() <= eps), "n": n}
+        out[f"delta_{name}"] = d.tolist()
+    n = out["pos"]["n"] + out["neg"]["n"]
+    wrong = sum((out[s][k] or 0) * out[s]["n"] for s, k in (("pos", "suppressed"), ("neg", "boosted")))
+    out["flipped"] = wrong / n if n else None
+    return out
+
+
+# ----------------------------------------------------------------------------- coupling
+
+@torch.no_grad()
+def coupling_terms(model, batch, coef, lr, keep=None):
+    """Closed-form first-order Delta of an unembedding-only SGD step of size lr.
+
+    Returns a dict over the M masked tokens (flattened row-major): ``terms``
+    [M,M], terms[i,j] = lr c_j alpha_ij kappa_ij (the head has no bias);
+    ``self``, ``coupling`` and ``pred`` = self + coupling per token [M]; ``y``
+    token ids, ``conf`` = p_i(y_i), ``alpha``, ``kappa``. ``keep`` [M,M] bool
+    drops pairs (j's contribution to i) from ``pred`` and ``coupling``."""
+    mask = batch["mask"]
+    _, h = _logp(model, batch, hidden=True)
+    H, y, c = h[mask].double(), batch["tokens"][mask], coef[mask].double()
+    p = F.softmax(model.lm_head(h[mask]).double(), -1)  # the head has no bias
+    E = F.one_hot(y, p.shape[1]).double() - p
+    alpha, kappa = E @ E.T, H @ H.T
+    terms = lr * alpha * kappa * c[None, :]
+    kept = terms if keep is None else terms * keep
+    self_t = terms.diagonal()
+    return {"terms": terms, "self": self_t, "coupling": kept.sum(1) - kept.diagonal(),
+            "pred": kept.sum(1) - kept.diagonal() + self_t, "y": y, "alpha": alpha,
+            "kappa": kappa, "conf": p.gather(1, y[:, None])[:, 0]}
+
+
+def coupling_summary(ct, adv_tok, bins=(0.5, 0.9)):
+    """Where the coupling mass sum_{i!=j} |terms_ij| sits. adv_tok: [M] advantage of
+    each token's rollout. Returns shares of the mass (and of the pairs) that are
+    same-token / different-token; a 3x3 share of the mass by confidence bins of
+    (i, j), [0,.5), [.5,.9), [.9,1], for same- and for different-token pairs; the
+    share of the mass that *opposes* token i's own advantage; mean alpha per type;
+    and the fraction of A != 0 tokens whose coupling outweighs and opposes its self term."""
+    T, y = ct["terms"], ct["y"]
+    M = len(y)
+    off = ~torch.eye(M, dtype=torch.bool)
+    same = (y[:, None] == y[None, :]) & off
+    diff = (y[:, None] != y[None, :])
+    mass = T.abs() * off
+    total = float(mass.sum()) or float("nan")
+    b = torch.bucketize(ct["conf"], torch.tensor(bins, dtype=ct["conf"].dtype), right=True)
+    oppose = (torch.sign(T) * torch.sign(adv_tok)[:, None]) < 0
+    grid = lambda sel: [[float((mass * sel * (b[:, None] == u) * (b[None, :] == v)).sum()) / total
+                         for v in range(len(bins) + 1)] for u in range(len(bins) + 1)]
+    live = adv_tok != 0
+    s, cp = ct["self"], ct["coupling"]
+    flip = live & (torch.sign(cp) != torch.sign(s)) & (cp.abs() > s.abs())
+    return {"mass_same": float((mass * same).sum()) / total,
+            "mass_diff": float((mass * diff).sum()) / total,
+            "pairs_same": float(same.sum()) / max(int(off.sum()), 1),
+            "opposing_same": float((mass * same * oppose).sum()) / total,
+            "opposing_diff": float((mass * diff * oppose).sum()) / total,
+            "alpha_same": float(ct["alpha"][same].mean()) if same.any() else None,
+            "alpha_diff": float(ct["alpha"][diff].mean()) if diff.any() else None,
+            "bins": list(bins), "mass_by_conf_same": grid(same), "mass_by_conf_diff": grid(diff),
+            "coupling_over_self": float(flip[live].float().mean()) if live.any() else None,
+            "coupling_to_self_ratio": float(cp.abs().sum() / s.abs().sum().clamp(min=1e-30))}
+
+
+def sign_agreement(a, b, mask):
+    """Fraction of masked tokens where Delta a and Delta b have the same sign."""
+    return float((torch.sign(a[mask]) == torch.sign(b[mask])).float().mean())
+
+
+# ----------------------------------------------------------------------------- masked updates
+
+def masked_update_deltas(model, batch, adv, lr, loss="grpo", params="all"):
+    """Delta per token [N,T] of plain-SGD updates with contributions removed:
+
+    * ``full``: the whole update;
+    * ``no_opposite_same_token``: token (i,t) with id v in a rollout of advantage
+      sign s is measured after an SGD step whose gradient omits (coefficient
+      zeroed) every token (j,u) of the batch with the same id v in a rollout of the
+      opposite sign -s, at any position and in any group. Its own contribution and
+      all others stay. Such a removal set depends only on (v, s), so there is one
+      step per (v, s) class, each on its own copy of the model;
+    * ``positive_only``: the coefficients of all A < 0 tokens are zeroed (the A > 0
+      coefficients are grpo's, unchanged, so nothing is renormalised).
+    Tokens of A = 0 rollouts keep the full update's Delta in the second case.
+    ``params="head"`` moves only the unembedding (then the closed form with the
+    pair mask ``opposite_same_token_keep`` predicts the second case)."""
+    mask, tok = batch["mask"], batch["tokens"]
+    coef = token_coefficients(model, batch, adv, loss)
+    sgn = torch.sign(adv)[:, None].expand_as(tok)
+    full = token_deltas(model, one_update(model, batch, adv, "sgd", lr, coef=coef, params=params), batch)
+    out = {"full": full, "positive_only": token_deltas(
+        model, one_update(model, batch, adv, "sgd", lr, coef=coef * (sgn >= 0), params=params), batch)}
+    nost = full.clone()
+    for v in tok[mask & (sgn != 0)].unique().tolist():
+        for s in (1, -1):
+            cls, drop = mask & (tok == v) & (sgn == s), mask & (tok == v) & (sgn == -s)
+            if cls.any() and drop.any():
+                d = token_deltas(model, one_update(model, batch, adv, "sgd", lr,
+                                                   coef=coef * ~drop, params=params), batch)
+                nost[cls] = d[cls]
+    out["no_opposite_same_token"] = nost
+    return out
+
+
+def opposite_same_token_keep(y, adv_tok):
+    """[M,M] pair mask for ``coupling_terms``: False where j has i's token id and the
+    opposite advantage sign (the closed-form twin of ``no_opposite_same_token``)."""
+    s = torch.sign(adv_tok)
+    return ~((y[:, None] == y[None, :]) & (s[:, None] * s[None, :] < 0))
+
+
+# ----------------------------------------------------------------------------- categories
+
+def token_categories(task, problems, tokens, mask):
+    """Category index per token [N,T] (0 template, 1 copy, 2 compute, -1 off mask).
+
+    A sampled completion is labelled by the task's own ``categories`` when its text
+    has the canonical solution's layout: same length and the same non-digit
+    characters at the same places (then the scratchpad's operand positions are
+    where the task expects them). Otherwise by character class: digit -> compute,
+    anything else (separators, EOS) -> template. Without a scratchpad both rules
+    give the same labels."""
+    out = torch.full(tokens.shape, -1, dtype=torch.long)
+    for i, (p, row) in enumerate(zip(problems, tokens.tolist())):
+        text, n = toy_tasks.decode(row), int(mask[i].sum())
+        sol = task.solution(p, random.Random(0))  # own rng: no side effect on global state
+        same = len(sol) == len(text) and all(a == b for a, b in zip(sol, text) if not a.isdigit())
+        same = same and all(b.isdigit() for a, b in zip(sol, text) if a.isdigit())
+        labels = task.categories(p, text) if same else \
+            ["compute" if ch.isdigit() else "template" for ch in text] + ["template"]
+        out[i, :n] = torch.tensor([CATEGORIES.index(x) for x in labels[:n]])
+    return out
+
+
+# ----------------------------------------------------------------------------- token value
+
+@torch.no_grad()
+def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
+    """V [N, T+1]: V[i,t] = V(s_t), the mean reward of K continuations sampled from
+    the prompt plus the first t completion tokens of rollout i (NaN past its end).
+    At the end of a completion V is its own reward, exactly. A token's value is
+    V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once."""
+    tok, mask, r = batch["tokens"], batch["mask"], batch["rewards"]
+    N, T = tok.shape
+    lens = mask.sum(1).tolist()
+    V = torch.full((N, T + 1), float("nan"))
+    V[torch.arange(N), mask.sum(1)] = r.float()
+    for t in range(T):
+        keys = {}
+        for i in range(N):
+            if t < lens[i]:
+                keys.setdefault((tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []).append(i)
+        if not keys:
+            continue
+        prefixes = [list(a) + list(b) for a, b in keys]
+        out = sample(model, prefixes, K, task.max_new_tokens - t, temperature, generator=generator)
+        cont = out["tokens"].tolist()
+        for k, ((_, pre), rows) in enumerate(keys.items()):
+            p = problems[rows[0]]
+            V[rows, t] = sum(task.reward(p, toy_tasks.decode(list(pre) + cont[k * K + j])) for j in range(K)) / K
+    return V
+
+
+# ----------------------------------------------------------------------------- learning tax, drift
+
+def common_prefix(tokens, mask, group):
+    """Per row, the length of its group's longest common completion prefix."""
+    g = L._compact(group)
+    out = torch.zeros(len(g), dtype=torch.long)
+    for k in range(int(g.max()) + 1):
+        rows = (g == k).nonzero()[:, 0]
+        t0, m0 = tokens[rows[0]], mask[rows[0]]
+        same = ((tokens[rows] == t0) & mask[rows] & m0).all(0).long()
+        out[rows] = int(same.cumprod(0).sum())
+    return out
+
+
+def shared_histories(tokens, mask, group):
+    """(row, t) pairs [K,2], one representative row (the group's first) per group
+    and position t whose history (prompt + tokens before t) the whole group shares:
+    t = 0 and every t up to and including the end of the longest common prefix."""
+    ell = common_prefix(tokens, mask, group)
+    g = L._compact(group)
+    pairs = []
+    for k in range(int(g.max()) + 1):
+        r = int((g == k).nonzero()[0, 0])
+        pairs += [(r, t) for t in range(int(ell[r]) + 1) if t < tokens.shape[1] and (t == 0 or mask[r, t])]
+    return torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+
+
+@torch.no_grad()
+def policy_at(model, prompts, tokens, mask, rows_t, temperature=1.0):
+    """log pi(. | history) [K, V] at the histories (row, t) = prompt + tokens[row, :t]."""
+    rows = rows_t[:, 0].unique()
+    where = {int(r): i for i, r in enumerate(rows)}
+    ids, valid, _ = left_pad([prompts[int(r)] for r in rows], PAD, tokens.device)
+    Lp = ids.shape[1]
+    seq = torch.cat([ids, tokens[rows]], 1)[:, :-1]
+    val = torch.cat([valid, mask[rows]], 1)[:, :-1]
+    logits = model(seq, val)[:, Lp - 1:] / temperature
+    sel = logits[[where[int(r)] for r in rows_t[:, 0]], rows_t[:, 1]]
+    return F.log_softmax(sel, -1)
+
+
+def kl(logp_old, logp_new):
+    """KL(pi_new(.|h) || pi_old(.|h)) = sum_v pi_new (log pi_new - log pi_old), per history [K]."""
+    return (logp_new.exp() * (logp_new - logp_old)).sum(-1)
+
+
+def cancellation_residual(model, batch, coef):
+    """|grad from tokens in their group's common prefix| / |total grad| (all parameters).
+    On-policy with exchangeable weights (dr_grpo) the shared tokens cancel: ~0."""
+    ell = common_prefix(batch["tokens"], batch["mask"], batch["group"])
+    shared = torch.arange(batch["tokens"].shape[1])[None, :] < ell[:, None]
+    logp = _logp(model, batch)
+    ps = [p for p in model.parameters() if p.requires_grad]
+    norm = lambda w: torch.sqrt(sum((g ** 2).sum() for g in torch.autograd.grad(
+        -(coef * w * logp).sum(), ps, retain_graph=True, allow_unused=True) if g is not None))
+    total = float(norm(torch.ones_like(coef)))
+    return float(norm(shared.float())) / total if total > 0 else 0.0
+
+
+def answer_logprobs(model, task, problems):
+    """[P, A] total log-prob of each correct answer (text + EOS), -inf padding."""
+    ans = [task.answers(p) for p in problems]
+    prompts = [toy_tasks.encode(task.prompt(p)) for p, a in zip(problems, ans) for _ in a]
+    seqs = [toy_tasks.encode(x) + [EOS] for a in ans for x in a]
+    T = max(len(s) for s in seqs)
+    tok = torch.full((len(seqs), T), PAD, dtype=torch.long)
+    for i, s in enumerate(seqs):
+        tok[i, :len(s)] = torch.tensor(s)
+    with torch.no_grad():
+        lp = completion_logprobs(model, prompts, tok, tok != PAD, PAD).sum(1)
+    out = torch.full((len(problems), max(len(a) for a in ans)), float("-inf"))
+    for i, chunk in enumerate(lp.split([len(a) for a in ans])):
+        out[i, :len(chunk)] = chunk
+    return out
+
+
+def answer_drift(lp):
+    """From answer_logprobs, over problems with >= 2 correct answers: mean log-odds
+    log pi(answers[0]) - log pi(answers[1]) and mean entropy of pi renormalised over
+    the correct answers (in nats). NaN when no problem has two answers."""
+    multi = torch.isfinite(lp).sum(1) >= 2
+    if not multi.any():
+        return {"log_odds": float("nan"), "entropy": float("nan"), "n": 0}
+    x = lp[multi]
+    q = F.log_softmax(x, -1)
+    ent = -(q.exp() * q.masked_fill(~torch.isfinite(q), 0)).sum(1)
+    return {"log_odds": float((x[:, 0] - x[:, 1]).mean()), "entropy": float(ent.mean()),
+            "n": int(multi.sum())}
+
+
+@torch.no_grad()
+def mean_token_entropy(model, task, problems):
+    """Mean entropy (nats) of pi at each token of greedy completions of the problems."""
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
+    rows = torch.tensor([[i, t] for i in range(len(prompts)) for t in range(out["tokens"].shape[1])
+                         if out["mask"][i, t]])
+    lp = policy_at(model, prompts, out["tokens"], out["mask"], rows)
+    return float(-(lp.exp() * lp).sum(-1).mean())
+
+
+def pass_at_k(n, c, k):
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+@torch.no_grad()
+def pass_at_k_eval(model, task, problems, n, k, generator=None, temperature=1.0):
+    """Mean unbiased pass@k over problems from n samples each at ``temperature``."""
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    out = sample(model, prompts, n, task.max_new_tokens, temperature, generator=generator)
+    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    cs = [sum(task.reward(p, texts[i * n + j]) > 0 for j in range(n)) for i, p in enumerate(problems)]
+    return sum(pass_at_k(n, c, k) for c in cs) / len(problems)

@@ -1,0 +1,183 @@
+"""experiments/common.py: what every experiment script shares.
+
+* ``warm_start(...)`` trains (or reuses) an SFT warm-start checkpoint with
+  train.py's own code and returns its path, so every experiment starts from
+  the same kind of policy as the default run;
+* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=results`` and
+  ``--threads`` plus any extra ``--key=value`` an experiment declares;
+* ``save(name, data, plot)`` writes ``<out>/<name>.json`` and, when
+  matplotlib is installed, ``<out>/<name>.png``;
+* ``mean_ci(xs)`` gives a mean and a 95 % normal confidence half-width.
+"""
+
+import json
+import math
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import train  # noqa: E402
+from config import CliError, Config, fail, parse_args  # noqa: E402
+
+
+def parse(argv, extra=None, doc=""):
+    """Experiment flags. ``extra`` maps name -> (default, help)."""
+    opts = {"quick": False, "seeds": "0,1,2", "out": os.path.join(ROOT, "results"), "threads": 0}
+    opts.update({k: v[0] for k, v in (extra or {}).items()})
+    for a in argv:
+        if a in ("-h", "--help"):
+            print(doc.strip())
+            print("\nflags: --quick  --seeds=0,1,2  --out=results  --threads=N" +
+                  "".join(f"  --{k}={v[0]} ({v[1]})" for k, v in (extra or {}).items()))
+            sys.exit(0)
+        key, eq, raw = a.lstrip("-").partition("=")
+        if not a.startswith("--") or key not in opts:
+            fail(f"unknown flag {a!r} (see --help)")
+        default = opts[key]
+        try:
+            if isinstance(default, bool):
+                opts[key] = raw.lower() in ("", "1", "true", "yes") if eq else True
+            else:
+                opts[key] = type(default)(raw)
+        except ValueError:
+            fail(f"--{key} takes a {type(default).__name__}, got {raw!r}")
+    try:
+        opts["seeds"] = [int(s) for s in str(opts["seeds"]).split(",") if s != ""]
+    except ValueError:
+        fail(f"--seeds takes a comma-separated list of integers, got {opts['seeds']!r}")
+    if not opts["seeds"]:
+        fail("--seeds needs at least one seed")
+    if opts["quick"]:
+        opts["seeds"] = opts["seeds"][:1]
+    if opts["threads"]:
+        torch.set_num_threads(opts["threads"])
+    os.makedirs(opts["out"], exist_ok=True)
+    return opts
+
+
+def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
+    """Path of an SFT warm start for this task and seed, trained once and reused."""
+    tag = f"{task}{digits}{'s' if scratchpad else ''}_sft{sft_steps}_seed{seed}"
+    tag += "".join(f"_{k}{v}" for k, v in sorted(flags.items()))
+    d = os.path.join(out, "ckpt", tag)
+    path = os.path.join(d, "warm_start.pt")
+    if not os.path.exists(path):
+        args = [f"--task={task}", f"--digits={digits}", f"--scratchpad={scratchpad}",
+                f"--sft_steps={sft_steps}", "--rl_steps=0", f"--seed={seed}", f"--out_dir={d}",
+                "--device=cpu"] + [f"--{k}={v}" for k, v in flags.items()]
+        train.main(parse_args(args))
+    return path
+
+
+def run(flags, out_dir):
+    """One train.py run in-process; returns its metrics lines."""
+    cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", "--device=cpu"])
+    train.main(cfg)
+    return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+
+
+def mean_ci(xs):
+    xs = [float(x) for x in xs]
+    m = sum(xs) / len(xs)
+    if len(xs) < 2:
+        return m, float("nan")
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return m, 1.96 * sd / math.sqrt(len(xs))
+
+
+def save(name, data, out, plot=None):
+    """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(data, f, indent=1)
+    if plot is not None:
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print(f"(matplotlib not installed: {name}.png not written)")
+            return
+        fig = plot(plt)
+        fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
+        plt.close(fig)
+
+
+def table(rows, header):
+    """Print a plain text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for r in [header] + rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+
+
+# ----------------------------------------------------------------------------- diagnostics experiments (e1-e6)
+
+DIAG_FLAGS = {
+    "task": ("add", "task of the warm start"), "digits": (2, "operand digits"),
+    "scratchpad": (False, "scratchpad solutions"), "sft_steps": (1000, "SFT steps of the warm start"),
+    "n_layer": (4, "model size (warm start)"), "n_head": (4, "model size"), "n_embd": (128, "model size"),
+    "sft_batch": (64, "SFT batch (warm start)"), "prompts": (16, "B: prompts per rollout batch"),
+    "group_size": (8, "G: completions per prompt"), "batches": (4, "rollout batches per seed"),
+}
+
+
+def diag_setup(opts, seed):
+    """The warm start of these options (trained once, reused), its task, a
+    training-problem sampler and a generator: (model, task, draw, gen)."""
+    import toy_tasks
+    size = {k: opts[k] for k in ("n_layer", "n_head", "n_embd", "sft_batch")
+            if opts[k] != getattr(Config, k)}
+    path = warm_start(opts["out"], seed, opts["task"], opts["digits"], opts["scratchpad"],
+                      opts["sft_steps"], **size)
+    model, _ = train.load_checkpoint(path)
+    task = toy_tasks.make_task(opts["task"], opts["digits"], opts["scratchpad"])
+    held_out = toy_tasks.eval_problems(task, Config.eval_size, seed)
+    draw = toy_tasks.train_sampler(task, held_out, 1000 + seed)
+    torch.manual_seed(seed)
+    return model, task, draw, torch.Generator().manual_seed(seed)
+
+
+def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
+    """train.rollouts, plus each row's problem (``problems``) and ``max_len``."""
+    drawn = []
+
+    def record():
+        drawn.append(draw())
+        return drawn[-1]
+    cfg = Config(prompts_per_step=prompts, group_size=group_size, temperature=temperature)
+    batch = train.rollouts(model, task, record, cfg, gen, "cpu")
+    batch["problems"] = [drawn[i // group_size] for i in range(prompts * group_size)]
+    batch["max_len"] = task.max_new_tokens
+    return batch
+
+
+def ci(xs):
+    """mean_ci over the values that exist, as [mean, half-width]; None where undefined."""
+    xs = [x for x in xs if x is not None and x == x]
+    if not xs:
+        return [None, None]
+    m, h = mean_ci(xs)
+    return [m, None if h != h else h]
+
+
+def fmt(mc, digits=3):
+    """'m ± h' for a [mean, half-width] pair."""
+    m, h = mc
+    if m is None:
+        return "n/a"
+    return f"{m:.{digits}f}" + (f" ± {h:.{digits}f}" if h is not None else "")
+
+
+def clean(x):
+    """NaN and inf -> None, recursively, so that the JSON is strict."""
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

@@ -1,0 +1,94 @@
+"""E7: does the mini-batch cut decide how well GRPO learns? [P2, arXiv 2605.08666]
+
+Claim: query-preserved (``query``, QB) and reward-balanced (``balanced``, RB)
+mini-batching improve RLVR training over a random cut (``shuffle``, TRL's
+behaviour), because they keep positive and negative rollouts of a group in the
+same optimizer step, where their shared tokens cancel; cutting by reward sign
+(``sign``) blocks cancellation and should hurt.
+
+Method: from the same SFT warm start (the default run's), train GRPO with
+``--minibatches=4`` (setting A: one epoch; setting B, full mode only, on the
+add task: ``--epochs=2``) under each scheduler, over several seeds; ``full`` takes the
+whole batch in one step (``--minibatches=1``), the on-policy reference.
+Reported per scheduler: the held-out greedy accuracy curve, the final
+accuracy with a 95 % confidence interval over seeds, the mean token entropy
+and the learning tax (running sum of KL(pi_new || pi_old) at histories a whole
+group shares; train.py ``--diagnostics``).
+
+    python experiments/e7_schedulers.py --quick      # one seed, setting A, add task
+    python experiments/e7_schedulers.py              # 3 seeds; add: A and B, primes: A
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+SCHEDULERS = ["full", "shuffle", "query", "balanced", "sign"]
+EXTRA = {"rl_steps": (200, "RL steps per run (quick: 120)"),
+         "sft_steps": (1000, "SFT steps of the warm start"),
+         "hard_task": ("primes", "the harder second task (full mode)"),
+         "small": (False, "tiny model and batches, for smoke tests")}
+
+
+def main(argv):
+    o = common.parse(argv, EXTRA, __doc__)
+    rl_steps = min(o["rl_steps"], 120) if o["quick"] else o["rl_steps"]
+    A, B = ("A: M=4, 1 epoch", 1), ("B: M=4, 2 epochs", 2)
+    plan = [("add", A)] if o["quick"] else [("add", A), ("add", B), (o["hard_task"], A)]
+    size = ["--n_layer=1", "--n_embd=32", "--prompts_per_step=4", "--group_size=4",
+            "--eval_size=16"] if o["small"] else []
+    t0 = time.time()
+    results, rows = {}, []
+    for task, (setting, epochs) in plan:
+        key = f"{task} | {setting}"
+        results[key] = {}
+        for sched in SCHEDULERS:
+            runs = []
+            for seed in o["seeds"]:
+                ws = common.warm_start(o["out"], seed, task, sft_steps=o["sft_steps"],
+                                       **({"n_layer": 1, "n_embd": 32} if o["small"] else {}))
+                d = os.path.join(o["out"], "runs", "e7", f"{task}_e{epochs}_{sched}_s{seed}")
+                flags = [f"--task={task}", f"--init_from={ws}", f"--seed={seed}",
+                         f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 6, 1)}",
+                         f"--batching={sched}", f"--minibatches={1 if sched == 'full' else 4}",
+                         f"--epochs={epochs}", "--diagnostics=true"] + size
+                ms = common.run(flags, d)
+                evals = [m for m in ms if m["phase"] == "rl" and "eval_acc" in m]
+                runs.append({"seed": seed, "steps": [m["step"] for m in evals],
+                             "acc": [m["eval_acc"] for m in evals],
+                             "entropy": evals[-1]["entropy"],
+                             "tax_sum": ([m["tax_sum"] for m in ms if "tax_sum" in m] or [0.0])[-1]})
+            acc = common.mean_ci([r["acc"][-1] for r in runs])
+            ent = common.mean_ci([r["entropy"] for r in runs])
+            tax = common.mean_ci([r["tax_sum"] for r in runs])
+            results[key][sched] = {"final_acc": acc, "entropy": ent, "tax_sum": tax, "runs": runs}
+            rows.append([key, sched, f"{runs[0]['acc'][0]:.3f}", f"{acc[0]:.3f} ± {acc[1]:.3f}",
+                         f"{ent[0]:.3f}", f"{tax[0]:.3f}"])
+    seconds = round(time.time() - t0, 1)
+    data = {"experiment": "E7 schedulers", "seeds": o["seeds"], "rl_steps": rl_steps,
+            "quick": o["quick"], "seconds": seconds, "results": results}
+    common.table(rows, ["task | setting", "batching", "start acc", "final acc (95% CI)", "entropy", "tax sum"])
+    print(f"E7 took {seconds:.0f}s")
+
+    def plot(plt):
+        keys = list(results)
+        fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+        for ax, key in zip(axes[0], keys):
+            for sched, r in results[key].items():
+                steps = r["runs"][0]["steps"]
+                mean = [sum(run["acc"][i] for run in r["runs"]) / len(r["runs"]) for i in range(len(steps))]
+                ax.plot(steps, mean, label=sched, marker="o", ms=3)
+            ax.set_title(key, fontsize=9)
+            ax.set_xlabel("RL step")
+            ax.set_ylabel("held-out greedy accuracy")
+        axes[0][0].legend(fontsize=8)
+        return fig
+    common.save("e7_schedulers", data, o["out"], plot)
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

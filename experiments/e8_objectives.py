@@ -1,0 +1,124 @@
+"""E8: which objectives keep shared tokens cancelling off-policy? [P1, arXiv 2604.13088]
+
+Claim: length normalisation (``grpo``), sequence-level ratios (``gspo``) and
+asymmetric clipping break gradient exchangeability, so shared tokens drift:
+a *learning tax* accumulates at histories every rollout shares, equally
+correct answers drift apart (solution-probability drift) and entropy
+collapses. Min-Replace (``dfpo_min``) and Adv-Orthogonal (``dfpo_orth``)
+restore exchangeability by construction, also off-policy.
+
+Method: on ``primes`` (write an even N as a sum of two primes: several
+answers are correct), from one SFT warm start per seed, train each objective
+with off-policy reuse (``--minibatches=4 --epochs=2``, ``--batching=query`` so
+that every group stays whole inside one step and only the objective decides
+whether its shared tokens cancel; E7 is about the cut), without clipping and
+with clip-higher (``--clip=higher``, eps 0.2 / 0.28; for ``gspo`` the GSPO
+paper's sequence-level eps 3e-4 / 4e-4). Reported per run: the shared-token
+residual (mean over steps), the learning tax (sum over steps of the mean KL at
+shared histories), the drift of the log-odds between two fixed correct answers
+(|end - start|), the entropy over the correct answers, the mean token entropy
+and held-out accuracy, with 95 % intervals over seeds.
+
+Learning rates: all runs use the same AdamW lr. The objectives' losses differ
+by per-step constants (1/(N L_max), 1/sum L, the advantage's sigma); Adam's
+update is invariant to a constant rescaling of the loss (up to its epsilon), so
+one lr is the matched choice. What remains different between objectives is
+exactly the *relative* weight of tokens and sequences, which is the point.
+
+    python experiments/e8_objectives.py --quick    # one seed, 40 RL steps
+    python experiments/e8_objectives.py            # 3 seeds, 150 RL steps
+"""
+
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+
+OBJECTIVES = ["grpo", "dr_grpo", "dapo", "gspo", "dfpo_min", "dfpo_orth"]
+EXTRA = {"rl_steps": (150, "RL steps per run (quick: 40)"),
+         "sft_steps": (1000, "SFT steps of the warm start"),
+         "task": ("primes", "a task with several correct answers"),
+         "small": (False, "tiny model and batches, for smoke tests")}
+
+
+def clip_flags(loss, clipped):
+    if not clipped:
+        return ["--clip=none"]
+    if loss == "gspo":
+        return ["--clip=higher", "--clip_low=0.0003", "--clip_high=0.0004"]
+    return ["--clip=higher", "--clip_low=0.2", "--clip_high=0.28"]
+
+
+def summarise(ms):
+    rl = [m for m in ms if m["phase"] == "rl"]
+    evals = [m for m in rl if "eval_acc" in m]
+    steps = [m for m in rl if "residual" in m]
+    first, last = evals[0], evals[-1]
+    out = {"acc_start": first["eval_acc"], "acc": last["eval_acc"], "entropy": last["entropy"],
+           "entropy_start": first["entropy"],
+           "residual": sum(m["residual"] for m in steps) / len(steps),
+           "tax_sum": steps[-1]["tax_sum"], "clip_frac": sum(m["clip_frac"] for m in steps) / len(steps),
+           "curve_steps": [m["step"] for m in evals], "curve_tax": [m.get("tax_sum", 0.0) for m in evals]}
+    if "answer_log_odds" in last:
+        out["logodds_drift"] = abs(last["answer_log_odds"] - first["answer_log_odds"])
+        out["answer_entropy"] = last["answer_entropy"]
+        out["answer_entropy_start"] = first["answer_entropy"]
+    return out
+
+
+def main(argv):
+    o = common.parse(argv, EXTRA, __doc__)
+    rl_steps = min(o["rl_steps"], 40) if o["quick"] else o["rl_steps"]
+    size = ["--n_layer=1", "--n_embd=32", "--prompts_per_step=4", "--group_size=4",
+            "--eval_size=16"] if o["small"] else []
+    t0 = time.time()
+    results, rows = {}, []
+    for clipped in (False, True):
+        for loss in OBJECTIVES:
+            key = f"{loss} / {'clip-higher' if clipped else 'no clip'}"
+            runs = []
+            for seed in o["seeds"]:
+                ws = common.warm_start(o["out"], seed, o["task"], sft_steps=o["sft_steps"],
+                                       **({"n_layer": 1, "n_embd": 32} if o["small"] else {}))
+                d = os.path.join(o["out"], "runs", "e8", f"{loss}_{'clip' if clipped else 'noclip'}_s{seed}")
+                flags = [f"--task={o['task']}", f"--init_from={ws}", f"--seed={seed}", f"--loss={loss}",
+                         f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 4, 1)}",
+                         "--minibatches=4", "--epochs=2", "--batching=query",
+                         "--diagnostics=true"] + clip_flags(loss, clipped) + size
+                runs.append(summarise(common.run(flags, d)))
+            agg = {k: common.mean_ci([r[k] for r in runs]) for k in runs[0]
+                   if not k.startswith("curve")}
+            results[key] = {"summary": agg, "runs": runs}
+            rows.append([key, f"{agg['residual'][0]:.3f}", f"{agg['tax_sum'][0]:.3f} ± {agg['tax_sum'][1]:.3f}",
+                         f"{agg.get('logodds_drift', (float('nan'),))[0]:.2f}",
+                         f"{agg.get('answer_entropy', (float('nan'),))[0]:.2f}",
+                         f"{agg['entropy'][0]:.3f}", f"{agg['acc'][0]:.3f} ± {agg['acc'][1]:.3f}"])
+    seconds = round(time.time() - t0, 1)
+    data = {"experiment": "E8 objectives", "task": o["task"], "seeds": o["seeds"],
+            "rl_steps": rl_steps, "quick": o["quick"], "seconds": seconds, "results": results}
+    common.table(rows, ["objective / clip", "residual", "tax sum (95% CI)", "log-odds drift",
+                        "answer entropy", "token entropy", "accuracy (95% CI)"])
+    print(f"E8 took {seconds:.0f}s")
+
+    def plot(plt):
+        fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+        names = list(results)
+        for i, (metric, label) in enumerate([("residual", "shared-token residual"),
+                                              ("tax_sum", "learning tax (sum of KL)"),
+                                              ("acc", "held-out accuracy")]):
+            means = [results[n]["summary"][metric][0] for n in names]
+            errs = [0 if results[n]["summary"][metric][1] != results[n]["summary"][metric][1]
+                    else results[n]["summary"][metric][1] for n in names]
+            axes[i].barh(range(len(names)), means, xerr=errs, color=["C0" if "no clip" in n else "C1" for n in names])
+            axes[i].set_yticks(range(len(names)))
+            axes[i].set_yticklabels(names if i == 0 else [], fontsize=8)
+            axes[i].set_title(label, fontsize=9)
+        return fig
+    common.save("e8_objectives", data, o["out"], plot)
+    return data
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
