@@ -1,0 +1,43 @@
+"""E7 and E8 quick modes on a shrunk config: they run, write JSON (and PNG with
+matplotlib) and carry the fields the README reports. No figure is asserted."""
+import importlib
+import json
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "experiments"))
+SMALL = ["--quick", "--small", "--sft_steps=5", "--rl_steps=2"]
+
+
+def _load(name, tmp_path):
+    mod = importlib.import_module(name)
+    data = mod.main(SMALL + [f"--out={tmp_path}"])
+    assert os.path.exists(os.path.join(tmp_path, f"{name}.json"))
+    try:
+        import matplotlib  # noqa: F401
+        assert os.path.exists(os.path.join(tmp_path, f"{name}.png"))
+    except ImportError:
+        pass
+    return data, json.load(open(os.path.join(tmp_path, f"{name}.json")))
+
+
+def test_e7_quick(tmp_path):
+    data, saved = _load("e7_schedulers", tmp_path)
+    (key,) = saved["results"]  # quick: one task and setting
+    assert set(saved["results"][key]) == {"full", "shuffle", "query", "balanced", "sign"}
+    for r in saved["results"][key].values():
+        assert len(r["runs"]) == 1 and len(r["final_acc"]) == 2
+        assert r["runs"][0]["steps"][0] == 0 and r["tax_sum"][0] >= 0
+
+
+def test_e8_quick(tmp_path):
+    data, saved = _load("e8_objectives", tmp_path)
+    assert len(saved["results"]) == 12  # 6 objectives x (no clip, clip-higher)
+    for key, r in saved["results"].items():
+        s = r["summary"]
+        for k in ("residual", "tax_sum", "acc", "entropy", "logodds_drift", "answer_entropy"):
+            assert k in s, (key, k)
+        assert 0 <= s["residual"][0] <= 1
