@@ -122,6 +122,7 @@ DIAG_FLAGS = {
     "n_layer": (4, "model size (warm start)"), "n_head": (4, "model size"), "n_embd": (128, "model size"),
     "sft_batch": (64, "SFT batch (warm start)"), "prompts": (16, "B: prompts per rollout batch"),
     "group_size": (8, "G: completions per prompt"), "batches": (4, "rollout batches per seed"),
+    "threads": (1, "torch threads: these models gain little from more, and on a busy machine lose a lot"),
 }
 
 

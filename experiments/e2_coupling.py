@@ -36,7 +36,8 @@ import torch  # noqa: E402
 import diagnostics as D  # noqa: E402
 import loss as L  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, sgd_lr=(1e-3, "plain SGD lr (also the closed form's eta)"))
+EXTRA = dict(common.DIAG_FLAGS, batches=(8, "rollout batches per seed"),
+             sgd_lr=(1e-3, "plain SGD lr (also the closed form's eta)"))
 SCALARS = ("mass_same", "pairs_same", "opposing_same", "opposing_diff", "alpha_same", "alpha_diff",
            "coupling_over_self", "coupling_to_self_ratio")
 AGREE = ("full_vs_head", "full_vs_pred", "head_vs_pred")

@@ -108,7 +108,8 @@ def main(argv):
         ax[0].set_xticks(list(range(len(runs))) + [len(runs) + 0.5],
                          [r.replace("_", "\n") for r in runs] + ["token\ncounts"], fontsize=7)
         ax[0].set_ylabel("share of update mass sum|Delta|")
-        ax[0].legend(fontsize=8)
+        ax[0].set_ylim(0, 1.15)
+        ax[0].legend(fontsize=8, ncol=3, loc="upper center")
         ax[0].set_title("E4 update mass by token category", fontsize=10)
         w = 0.8 / len(runs)
         for i, r in enumerate(runs):

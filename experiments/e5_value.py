@@ -32,7 +32,8 @@ import torch  # noqa: E402
 import diagnostics as D  # noqa: E402
 import loss as L  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, K=(16, "Monte Carlo continuations per prefix"),
+EXTRA = dict(common.DIAG_FLAGS, batches=(8, "rollout batches per seed"),
+             K=(16, "Monte Carlo continuations per prefix"),
              eps=(1e-4, "flip threshold on |Delta| (nats)"), adam_lr=(1e-4, "AdamW lr (train.py's)"),
              sgd_lr=(1e-3, "plain SGD lr"))
 OPTS = ("adam", "sgd")

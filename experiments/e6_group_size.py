@@ -24,8 +24,8 @@ from the tokens of each group's common prefix over the total norm).
 
 Method: from the SFT warm start (2-digit addition), G in --group_sizes at
 B = --prompts, then B in --prompt_counts at G = --group_size. Each setting
-pools ceil(--rollouts / (B G)) rollout batches per seed; mean and 95 % CI
-over seeds.
+pools ceil(--rollouts / (B G)) rollout batches per seed (half as many rollouts
+with --quick); mean and 95 % CI over seeds.
 
     python experiments/e6_group_size.py --quick      # one seed
     python experiments/e6_group_size.py              # seeds 0,1,2
@@ -44,7 +44,7 @@ import diagnostics as D  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, sgd_lr=(1e-3, "plain SGD lr"), group_sizes=("2,4,8,16", "G values"),
-             prompt_counts=("4,8,16,32", "B values"), rollouts=(512, "rollouts pooled per setting and seed"))
+             prompt_counts=("4,8,16,32", "B values"), rollouts=(1024, "rollouts pooled per setting and seed"))
 
 
 def token_classes(tokens, mask, group, adv):
@@ -68,7 +68,8 @@ def token_classes(tokens, mask, group, adv):
 
 def setting(model, m64, task, draw, gen, B, G, opts):
     d_all, cls_all, a_all, res = [], [], [], []
-    for _ in range(math.ceil(opts["rollouts"] / (B * G))):
+    rollouts = opts["rollouts"] // 2 if opts["quick"] else opts["rollouts"]
+    for _ in range(math.ceil(rollouts / (B * G))):
         b = common.rollout_batch(model, task, draw, B, G, gen)
         adv = L.advantages(b["rewards"], b["group"], "grpo")
         m = b["mask"]
