@@ -54,6 +54,8 @@ class Config:
     # run
     seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
     device: str = _f("auto", "auto | cpu | cuda")
+    bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
+    compile: bool = _f(False, "torch.compile the model's forward pass")
     out_dir: str = _f("out", "where config.json, metrics.jsonl and checkpoints go")
     init_from: str = _f("", "start from this checkpoint (skips SFT)")
     eval_every: int = _f(50, "RL steps between held-out evaluations")
@@ -125,6 +127,8 @@ def validate(cfg):
         raise CliError(f"unknown clip {cfg.clip!r}; choose one of {', '.join(loss.CLIPS)}")
     if cfg.batching not in batching.SCHEDULERS:
         raise CliError(f"unknown batching {cfg.batching!r}; choose one of {', '.join(batching.SCHEDULERS)}")
+    if cfg.bf16 not in ("auto", "true", "false"):
+        raise CliError(f"--bf16 takes auto, true or false, got {cfg.bf16!r}")
     if cfg.device not in ("auto", "cpu", "cuda"):
         raise CliError(f"unknown device {cfg.device!r}; choose auto, cpu or cuda")
     for name in COUNTS:

@@ -75,20 +75,19 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     for t in range(max_new_tokens):
         if not use_cache:
             logits = model(seq[:, :Lp + t], key_valid[:, :Lp + t])[:, -1]
-        logits = logits.float()
-        logp = F.log_softmax(logits / (temperature if temperature > 0 else 1.0), -1)
+        z = logits.float() / (temperature if temperature > 0 else 1.0)
+        logp = F.log_softmax(z, -1)
         if temperature > 0:
-            cut = logits / temperature
             if top_k:
-                kth = torch.topk(cut, min(top_k, cut.shape[-1]), -1).values[:, -1:]
-                cut = cut.masked_fill(cut < kth, float("-inf"))
-            nxt = torch.multinomial(F.softmax(cut, -1), 1, generator=generator).squeeze(1)
+                kth = torch.topk(z, min(top_k, z.shape[-1]), -1).values[:, -1:]
+                z = z.masked_fill(z < kth, float("-inf"))
+            nxt = torch.multinomial(F.softmax(z, -1), 1, generator=generator).squeeze(1)
         else:
             nxt = logits.argmax(-1)
-        logp_out[:, t] = torch.where(done, 0.0, logp.gather(1, nxt[:, None])[:, 0])
-        nxt = torch.where(done, torch.full_like(nxt, PAD), nxt)
+        logp_out[:, t] = logp.gather(1, nxt[:, None])[:, 0].masked_fill_(done, 0.0)
+        nxt = nxt.masked_fill_(done, PAD)
         seq[:, Lp + t] = nxt
-        done = done | (nxt == EOS)
+        done |= nxt == EOS
         T = t + 1
         if (t + 1) % check_every == 0 and bool(done.all()):
             break

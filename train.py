@@ -28,8 +28,8 @@ every flag. Writes to --out_dir: config.json (the resolved config),
 metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
 """
 
+import contextlib
 import json
-import math
 import os
 import random
 import sys
@@ -77,6 +77,12 @@ def load_checkpoint(path, device="cpu"):
 
 # ----------------------------------------------------------------------------- helpers
 
+def amp(cfg, device):
+    """bf16 autocast on CUDA (and on CPU with --bf16=true); log-probs stay fp32."""
+    on = cfg.bf16 == "true" or (cfg.bf16 == "auto" and device == "cuda")
+    return torch.autocast(device_type=device, dtype=torch.bfloat16) if on else contextlib.nullcontext()
+
+
 def resolve_device(name):
     if name == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -103,7 +109,8 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
 def evaluate(model, task, problems, cfg, device):
     """Greedy accuracy on held-out problems."""
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
-    out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
+    with amp(cfg, device):
+        out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)
 
@@ -127,8 +134,9 @@ def rollouts(model, task, draw, cfg, gen, device):
     """Sample a rollout batch and reward it."""
     problems = [draw() for _ in range(cfg.prompts_per_step)]
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
-    out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
-                 cfg.top_k, generator=gen)
+    with amp(cfg, device):
+        out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
+                     cfg.top_k, generator=gen)
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
@@ -146,8 +154,9 @@ def rl_update(model, opt, batch, cfg, gen):
         for mb in mbs:
             idx = mb.tolist()
             prompts = [batch["prompts"][i] for i in idx]
-            new_logp = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
-                                           cfg.temperature)
+            with amp(cfg, mask.device.type):
+                new_logp = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
+                                               cfg.temperature)
             counts = L.step_counts(mask[mb], adv[mb], cfg.loss, max_len=batch["max_len"])
             loss, stats = L.policy_loss(new_logp, batch["logprobs"][mb], mask[mb], adv[mb],
                                         group[mb], cfg.loss, cfg.clip, cfg.clip_low,
@@ -188,6 +197,8 @@ def main(cfg):
                          n_embd=cfg.n_embd, block_size=64)
         model = GPT(mcfg).to(device)
         sft_steps = cfg.sft_steps
+    if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
+        model.forward = torch.compile(model.forward, dynamic=True)
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=model.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__)
     with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
@@ -212,7 +223,8 @@ def main(cfg):
         bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True)
         for step in bar:
             prompts, tokens, mask = sft_batch(task, draw, cfg.sft_batch, sol_rng, device, cfg.sft_flawed)
-            logp = completion_logprobs(model, prompts, tokens, mask, PAD)
+            with amp(cfg, device):
+                logp = completion_logprobs(model, prompts, tokens, mask, PAD)
             loss = -(logp.sum() / mask.sum())
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"SFT loss is not finite at step {step}")

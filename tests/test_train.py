@@ -172,3 +172,21 @@ def test_sample_cli(tmp_path):
         out = subprocess.run([sys.executable, "sample.py"] + flags, cwd=ROOT, capture_output=True, text=True)
         assert out.returncode != 0 and "Traceback" not in out.stderr and msg in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_bf16_autocast_path_runs_on_cpu(tmp_path):
+    """The GPU path's autocast, exercised on CPU: a short run works and its
+    log-probs stay fp32 and close to the fp32 ones."""
+    import toy_tasks as T
+    from model import completion_logprobs
+    cfg, summary = run_main(tmp_path, "--bf16=true")
+    assert 0.0 <= summary["final_acc"] <= 1.0
+    model, _ = train.load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
+    prompts = [T.encode("12+34="), T.encode("5+7=")]
+    tokens = torch.tensor([T.encode("46") + [T.EOS], T.encode("12") + [T.EOS]])
+    mask = torch.ones_like(tokens, dtype=torch.bool)
+    ref = completion_logprobs(model, prompts, tokens, mask, T.PAD)
+    with train.amp(cfg, "cpu"):
+        low = completion_logprobs(model, prompts, tokens, mask, T.PAD)
+    assert low.dtype == torch.float32
+    torch.testing.assert_close(low, ref, atol=0.1, rtol=0.05)
