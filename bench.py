@@ -1,33 +1,32 @@
 """bench.py: how fast the sampler, the update phase and one RL step run here.
 
-What it measures
-----------------
-* ``matmul_peak``: GFLOP/s of a square fp32 ``torch.mm`` (2048 x 2048), the
-  reference peak of this machine for the MFU below.
+* ``matmul_peak``: GFLOP/s of a square ``torch.mm`` (2048 x 2048), this
+  machine's reference peak for the MFU below.
 * ``sampler``: tokens/s of ``sampler.sample`` with the KV cache and with full
   recompute (``use_cache=False``), same model, prompts and seed, and their
   ratio. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the EOS
   logit is pinned to -1e4 (``no_eos``), so no row stops early and N * T token
   slots are generated on both paths.
 * ``update``: one ``train.rl_update`` (forward + backward of the GRPO loss,
-  grad clip, AdamW step) on those 128 rollouts: tokens/s over the prompt +
-  completion positions, and GFLOP/s by nanoGPT's ``6 N + 12 n_layer n_embd T``
-  FLOPs per token (N: parameters less the position embedding), with
+  grad clip, AdamW step) on those rollouts: tokens/s over the prompt +
+  completion positions, GFLOP/s by nanoGPT's ``6 N + 12 n_layer n_embd T``
+  FLOPs per token (N: parameters less the position embedding), and
   ``mfu`` = achieved / matmul_peak.
-* ``rl_step``: one step of train.py's RL loop (add task, 16 prompts x 8, the
-  task's max_new_tokens) split into sample / reward / forward+backward /
-  optimizer, in seconds and as shares of the step.
-* ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated); every
-  line also carries the peak so far.
+* ``rl_step``: one step of train.py's RL loop (add task, 16 prompts x 8)
+  split into sample / reward / forward+backward / optimizer, in seconds and
+  as shares of the step.
+* ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
+  every line carries the peak so far.
 
 Each time is the median over repeats after one warm-up run (CUDA timings
 synchronize). Models: the default 4 layers x 128 (4 heads) and 6 x 256
-(8 heads), block_size 64. ``--quick`` takes a tiny model, small batches and
-one repeat: it checks that every line comes out and asserts no speed.
-Every line is one JSON object (stdout, and ``--out=FILE``) with the device,
-threads, torch version and ``others_busy``, the share of all cores used by
-*other* processes during that measurement (/proc/stat): above ~0.05 the
-numbers are disturbed (two torch processes on 2 cores slow small ops a lot).
+(8 heads), block_size 64. As in train.py (--bf16=auto), CUDA runs autocast
+to bf16 and the peak is then a bf16 mm; CPU runs are fp32. ``--quick`` takes
+a tiny model, small batches and one repeat: it checks that every line comes
+out and asserts no speed. Every line is one JSON object (stdout, and
+``--out=FILE``) with the device, threads, torch version and ``others_busy``,
+the share of all cores that *other* processes used during the measurement
+(/proc/stat): above ~0.05 the numbers are disturbed.
 
 Usage: python bench.py [--quick] [--device=cpu|cuda|auto] [--out=FILE]
 """
@@ -125,10 +124,13 @@ def no_eos(model):
 
 
 def matmul_peak(P, device):
-    n = P["mm"]
-    a, b = (torch.randn(n, n, device=device) for _ in range(2))
+    """In the dtype the update runs in: fp32, or bf16 where train.amp autocasts."""
+    n, bf16 = P["mm"], device == "cuda" and Config().bf16 == "auto"
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16 if bf16 else None)
+            for _ in range(2))
     s = median_time(lambda: torch.mm(a, b), max(P["repeats"], 5), device)
-    return {"name": "matmul_peak", "n": n, "seconds": s, "gflops": 2 * n ** 3 / s / 1e9}
+    return {"name": "matmul_peak", "n": n, "dtype": str(a.dtype)[6:], "seconds": s,
+            "gflops": 2 * n ** 3 / s / 1e9}
 
 
 def bench_sampler(model, P, device):
@@ -138,7 +140,8 @@ def bench_sampler(model, P, device):
 
     def run(use_cache):
         gen = torch.Generator(device=device).manual_seed(0)
-        return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache)
+        with train.amp(Config(), device):  # as train.rollouts samples
+            return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache)
     kv = median_time(lambda: run(True), P["repeats"], device)
     full = median_time(lambda: run(False), P["recompute_repeats"], device)
     a, b = run(True), run(False)
@@ -170,8 +173,10 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
     model.train()
     problems = [draw() for _ in range(cfg.prompts_per_step)]
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
-    t["sample"], out = timed(lambda: sample(model, prompts, cfg.group_size, task.max_new_tokens,
-                                            cfg.temperature, cfg.top_k, generator=gen), device)
+    with train.amp(cfg, device):
+        t["sample"], out = timed(lambda: sample(model, prompts, cfg.group_size,
+                                                task.max_new_tokens, cfg.temperature,
+                                                cfg.top_k, generator=gen), device)
 
     def reward():
         texts = [toy_tasks.decode(x) for x in out["tokens"].tolist()]
@@ -182,8 +187,9 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
 
     def fwd_bwd():
         adv = L.advantages(rewards, group, cfg.loss)
-        logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
-                                   cfg.temperature)
+        with train.amp(cfg, device):
+            logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
+                                       cfg.temperature)
         counts = L.step_counts(mask, adv, cfg.loss, max_len=task.max_new_tokens)
         loss, _ = L.policy_loss(logp, out["logprobs"], mask, adv, group, cfg.loss, cfg.clip,
                                 cfg.clip_low, cfg.clip_high, counts)
