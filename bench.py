@@ -128,7 +128,7 @@ def matmul_peak(P, device):
     n, bf16 = P["mm"], device == "cuda" and Config().bf16 == "auto"
     a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16 if bf16 else None)
             for _ in range(2))
-    s = median_time(lambda: torch.mm(a, b), max(P["repeats"], 5), device)
+    s = median_time(lambda: torch.mm(a, b), max(P["repeats"], 10), device)
     return {"name": "matmul_peak", "n": n, "dtype": str(a.dtype)[6:], "seconds": s,
             "gflops": 2 * n ** 3 / s / 1e9}
 
