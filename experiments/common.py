@@ -93,7 +93,7 @@ def mean_ci(xs):
 def save(name, data, out, plot=None):
     """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
     with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump(data, f, indent=1)
+        json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
     if plot is not None:
         try:
             import matplotlib
