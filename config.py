@@ -119,8 +119,12 @@ def validate(cfg):
     import batching
     import loss
     import toy_tasks
-    if cfg.task not in toy_tasks.TASK_NAMES:
-        raise CliError(f"unknown task {cfg.task!r}; choose one of {', '.join(toy_tasks.TASK_NAMES)}")
+    if cfg.task not in toy_tasks.TASKS:
+        raise CliError(f"unknown task {cfg.task!r}; choose one of {', '.join(toy_tasks.TASKS)}")
+    try:
+        toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    except ValueError as e:
+        raise CliError(str(e)) from None
     if cfg.loss not in loss.LOSSES:
         raise CliError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(loss.LOSSES)}")
     if cfg.clip not in loss.CLIPS:
@@ -170,5 +174,4 @@ def validate(cfg):
     if cfg.batching in ("query", "query_balanced") and cfg.minibatches > cfg.prompts_per_step:
         raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
                        f"exceeds the {cfg.prompts_per_step} groups of a batch")
-    if cfg.task == "primes" and cfg.scratchpad:
-        raise CliError("--task=primes has no scratchpad")
+

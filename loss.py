@@ -230,9 +230,15 @@ def coefficients(loss_value, new_logp):
 
 
 def shared_residual(coef, group):
-    """Per group, |sum_i c_i| / sum_i |c_i| over the coefficients of the first
-    completion token (whose history, the prompt, the whole group shares),
-    averaged over groups with any weight. ~0 when exchangeability holds."""
+    """First-token residual: per group, |sum_i c_i| / sum_i |c_i| over the
+    coefficients of the first completion token (whose history, the prompt, the
+    whole group shares), averaged over groups with any weight.
+
+    It sums over the first tokens *whatever they are*: when the rollouts of a
+    group start with different tokens, their legitimate per-token differences
+    (other ratios, other clips) count too, so it can be non-zero although every
+    (history, token) set cancels. ``residual_ha`` is the exact measure; this one
+    is kept because it is cheap and is what the exercises use."""
     c0 = coef[:, 0]
     g = _compact(group)
     K = int(g.max()) + 1
@@ -240,3 +246,58 @@ def shared_residual(coef, group):
     mass = torch.zeros(K, dtype=c0.dtype).index_add_(0, g, c0.abs())
     live = mass > 1e-12
     return float((net[live] / mass[live]).mean()) if bool(live.any()) else 0.0
+
+
+def history_token_sets(tokens, mask, group):
+    """Ids of (group, history, token) sets [N,T] (-1 off the mask).
+
+    Two completion tokens (i,t) and (j,u) get the same id iff they are in the
+    same group (so after the same prompt), at the same position t = u, with the
+    same completion prefix y_{<t} and the same token y_t: copies of one token
+    after one identical history. Built as a trie over each group's completions."""
+    g = _compact(group).tolist()
+    tok, m = tokens.tolist(), mask.tolist()
+    ids = torch.full(tokens.shape, -1, dtype=torch.long)
+    trie = {}
+    for i in range(len(tok)):
+        node = ("g", g[i])
+        for t in range(len(tok[i])):
+            if not m[i][t]:
+                break
+            node = trie.setdefault((node, tok[i][t]), len(trie))
+            ids[i, t] = node
+    return ids
+
+
+def residual_ha(coef, adv, tokens, mask, group):
+    """Exchangeability per (history, token).
+
+    Inside a group, the copies of one token a after one identical history h form
+    a set S (``history_token_sets``). If every copy got the same weight w, the
+    set's net coefficient would be w * sum_S A_i: the credit the rewards give to
+    a after h, zero when S is the whole group. The residual is what the weights
+    add on top of that:
+
+        res_S = |sum_S c_i - wbar_S sum_S A_i| / sum_S |c_i|,
+        wbar_S = sum_S sign(A_i) c_i / sum_S |A_i|   (the |A|-weighted mean weight).
+
+    With c_i = w_i A_i this is |sum_S A_i (w_i - wbar)| / (wbar sum_S |A_i|): 0 iff
+    the weights are equal, whatever the advantages. On a set that holds the whole
+    group (sum_S A_i = 0) it is the plain |sum_S c_i| / sum_S |c_i|.
+    Returns the mean of res_S over sets with at least two copies and non-zero
+    mass (0.0 if there are none)."""
+    ids = history_token_sets(tokens, mask, group)
+    on = ids >= 0
+    flat = ids[on]
+    if flat.numel() == 0:
+        return 0.0
+    c = coef.detach().double()[on]
+    a = adv.detach().double()[:, None].expand_as(ids)[on]
+    K = int(flat.max()) + 1
+    add = lambda x: torch.zeros(K, dtype=torch.float64).index_add_(0, flat, x)
+    net, mass, n = add(c), add(c.abs()), add(torch.ones_like(c))
+    sum_a, abs_a, signed = add(a), add(a.abs()), add(torch.sign(a) * c)
+    wbar = torch.where(abs_a > 0, signed / abs_a.clamp(min=1e-300), torch.zeros_like(abs_a))
+    live = (n >= 2) & (mass > 1e-12 * float(mass.max().clamp(min=1e-300)))
+    res = (net - wbar * sum_a).abs() / mass.clamp(min=1e-300)
+    return float(res[live].mean()) if bool(live.any()) else 0.0

@@ -264,3 +264,54 @@ def test_bad_names():
         L.clip_bounds("wide", 0.2, 0.2)
     with pytest.raises(ValueError, match="unknown loss"):
         coef("ppo", ON, ON, A_STD)
+
+
+# ----------------------------------------------------------------------------- residual_ha
+
+# One group of four; rewards 1, 1, 0, 0. Rollouts 0-2 start with token 5, rollout 3 with 1;
+# rollouts 0 and 2 share the whole completion.
+HA_TOK = torch.tensor([[5, 2, 9], [5, 3, 9], [5, 2, 9], [1, 2, 9]])
+HA_MASK = torch.ones(4, 3, dtype=torch.bool)
+HA_G = torch.zeros(4, dtype=torch.long)
+HA_A = torch.tensor([0.5, 0.5, -0.5, -0.5])
+
+
+def test_history_token_sets_by_hand():
+    ids = L.history_token_sets(HA_TOK, HA_MASK, HA_G)
+    assert ids[0, 0] == ids[1, 0] == ids[2, 0] != ids[3, 0]   # token 5 after the prompt
+    assert ids[0, 1] == ids[2, 1] != ids[1, 1]                 # 2 after 5, not 3 after 5
+    assert ids[3, 1] != ids[0, 1]                              # 2 after 1 is another history
+    assert ids[0, 2] == ids[2, 2] and len({int(ids[1, 2]), int(ids[0, 2]), int(ids[3, 2])}) == 3
+    # another group never shares a set, even with identical tokens
+    two = L.history_token_sets(HA_TOK[:2].repeat(2, 1), HA_MASK[:4], torch.tensor([0, 0, 1, 1]))
+    assert two[0, 0] == two[1, 0] != two[2, 0] == two[3, 0]
+
+
+def test_residual_ha_by_hand():
+    c = HA_A[:, None].expand(4, 3).clone()
+    # equal weights: 0, although the first tokens differ and no set but one sums A to 0
+    assert L.residual_ha(c, HA_A, HA_TOK, HA_MASK, HA_G) == 0.0
+    # per-sequence weights 1/3, 1/3, 1/4, 1/2 (a 1/L_i): three sets with >= 2 copies.
+    # {0,1,2} after the prompt: c = 1/6, 1/6, -1/8; wbar = (11/24)/1.5; res = (1/18)/(11/24) = 4/33
+    # {0,2} twice: c = 1/6, -1/8, sum A = 0: res = (1/24)/(7/24) = 1/7
+    w = torch.tensor([1 / 3, 1 / 3, 1 / 4, 1 / 2])[:, None]
+    expected = (4 / 33 + 2 / 7) / 3
+    assert abs(L.residual_ha(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6  # float32 coefficients
+
+
+def test_residual_ha_zero_for_dr_grpo_where_first_token_residual_is_not():
+    """Off-policy dr_grpo on a whole group whose first tokens differ: the copies of
+    each (h, a) share one ratio, so every set cancels up to the credit sum_S A. The
+    first-token residual mixes the ratios of token 5 and token 1 and is not 0."""
+    new = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.5, 0.3, 0.9], [0.5, 0.4, 0.9], [0.2, 0.6, 0.8]]))
+    old = new - torch.tensor([[0.2, 0.1, -0.1], [0.2, 0.3, 0.0], [0.2, 0.1, -0.1], [-0.3, 0.05, 0.1]])
+    c, _ = coef("dr_grpo", new, old, HA_A, mask=HA_MASK, group=HA_G, clip="none")
+    assert L.residual_ha(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
+    assert L.shared_residual(c, HA_G) > 0.05
+    # on-policy both are 0
+    c0, _ = coef("dr_grpo", new, new.detach(), HA_A, mask=HA_MASK, group=HA_G, clip="none")
+    assert L.residual_ha(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6 and L.shared_residual(c0, HA_G) < 1e-6
+    # grpo's 1/L_i with unequal lengths breaks it on-policy
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
+    cg, _ = coef("grpo", new, new.detach(), HA_A, mask=mask, group=HA_G, clip="none")
+    assert L.residual_ha(cg, HA_A, HA_TOK, mask, HA_G) > 0.05
