@@ -108,10 +108,25 @@ def parse_args(argv, cls=Config, doc="", check=True):
             else:
                 raise CliError(f"--{key} needs a value: --{key}=VALUE")
         values[key] = _convert(key, typ, raw)
+    if cls is Config:
+        task = values.get("task", Config.task)
+        for key in TASK_FLAGS_UNUSED.get(task, ()):
+            if key in values:
+                raise CliError(f"--{key} does not apply to --task={task}")
+        values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
     cfg = cls(**values)
     if check:
         validate(cfg)
     return cfg
+
+
+# Defaults that differ by task: the values `python train.py --task=NAME` runs with
+# unless a flag says otherwise (README: how they were chosen).
+TASK_DEFAULTS = {
+    "chain": {},
+}
+# Flags a task has no use for: giving one is an error, not a silent no-op.
+TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "primes": ("digits",)}
 
 
 def validate(cfg):

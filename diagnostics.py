@@ -34,8 +34,10 @@ logprobs, group, rewards; plus ``problems`` where a verifier is needed):
 * categories: ``token_categories`` (template / copy / compute per token; a
   sampled completion off the canonical layout is labelled by character class);
 * value:     ``mc_values``, V(s_t) = mean reward of K sampled continuations;
-* learning tax [P1]: ``shared_histories``, ``policy_at``, ``kl``,
-  ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``;
+* learning tax [P1]: ``shared_histories`` (``interior=True``: strictly before the
+  group diverges), ``before_divergence``, ``policy_at``, ``kl``,
+  ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``,
+  ``style_log_odds`` and ``style_drift`` (reward-irrelevant choices of a task);
   ``mean_token_entropy``, ``pass_at_k``, ``pass_at_k_eval``.
 Everything runs at temperature 1 unless a function takes ``temperature``.
 """
@@ -53,7 +55,7 @@ from model import completion_logprobs, left_pad
 from sampler import sample
 from toy_tasks import EOS, PAD
 
-CATEGORIES = ("template", "copy", "compute")
+CATEGORIES = ("template", "copy", "compute", "style")  # style: reward-irrelevant choices (task chain)
 
 
 # ----------------------------------------------------------------------------- one update
@@ -302,17 +304,31 @@ def common_prefix(tokens, mask, group):
     return out
 
 
-def shared_histories(tokens, mask, group):
+def shared_histories(tokens, mask, group, interior=False):
     """(row, t) pairs [K,2], one representative row (the group's first) per group
     and position t whose history (prompt + tokens before t) the whole group shares:
-    t = 0 and every t up to and including the end of the longest common prefix."""
+    t = 0 and every t up to and including the end ell of the longest common prefix.
+
+    At t = ell the group *diverges*: its rollouts emit different tokens there, and
+    a change of pi(. | h) is the intended learning. With ``interior=True`` only
+    the histories strictly before it (t < ell) are kept: every rollout emits the
+    same token after them, so with exchangeable weights their gradient cancels,
+    and whatever moves there is learning tax."""
     ell = common_prefix(tokens, mask, group)
     g = L._compact(group)
     pairs = []
     for k in range(int(g.max()) + 1):
         r = int((g == k).nonzero()[0, 0])
-        pairs += [(r, t) for t in range(int(ell[r]) + 1) if t < tokens.shape[1] and (t == 0 or mask[r, t])]
+        last = int(ell[r]) - 1 if interior else int(ell[r])
+        pairs += [(r, t) for t in range(last + 1) if t < tokens.shape[1] and (t == 0 or mask[r, t])]
     return torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+
+
+def before_divergence(pairs, tokens, mask, group):
+    """bool [K]: which (row, t) pairs of ``shared_histories`` lie strictly before
+    their group's divergence point (t < ell)."""
+    ell = common_prefix(tokens, mask, group)
+    return pairs[:, 1] < ell[pairs[:, 0]] if len(pairs) else torch.zeros(0, dtype=torch.bool)
 
 
 @torch.no_grad()
@@ -364,18 +380,60 @@ def answer_logprobs(model, task, problems):
     return out
 
 
-def answer_drift(lp):
+def answer_drift(lp, lp_ref=None):
     """From answer_logprobs, over problems with >= 2 correct answers: mean log-odds
     log pi(answers[0]) - log pi(answers[1]) and mean entropy of pi renormalised over
-    the correct answers (in nats). NaN when no problem has two answers."""
+    the correct answers (in nats). With ``lp_ref`` (the same problems at the warm
+    start) also ``drift``, the mean over problems of |log-odds - log-odds_ref|
+    (per problem first, so that opposite drifts do not cancel), and
+    ``drift_signed``, the mean of the signed change. NaN when no problem has two
+    answers."""
     multi = torch.isfinite(lp).sum(1) >= 2
     if not multi.any():
         return {"log_odds": float("nan"), "entropy": float("nan"), "n": 0}
     x = lp[multi]
     q = F.log_softmax(x, -1)
     ent = -(q.exp() * q.masked_fill(~torch.isfinite(q), 0)).sum(1)
-    return {"log_odds": float((x[:, 0] - x[:, 1]).mean()), "entropy": float(ent.mean()),
-            "n": int(multi.sum())}
+    out = {"log_odds": float((x[:, 0] - x[:, 1]).mean()), "entropy": float(ent.mean()),
+           "n": int(multi.sum())}
+    if lp_ref is not None:
+        d = (x[:, 0] - x[:, 1]) - (lp_ref[multi][:, 0] - lp_ref[multi][:, 1])
+        out.update(drift=float(d.abs().mean()), drift_signed=float(d.mean()))
+    return out
+
+
+@torch.no_grad()
+def style_log_odds(model, task, problems, temperature=1.0):
+    """Log-odds between the two variants of every style point (task.style_points)
+    of the problems: log pi(a | h) - log pi(b | h), a the teacher's majority form.
+    Returns (log_odds [S], problem index [S], kinds [S] list of str)."""
+    pts = [(i, kind, task.prompt(p) + prefix, a, b) for i, p in enumerate(problems)
+           for kind, prefix, (a, b) in task.style_points(p)]
+    dev = next(model.parameters()).device
+    ids, valid, _ = left_pad([toy_tasks.encode(h) for _, _, h, _, _ in pts], PAD, dev)
+    logp = F.log_softmax(model(ids, valid)[:, -1].float() / temperature, -1)  # left-padded: last = last real
+    a = torch.tensor([toy_tasks.encode(x[3])[0] for x in pts], device=dev)
+    b = torch.tensor([toy_tasks.encode(x[4])[0] for x in pts], device=dev)
+    lo = logp.gather(1, a[:, None])[:, 0] - logp.gather(1, b[:, None])[:, 0]
+    return lo.cpu(), torch.tensor([x[0] for x in pts]), [x[1] for x in pts]
+
+
+def style_drift(lo, lo_ref, problem, kinds):
+    """Reward-irrelevant drift at the style points. Per problem (and per kind of
+    point) the change of log-odds since the reference is averaged over its points
+    first; then ``style_drift`` = mean over problems of |change| and
+    ``style_drift_signed`` = mean over problems of the signed change (> 0: towards
+    the teacher's majority form). Also both per kind, e.g. ``style_drift_space``."""
+    d = lo - lo_ref
+    out = {}
+    for name in [None] + sorted(set(kinds)):
+        sel = torch.tensor([name is None or k == name for k in kinds])
+        probs = problem[sel].unique()
+        per = torch.stack([d[sel & (problem == p)].mean() for p in probs])
+        tag = "" if name is None else f"_{name}"
+        out[f"style_drift{tag}"] = float(per.abs().mean())
+        out[f"style_drift_signed{tag}"] = float(per.mean())
+    return out
 
 
 @torch.no_grad()

@@ -34,7 +34,7 @@ from typing import Callable
 
 import tiktoken
 
-ALPHABET = "0123456789+*=,;"
+ALPHABET = "0123456789+*=,;-()"  # new characters go at the end: old ids stay
 EOS_TEXT, PAD_TEXT = "<|eos|>", "<|pad|>"
 EOS = len(ALPHABET)
 PAD = EOS + 1
@@ -89,6 +89,7 @@ class Task:
     flawed: Callable          # (problem, rng=None) -> a flawed teacher's solution text
     max_new_tokens: int       # longest completion + EOS
     n_problems: int           # size of the problem space
+    style_points: Callable = None  # problem -> [(kind, prefix, (variant_a, variant_b))], reward-irrelevant choices
 
 
 def _final(text, scratchpad):
@@ -230,6 +231,149 @@ def make_primes(max_n=198):
                 max_new_tokens=len(f"{max_n}+{max_n}") + 1, n_problems=len(evens))
 
 
+def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, p_comma=0.6):
+    """``chain``: a left-to-right chain of operations, worked in steps.
+
+    Prompt ``7+8*3-5=`` (3 or 4 operations on digits 1-9, every running value in
+    0..99, evaluated left to right). Completion: one step per operation, each
+    restating the running value, then the result; the last result is the answer::
+
+        7+8=15,15*3=45,45-5=40
+        (7+8*3-5)7+8=15;15*3=45,45-5=40        (the same, with two style choices)
+
+    Style: the teacher makes reward-irrelevant choices at fixed points, and the
+    verifier reads only the last number after ``=``:
+
+    * ``restate``: the completion opens by restating the problem in brackets, with
+      p = 0.4. Its history is the prompt, shared by every rollout of a group, and
+      the restating variant is about ten tokens longer, so under ``1/L_i`` (grpo)
+      its copies get a smaller weight than the others';
+    * ``sep``: each boundary between steps is ``,`` (p = 0.6) or ``;``: two forms of
+      equal length.
+
+    ``style_points`` exposes where they are and their two variants. The flawed
+    teacher forgets the carry of an addition (``7+8=5``, ``47+8=37``): wrong
+    completions are often shorter, so completion length goes with correctness.
+    Categories: ``compute`` (results), ``copy`` (operands, restated values and the
+    restated problem), ``style`` (the ``(`` that opens a restatement and the
+    separators), ``template`` (operators and ``=`` of each step, ``)``, EOS).
+    """
+    if digits != 2:
+        raise ValueError("--task=chain takes no --digits (its operands are digits 1-9, values stay in 0..99)")
+    if scratchpad:
+        raise ValueError("--task=chain is always worked in steps; it takes no --scratchpad")
+    ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
+
+    def sample(rng):
+        k = rng.randint(min_ops, max_ops)
+        v = rng.randint(1, 9)
+        prob = [v]
+        for _ in range(k):
+            op, d = rng.choice([(o, d) for o in "+-*" for d in range(1, 10) if 0 <= ops[o](v, d) <= 99])
+            v = ops[op](v, d)
+            prob += [op, d]
+        return tuple(prob)
+
+    def prompt(p):
+        return "".join(str(x) for x in p) + "="
+
+    def run(p, forget=False):
+        """Running values; ``forget``: the carry of every addition is forgotten."""
+        vals = [p[0]]
+        for op, d in zip(p[1::2], p[2::2]):
+            w = ops[op](vals[-1], d)
+            if forget and op == "+" and vals[-1] % 10 + d >= 10:
+                w -= 10  # the tens digit is not incremented
+            vals.append(w)
+        return vals
+
+    def steps(p, flawed=False):
+        """['v op d=w'] per step. The flawed teacher forgets every carry, as long as
+        its running values stay in 0..99 (otherwise it is right)."""
+        vals = run(p)
+        if flawed and all(0 <= v <= 99 for v in run(p, forget=True)):
+            vals = run(p, forget=True)
+        return [f"{v}{op}{d}={w}" for v, op, d, w in zip(vals, p[1::2], p[2::2], vals[1:])]
+
+    def write(p, rng=None, flawed=False):
+        rng = rng or random
+        st = steps(p, flawed)
+        text = f"({prompt(p)[:-1]})" if rng.random() < p_restate else ""
+        text += st[0]
+        for s in st[1:]:
+            text += ("," if rng.random() < p_comma else ";") + s
+        return text
+
+    def reward(p, text):
+        """1 iff the last step parses and its result is the answer; the restatement
+        and the separators are not looked at."""
+        if text.startswith("("):
+            text = text[text.find(")") + 1:] if ")" in text else ""
+        last = text.replace(";", ",").split(",")[-1]
+        lhs, eq, res = last.rpartition("=")
+        return float(bool(eq and lhs and res.isdigit() and res == str(_chain_value(p, ops))))
+
+    def categories(p, text):
+        cats, i = [], 0
+        if text.startswith("(") and ")" in text:
+            j = text.find(")")
+            cats = ["style"] + ["copy"] * (j - 1) + ["template"]
+            i = j + 1
+        for k in range(i, len(text)):
+            ch = text[k]
+            if ch in ",;(":
+                cats.append("style")
+            elif ch.isdigit():  # before the step's '=': a copy; after it: a result
+                cats.append("copy" if "=" in text[k:].replace(";", ",").split(",")[0] else "compute")
+            else:
+                cats.append("template")
+        return cats + ["template"]  # EOS
+
+    def style_points(p):
+        """[(kind, completion prefix, (majority variant, minority variant))] along the
+        teacher's majority path (no restatement, ``,`` at every boundary)."""
+        st = steps(p)
+        out, text = [("restate", "", (st[0][0], "("))], st[0]
+        for s in st[1:]:
+            out.append(("sep", text, (",", ";")))
+            text += "," + s
+        return out
+
+    longest = len(f"({'9+9' * max_ops})") + max_ops * len("99*9=99") + max_ops - 1
+    return Task("chain", sample=sample, prompt=prompt,
+                solution=lambda p, rng=None: write(p, rng),
+                reward=reward, categories=categories,
+                answers=lambda p: [str(_chain_value(p, ops))],
+                flawed=lambda p, rng=None: write(p, rng, flawed=True),
+                max_new_tokens=longest + 1,
+                n_problems=_chain_count(min_ops, max_ops, ops),
+                style_points=style_points)
+
+
+def _chain_value(p, ops):
+    v = p[0]
+    for op, d in zip(p[1::2], p[2::2]):
+        v = ops[op](v, d)
+    return v
+
+
+def _chain_count(min_ops, max_ops, ops):
+    """Number of distinct chain problems (dynamic programming over running values)."""
+    count, total = {v: 1 for v in range(1, 10)}, 0
+    for k in range(1, max_ops + 1):
+        nxt = {}
+        for v, c in count.items():
+            for o in "+-*":
+                for d in range(1, 10):
+                    w = ops[o](v, d)
+                    if 0 <= w <= 99:
+                        nxt[w] = nxt.get(w, 0) + c
+        count = nxt
+        if k >= min_ops:
+            total += sum(count.values())
+    return total
+
+
 # ----------------------------------------------------------------------------- registry
 
 # name -> constructor(digits, scratchpad) -> Task. A constructor raises
@@ -240,6 +384,7 @@ TASKS = {
     "add": make_add,
     "mul": make_mul,
     "primes": lambda digits=2, scratchpad=False: _no_scratchpad("primes", scratchpad) or make_primes(),
+    "chain": lambda digits=2, scratchpad=False: make_chain(digits, scratchpad),
 }
 TASK_NAMES = tuple(TASKS)  # kept for readers of older code
 

@@ -115,8 +115,11 @@ def evaluate(model, task, problems, cfg, device):
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)
 
 
-def eval_diagnostics(model, task, held_out, cfg, n_problems=64):
-    """Entropy, pass@k and (several correct answers) drift on held-out problems.
+def eval_diagnostics(model, task, held_out, cfg, ref=None, n_problems=64):
+    """Entropy, pass@k, and drift since the warm start on held-out problems: the
+    log-odds between two correct answers (tasks with several) and at the style
+    points (tasks with reward-irrelevant choices). ``ref`` holds the warm start's
+    values (None at the warm start itself, which then returns them in ``_ref``).
     Uses its own generator, so the training run is the same with or without it."""
     probs = held_out[:n_problems]
     gen = torch.Generator(device=next(model.parameters()).device).manual_seed(cfg.seed + 7)
@@ -124,9 +127,19 @@ def eval_diagnostics(model, task, held_out, cfg, n_problems=64):
            "pass1": diagnostics.pass_at_k_eval(model, task, probs, 2 * cfg.pass_k, 1, gen),
            f"pass{cfg.pass_k}": diagnostics.pass_at_k_eval(model, task, probs, 2 * cfg.pass_k, cfg.pass_k,
                                                            gen)}
+    ref = {} if ref is None else ref
+    mine = {}
     if max(len(task.answers(p)) for p in probs) > 1:
-        drift = diagnostics.answer_drift(diagnostics.answer_logprobs(model, task, probs))
+        mine["answers"] = diagnostics.answer_logprobs(model, task, probs)
+        drift = diagnostics.answer_drift(mine["answers"], ref.get("answers"))
         out.update({f"answer_{k}": v for k, v in drift.items()})
+    if task.style_points is not None:
+        lo, prob, kinds = diagnostics.style_log_odds(model, task, held_out[:256])
+        mine["style"] = lo
+        out["style_log_odds"] = float(lo.mean())
+        if "style" in ref:
+            out.update(diagnostics.style_drift(lo, ref["style"], prob, kinds))
+    out["_ref"] = mine
     return out
 
 
@@ -161,7 +174,9 @@ def rl_update(model, opt, batch, cfg, gen):
             loss, stats = L.policy_loss(new_logp, batch["logprobs"][mb], mask[mb], adv[mb],
                                         group[mb], cfg.loss, cfg.clip, cfg.clip_low,
                                         cfg.clip_high, counts)
-            stats["residual"] = L.shared_residual(L.coefficients(loss, new_logp), group[mb])
+            coef = L.coefficients(loss, new_logp)
+            stats["residual"] = L.shared_residual(coef, group[mb])
+            stats["residual_ha"] = L.residual_ha(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
             if not torch.isfinite(loss):
                 raise FloatingPointError("loss is not finite")
             opt.zero_grad(set_to_none=True)
@@ -239,20 +254,22 @@ def main(cfg):
     # ---- phase 2: RL
     acc0 = evaluate(model, task, held_out, cfg, device)
     summary["warm_start_acc"] = acc0
-    log({"phase": "rl", "step": 0, "eval_acc": acc0,
-         **(eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {})})
+    diag0 = eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {"_ref": None}
+    ref = diag0.pop("_ref")
+    log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
     print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
-    acc, tax_sum = acc0, 0.0
+    acc, tax_sum, tax_interior_sum = acc0, 0.0, 0.0
     for step in bar:
         model.train()
         batch = rollouts(model, task, draw, cfg, gen, device)
         batch["max_len"] = task.max_new_tokens
         r, g = batch["rewards"], batch["group"]
         zero_var = L.zero_variance_fraction(r, g)
-        if cfg.diagnostics:
+        if cfg.diagnostics:  # the learning tax: KL at histories the whole group shares
             hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
+            inner = diagnostics.before_divergence(hist, batch["tokens"], batch["mask"], g)
             before = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
         try:
             stats = rl_update(model, opt, batch, cfg, gen)
@@ -260,9 +277,12 @@ def main(cfg):
             raise FloatingPointError(f"RL loss is not finite at step {step}") from None
         if cfg.diagnostics:
             after = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
-            stats["tax"] = float(diagnostics.kl(before, after).mean())
+            kl = diagnostics.kl(before, after)
+            stats["tax"] = float(kl.mean())  # includes the divergence point (intended learning)
+            stats["tax_interior"] = float(kl[inner].mean()) if bool(inner.any()) else 0.0
             tax_sum += stats["tax"]
-            stats["tax_sum"] = tax_sum
+            tax_interior_sum += stats["tax_interior"]
+            stats["tax_sum"], stats["tax_interior_sum"] = tax_sum, tax_interior_sum
         rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
                "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
                **stats["mb_stats"]}
@@ -272,9 +292,11 @@ def main(cfg):
             acc = evaluate(model, task, held_out, cfg, device)
             rec["eval_acc"] = acc
             if cfg.diagnostics:
-                rec.update(eval_diagnostics(model, task, held_out, cfg))
+                d = eval_diagnostics(model, task, held_out, cfg, ref)
+                d.pop("_ref")
+                rec.update(d)
             tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
-                       f"mixed {rec['mixed']:.2f}  residual {rec['residual']:.3f}  "
+                       f"mixed {rec['mixed']:.2f}  residual_ha {rec['residual_ha']:.3f}  "
                        f"[{time.time() - t0:.0f}s]")
             save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", step)
         log(rec)

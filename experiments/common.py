@@ -23,6 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import config  # noqa: E402
 import train  # noqa: E402
 from config import CliError, Config, fail, parse_args  # noqa: E402
 
@@ -69,9 +70,10 @@ def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=10
     d = os.path.join(out, "ckpt", tag)
     path = os.path.join(d, "warm_start.pt")
     if not os.path.exists(path):
-        args = [f"--task={task}", f"--digits={digits}", f"--scratchpad={scratchpad}",
-                f"--sft_steps={sft_steps}", "--rl_steps=0", f"--seed={seed}", f"--out_dir={d}",
-                "--device=cpu"] + [f"--{k}={v}" for k, v in flags.items()]
+        unused = config.TASK_FLAGS_UNUSED.get(task, ())
+        args = [f"--task={task}", f"--sft_steps={sft_steps}", "--rl_steps=0", f"--seed={seed}",
+                f"--out_dir={d}", "--device=cpu"] + [f"--{k}={v}" for k, v in flags.items()]
+        args += [f"--{k}={v}" for k, v in (("digits", digits), ("scratchpad", scratchpad)) if k not in unused]
         train.main(parse_args(args))
     return path
 

@@ -54,20 +54,20 @@ def main(argv):
     for seed in opts["seeds"]:
         model, task, draw, gen = common.diag_setup(opts, seed)
         m64 = copy.deepcopy(model).double()
-        mass = {(l, o): torch.zeros(3, dtype=torch.float64) for l in LOSSES for o in OPTS}
-        count = torch.zeros(3, dtype=torch.float64)
+        mass = {(l, o): torch.zeros(len(D.CATEGORIES), dtype=torch.float64) for l in LOSSES for o in OPTS}
+        count = torch.zeros(len(D.CATEGORIES), dtype=torch.float64)
         by_id = {(l, o): torch.zeros(toy_tasks.N_OUT, dtype=torch.float64) for l in LOSSES for o in OPTS}
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             m = b["mask"]
             cats, ids = D.token_categories(task, b["problems"], b["tokens"], m)[m], b["tokens"][m]
-            count += torch.bincount(cats, minlength=3).double()
+            count += torch.bincount(cats, minlength=len(D.CATEGORIES)).double()
             for l in LOSSES:
                 adv = L.advantages(b["rewards"], b["group"], l)
                 coef = D.token_coefficients(m64, b, adv, l)
                 for o in OPTS:
                     d = D.token_deltas(m64, D.one_update(m64, b, adv, o, opts[f"{o}_lr"], coef=coef), b)[m]
-                    mass[l, o] += torch.zeros(3, dtype=torch.float64).index_add_(0, cats, d.abs())
+                    mass[l, o] += torch.zeros(len(D.CATEGORIES), dtype=torch.float64).index_add_(0, cats, d.abs())
                     by_id[l, o].index_add_(0, ids, d.abs())
         rec = {"seed": seed, "tokens": dict(zip(D.CATEGORIES, count.tolist()))}
         for (l, o), ms in mass.items():
@@ -114,11 +114,11 @@ def main(argv):
         w = 0.8 / len(runs)
         for i, r in enumerate(runs):
             v = [summary[r][c]["mean_abs"] for c in D.CATEGORIES]
-            ax[1].bar([k + i * w for k in range(3)], [x[0] or 0 for x in v], w, yerr=[x[1] or 0 for x in v],
+            ax[1].bar([k + i * w for k in range(len(D.CATEGORIES))], [x[0] or 0 for x in v], w, yerr=[x[1] or 0 for x in v],
                       label=r)
         if any(summary[r][c]["mean_abs"][0] for r in runs for c in D.CATEGORIES):
             ax[1].set_yscale("log")
-        ax[1].set_xticks([k + 0.4 - w / 2 for k in range(3)], D.CATEGORIES)
+        ax[1].set_xticks([k + 0.4 - w / 2 for k in range(len(D.CATEGORIES))], D.CATEGORIES)
         ax[1].set_ylabel("mean |Delta| per token")
         ax[1].legend(fontsize=7)
         return fig

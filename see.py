@@ -1,0 +1,184 @@
+"""see.py: one group of rollouts, one update, every token coloured by how it moved.
+
+What it teaches
+---------------
+A critic-free update hands every token of rollout i the same signed weight,
+that of its advantage A_i. Whether the token's probability goes up or down is
+decided by the sum over *all* tokens of the batch (diagnostics.py):
+
+    Delta log pi(y_i) = eta * sum_j c_j * grad log pi(y_i) . grad log pi(y_j)
+
+Copies of one token after one identical history have the same gradient, so
+their own contributions add up to (sum of their c_j) * |grad|^2. With equal
+weights inside a group (dr_grpo, dapo) that sum is w * sum A_j: zero for a token
+the whole group shares, the reward's credit for a token only some rollouts
+share. With grpo's 1/L_i the long rollouts' copies weigh less, and a shared
+token moves although no reward asked for it. positive_only has no negative
+weights, so nothing cancels: every sampled token is pushed up, shared or not.
+
+The picture: for one group of ``--task=chain`` rollouts (a mixed one, picked
+from a rollout batch), rows are rollouts, marked with reward and the sign of
+A; each token is a box coloured by Delta log pi after one update on the whole
+batch (blue: boosted, red: suppressed; each panel is scaled to its own
+largest |Delta|, written in its title). Style tokens (reward-irrelevant
+choices) have a thick black outline; tokens whose (history, token) the whole
+group shares have a dashed one. One panel per objective, same rollouts.
+
+    python see.py --init_from=out/warm_start.pt                 # writes see.png
+    python see.py --init_from=out/warm_start.pt --optimizer=adam --out=see_adam.png
+
+Without matplotlib it prints the same information as text.
+"""
+
+import copy
+import random
+import sys
+from dataclasses import dataclass
+
+import torch
+
+import diagnostics as D
+import loss as L
+import toy_tasks
+from config import CliError, _f, fail, parse_args
+
+
+@dataclass
+class SeeConfig:
+    init_from: str = _f("", "warm-start checkpoint of --task=chain (e.g. out/warm_start.pt); required")
+    losses: str = _f("grpo,dr_grpo,positive_only", "objectives, one panel each (comma-separated)")
+    prompts: int = _f(16, "B: prompts in the rollout batch the update is taken on")
+    group_size: int = _f(8, "G: completions per prompt")
+    optimizer: str = _f("sgd", "sgd (plain, first order) or adam (train.py's AdamW: its first step)")
+    lr: float = _f(0.5, "learning rate of the one update")
+    seed: int = _f(0, "seed of the problems and the sampling")
+    out: str = _f("see.png", "where the figure goes")
+
+
+def pick_group(model, task, cfg):
+    """A rollout batch and the index of its first mixed group with unequal lengths."""
+    held = toy_tasks.eval_problems(task, 256, cfg.seed)
+    draw = toy_tasks.train_sampler(task, held, 5000 + cfg.seed)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    drawn = []
+
+    def record():
+        drawn.append(draw())
+        return drawn[-1]
+    import train
+    from config import Config
+    for _ in range(20):
+        drawn.clear()
+        batch = train.rollouts(model, task, record, Config(prompts_per_step=cfg.prompts, group_size=cfg.group_size),
+                               gen, "cpu")
+        batch["problems"] = [drawn[i // cfg.group_size] for i in range(len(batch["group"]))]
+        r, g, lens = batch["rewards"], batch["group"], batch["mask"].sum(1)
+        for k in range(cfg.prompts):
+            rows = g == k
+            if r[rows].min() < r[rows].max() and lens[rows].min() < lens[rows].max():
+                return batch, k
+    raise CliError("no mixed group in 20 rollout batches: is this a warm start of --task=chain?")
+
+
+def panel(model64, batch, name, cfg):
+    """Delta log pi per token after one update of objective ``name`` on the batch."""
+    adv = L.advantages(batch["rewards"], batch["group"], name)
+    new = D.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
+    delta = D.token_deltas(model64, new, batch)
+    coef = D.token_coefficients(model64, batch, adv, name)
+    res = L.residual_ha(coef, adv, batch["tokens"], batch["mask"], batch["group"])
+    return delta, adv, res
+
+
+def draw(plt, batch, k, task, panels, cfg):
+    rows = (batch["group"] == k).nonzero()[:, 0].tolist()
+    rows.sort(key=lambda i: -float(batch["rewards"][i]))
+    p = batch["problems"][rows[0]]
+    tok, mask = batch["tokens"], batch["mask"]
+    sets = L.history_token_sets(tok, mask, batch["group"])
+    whole = {int(s) for s in sets[rows].unique() if int((sets[rows] == s).sum()) == len(rows)}
+    T = int(mask[rows].sum(1).max())
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.27 * T * len(panels) + 1.5, 0.42 * len(rows) + 1.6),
+                             squeeze=False)
+    cmap = plt.get_cmap("RdBu")
+    for ax, (name, (delta, adv, res)) in zip(axes[0], panels.items()):
+        scale = float(delta[rows].abs().max()) or 1.0
+        for y, i in enumerate(rows):
+            text = [toy_tasks.decode([t]) or "⏎" for t in tok[i, :int(mask[i].sum())].tolist()]
+            cats = task.categories(p, toy_tasks.decode(tok[i].tolist()))
+            for x, ch in enumerate(text):
+                v = float(delta[i, x]) / scale
+                style = x < len(cats) and cats[x] == "style"
+                shared = int(sets[i, x]) in whole
+                ax.add_patch(plt.Rectangle((x, -y - 0.45), 0.92, 0.9, facecolor=cmap(0.5 + 0.5 * v),
+                                           edgecolor="k", lw=2.2 if style else (1.0 if shared else 0.2),
+                                           ls="--" if shared and not style else "-"))
+                ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=7, family="monospace")
+            a = float(adv[i])
+            ax.text(-0.4, -y, f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
+                    ha="right", va="center", fontsize=7)
+        ax.set_xlim(-4.5, T + 0.5)
+        ax.set_ylim(-len(rows) + 0.3, 0.8)
+        ax.axis("off")
+        ax.set_title(f"{name}: colour ±{scale:.2g} nats, residual_ha {res:.3f}", fontsize=8)
+    fig.suptitle(f"One update ({cfg.optimizer}, lr {cfg.lr:g}) on {cfg.prompts} groups x {cfg.group_size}; "
+                 f"group of prompt {task.prompt(p)}  — blue: log pi up, red: down; "
+                 f"thick outline: style token; dashed: (history, token) shared by the whole group",
+                 fontsize=8)
+    return fig
+
+
+def main(cfg):
+    import train
+    if not cfg.init_from:
+        raise CliError("--init_from=CKPT is required (a warm start of --task=chain)")
+    names = [x for x in cfg.losses.split(",") if x]
+    for n in names:
+        if n not in L.LOSSES:
+            raise CliError(f"unknown loss {n!r}; choose from {', '.join(L.LOSSES)}")
+    if not names:
+        raise CliError("--losses needs at least one objective")
+    if cfg.optimizer not in ("sgd", "adam"):
+        raise CliError(f"--optimizer takes sgd or adam, got {cfg.optimizer!r}")
+    if cfg.prompts < 1 or cfg.group_size < 2:
+        raise CliError("--prompts must be >= 1 and --group_size >= 2")
+    if not cfg.lr > 0:
+        raise CliError(f"--lr must be positive, got {cfg.lr}")
+    model, ck = train.load_checkpoint(cfg.init_from)
+    t = ck["task"]
+    task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])
+    if task.style_points is None:
+        raise CliError(f"the checkpoint is of task {t['task']!r}; see.py needs a task with style points "
+                       f"(--task=chain)")
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    batch, k = pick_group(model, task, cfg)
+    m64 = copy.deepcopy(model).double()
+    panels = {n: panel(m64, batch, n, cfg) for n in names}
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        plt = None
+    rows = (batch["group"] == k).nonzero()[:, 0].tolist()
+    for n, (delta, adv, res) in panels.items():
+        print(f"{n} (residual_ha {res:.3f}):")
+        for i in rows:
+            toks = [toy_tasks.decode([x]) or "<eos>" for x in batch["tokens"][i, :int(batch["mask"][i].sum())].tolist()]
+            print(f"  r={float(batch['rewards'][i]):.0f} A={float(adv[i]):+.2f}  " +
+                  " ".join(f"{c}{'+' if d > 0 else '-'}" for c, d in zip(toks, delta[i].tolist())))
+    if plt is None:
+        print("(matplotlib is not installed: no figure; pip install -r requirements-plots.txt)")
+        return
+    fig = draw(plt, batch, k, task, panels, cfg)
+    fig.savefig(cfg.out, dpi=130, bbox_inches="tight")
+    plt.close(fig)
+    print(f"wrote {cfg.out}")
+
+
+if __name__ == "__main__":
+    try:
+        main(parse_args(sys.argv[1:], SeeConfig, doc=__doc__, check=False))
+    except CliError as e:
+        fail(str(e))
