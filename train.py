@@ -17,7 +17,7 @@ Phase 2, RL. Each step:
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
 
-With ``--diagnostics`` each RL step also logs the *learning tax* of DESIGN.md
+With ``--diagnostics`` each RL step also logs the *learning tax* of THEORY.md
 section 4 (the KL between the policy before and after the step's updates, at
 histories that a whole group shares, and its running sum), and each evaluation
 the mean token entropy, pass@1 and pass@k, and on a task with several correct

@@ -1,6 +1,6 @@
 """Exercise 2 (implement): DFPO's Adv-Orthogonal transform.
 
-Read: DESIGN.md section 2 (the fixes), loss.py's docstring (the DFPO part).
+Read: THEORY.md section 2 (the fixes), loss.py's docstring (the DFPO part).
 
 Off-policy, each rollout i of a group carries a per-sequence importance weight
 w_i (in loss.py: w_i = sg(s_i), s_i = exp(mean_t log rho_{i,t})). The token

@@ -1,6 +1,6 @@
 """Exercise 3 (implement): DFPO's Min-Replace transform.
 
-Read: DESIGN.md section 2 (the fixes), loss.py's docstring (the DFPO part).
+Read: THEORY.md section 2 (the fixes), loss.py's docstring (the DFPO part).
 
 Min-Replace gives every rollout of a group the smallest weight in its group:
 

@@ -1,6 +1,6 @@
 """Exercise 6 (diagnose and fix): a DFPO objective that does not cancel.
 
-Read: DESIGN.md section 2 (the fixes), loss.py's docstring and policy_loss.
+Read: THEORY.md section 2 (the fixes), loss.py's docstring and policy_loss.
 
 ``dfpo_orth_loss`` below is meant to be the ``dfpo_orth`` row of loss.py
 written out on its own, with no clip:

@@ -19,7 +19,7 @@ also R_prefix, the same ratio with the numerator restricted to tokens in the
 longest common prefix of a mixed group (shared by *every* member, where the
 direct gradients cancel exactly when weights are exchangeable). Also
 reported: the flipped fraction at eps = 0 (E1) and the gradient residual of
-DESIGN.md section 4 (diagnostics.cancellation_residual: norm of the gradient
+THEORY.md section 4 (diagnostics.cancellation_residual: norm of the gradient
 from the tokens of each group's common prefix over the total norm).
 
 Method: from the SFT warm start (2-digit addition), G in --group_sizes at

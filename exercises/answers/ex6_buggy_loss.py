@@ -7,7 +7,7 @@ rollout j's tokens picks up terms (d w~_i / d log pi_new(y_{j,t})) A_i
 sum_t' log pi_new(y_{i,t'}) / (N L_max) from every rollout i of the group.
 Those terms differ from copy to copy of a shared token, so the copies no
 longer sum to zero, even on-policy, where w = w~ = 1 and the weights look
-harmless. DESIGN.md section 2: without the stop-gradient the transform
+harmless. THEORY.md section 2: without the stop-gradient the transform
 couples the gradients again.
 
 The fix is one ``.detach()`` (loss.py does the same in policy_loss).
