@@ -3,8 +3,10 @@
 * ``warm_start(...)`` trains (or reuses) an SFT warm-start checkpoint with
   train.py's own code and returns its path, so every experiment starts from
   the same kind of policy as the default run;
-* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=results`` and
-  ``--threads`` plus any extra ``--key=value`` an experiment declares;
+* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=DIR`` and
+  ``--threads`` plus any extra ``--key=value`` an experiment declares. Full
+  runs write to ``results/`` (committed); ``--quick`` writes to the scratch
+  folder ``out/quick/`` (ignored by git) unless ``--out`` says otherwise;
 * ``save(name, data, plot)`` writes ``<out>/<name>.json`` and, when
   matplotlib is installed, ``<out>/<name>.png``;
 * ``mean_ci(xs)`` gives a mean and the half-width of a 95 % Student-t
@@ -29,13 +31,11 @@ from config import CliError, Config, fail, parse_args  # noqa: E402
 
 def parse(argv, extra=None, doc=""):
     """Experiment flags. ``extra`` maps name -> (default, help)."""
-    opts = {"quick": False, "seeds": "0,1,2", "out": os.path.join(ROOT, "results"), "threads": 0}
+    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
     for a in argv:
         if a in ("-h", "--help"):
-            print(doc.strip())
-            print("\nflags: --quick  --seeds=0,1,2  --out=results  --threads=N" +
-                  "".join(f"  --{k}={v[0]} ({v[1]})" for k, v in (extra or {}).items()))
+            print(help_text(doc, extra))
             sys.exit(0)
         key, eq, raw = a.lstrip("-").partition("=")
         if not a.startswith("--") or key not in opts:
@@ -56,10 +56,31 @@ def parse(argv, extra=None, doc=""):
         fail("--seeds needs at least one seed")
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
+    if not opts["out"]:
+        opts["out"] = default_out(opts["quick"])
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     os.makedirs(opts["out"], exist_ok=True)
     return opts
+
+
+def default_out(quick):
+    """results/ for full runs (their files are committed); a scratch folder,
+    out/quick/, for --quick, so a quick run never overwrites a committed result."""
+    return os.path.join(ROOT, "out", "quick") if quick else os.path.join(ROOT, "results")
+
+
+def help_text(doc, extra=None):
+    """An experiment's --help: its docstring, then one flag per line."""
+    rows = [("--quick", "one seed, fewer steps; writes to out/quick/ unless --out is given"),
+            ("--seeds=0,1,2", "comma-separated seeds of the full run"),
+            ("--out=DIR", "where the JSON, PNG and warm starts go (default results/, or out/quick/ "
+                          "with --quick)"),
+            ("--threads=N", "torch threads (0: torch's default)")]
+    rows = [r for r in rows if r[0].split("=")[0][2:] not in (extra or {})]
+    rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
+    width = max(len(r[0]) for r in rows) + 2
+    return doc.strip() + "\n\nflags:\n" + "\n".join(f"  {f:<{width}}{h}" for f, h in rows)
 
 
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
