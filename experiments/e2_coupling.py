@@ -53,10 +53,11 @@ def plot(plt, data):
     summary, bins = data["summary"], data["conf_bins"]
     fig, ax = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1, 1, 1.4]},
                            layout="constrained")
-    top = max(max(max(r) for r in summary[k]) for k in ("mass_by_conf_same", "mass_by_conf_diff"))
+    grids = {k: [[x or 0.0 for x in row] for row in summary[k]] for k in ("mass_by_conf_same", "mass_by_conf_diff")}
+    top = max(max(max(r) for r in g) for g in grids.values()) or 1.0
     for i, (k, title) in enumerate((("mass_by_conf_same", "same-token pairs"),
                                     ("mass_by_conf_diff", "different-token pairs"))):
-        g = summary[k]
+        g = grids[k]
         im = ax[i].imshow(g, cmap="viridis", vmin=0, vmax=top)
         for u in range(3):
             for v in range(3):
