@@ -57,7 +57,8 @@ def plot(plt, data):
     ax[0].set_ylabel(f"fraction of tokens (|Δ| > ε = {eps:g} nats)")
     ax[0].set_ylim(0, 1.18)
     ax[0].legend(fontsize=8, ncol=3, loc="upper center")
-    ax[0].set_title("Token flips after one update (mean over seeds)", fontsize=10)
+    n = len(data["per_seed"])
+    ax[0].set_title(f"Token flips after one update (mean over {n} seed{'s' if n > 1 else ''})", fontsize=10)
     mag = torch.logspace(-8, 1, 28).tolist()
     edges = [-x for x in reversed(mag)] + [0.0] + mag  # log-spaced on both sides of 0
     for i, o in enumerate(OPTS):
@@ -78,7 +79,6 @@ def plot(plt, data):
         a.set_title(f"Distribution of Δ, {'Adam' if o == 'adam' else 'SGD'} step (first seed)", fontsize=10)
         if x or deltas.get(o, {}).get("pos"):
             a.legend(fontsize=8, loc="upper center")
-    n = len(data["per_seed"])
     common.caption(fig, f"Left: share of Â>0 and Â<0 tokens that one update boosted (Δ > ε), suppressed "
                         f"(Δ < −ε) or left stable, mean over {n} seed{'s' if n > 1 else ''} (the README table "
                         f"gives the 95 % intervals). Middle and right: histograms of Δ for every completion "
