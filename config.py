@@ -81,17 +81,49 @@ def _convert(name, typ, raw):
         raise CliError(f"--{name} takes {'an integer' if typ is int else 'a number'}, got {raw!r}") from None
 
 
-def usage(cls, doc=""):
-    lines = [doc.strip().splitlines()[0] if doc else "", "", "flags (--key=value):"]
-    for f in fields(cls):
-        lines.append(f"  --{f.name:<18} {str(f.default):<10} {f.metadata.get('help', '')}")
+# --help shows Config's flags in these groups, in this order. A flag that is in
+# no group is still shown, under "other", so a new flag is never hidden.
+GROUPS = {
+    "task": ("task", "digits", "scratchpad"),
+    "model": ("n_layer", "n_head", "n_embd"),
+    "SFT warm start": ("sft_steps", "sft_batch", "sft_lr", "sft_flawed"),
+    "RL": ("rl_steps", "prompts_per_step", "group_size", "temperature", "top_k", "lr", "grad_clip"),
+    "objective": ("loss", "clip", "clip_low", "clip_high"),
+    "schedule (mini-batches)": ("batching", "minibatches", "epochs"),
+    "diagnostics and evaluation": ("diagnostics", "pass_k", "eval_every", "eval_size"),
+    "run": ("seed", "device", "bf16", "compile", "out_dir", "init_from"),
+}
+
+EXAMPLES = """examples:
+  python train.py                                        # the demo: SFT warm start, then GRPO
+  python train.py --loss=dfpo_orth --minibatches=4 --epochs=2 --batching=query
+  python train.py --task=primes --diagnostics --out_dir=out-primes && python plot.py out-primes"""
+
+
+def usage(cls, doc="", groups=None, examples=""):
+    """The --help text: the doc's first line, the flags by group, examples."""
+    lines = [doc.strip().splitlines()[0] if doc else ""]
+    by_name = {f.name: f for f in fields(cls)}
+    sections = [(title, [n for n in names if n in by_name]) for title, names in (groups or {}).items()]
+    sections.append(("other" if groups else "flags", [n for n in by_name if not any(
+        n in names for names in (groups or {}).values())]))
+    for title, names in sections:
+        if not names:
+            continue
+        lines += ["", f"{title}:"]
+        for n in names:
+            f = by_name[n]
+            lines.append(f"  {'--' + f.name + '=' + str(f.default):<28} {f.metadata.get('help', '')}")
+    lines += ["", "flags are --key=value; a bool flag alone (--diagnostics) means true"]
+    if examples:
+        lines += ["", examples]
     return "\n".join(lines)
 
 
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
     if any(a in ("-h", "--help") for a in argv):
-        print(usage(cls, doc))
+        print(usage(cls, doc, GROUPS, EXAMPLES) if cls is Config else usage(cls, doc))
         sys.exit(0)
     known = {f.name: f for f in fields(cls)}
     values = {}

@@ -1,4 +1,4 @@
-"""diagnostics.py: make token gradient cancellation observable (DESIGN.md section 4).
+"""diagnostics.py: make token gradient cancellation observable (THEORY.md section 4).
 
 What it teaches
 ---------------

@@ -3,7 +3,7 @@
 What it teaches
 ---------------
 The policy of every experiment here is this network. Two things matter for the
-cancellation analysis of DESIGN.md section 4:
+cancellation analysis of THEORY.md section 4:
 
 * the logits are ``z = W h`` with ``h`` the final hidden state (after the last
   LayerNorm) and ``W`` the *untied* output matrix ``lm_head.weight``. The

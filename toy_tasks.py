@@ -5,7 +5,7 @@ What it teaches
 RL with verifiable rewards needs three things per task: problems to sample,
 a verifier ``reward(problem, completion) -> r`` with ``r = 1`` for a correct
 final answer and ``0`` otherwise (malformed output included), and, for SFT, a
-canonical solution text. The cancellation diagnostics (DESIGN.md section 4)
+canonical solution text. The cancellation diagnostics (THEORY.md section 4)
 also need to know *what kind* of token each completion character is:
 
 * ``template``: format, separators and EOS (the same in every rollout);
@@ -19,7 +19,7 @@ Tasks
 * ``mul``:    ``47*85=`` -> ``3995``. Scratchpad: ``47*5=235,47*80=3760;3995``.
 * ``primes``: ``58=`` -> ``11+47`` (or ``5+53``, ``17+41``, ``29+29`` ...): write an
   even N as a sum of two primes. Several completions are correct, which the
-  solution-probability-drift measurement of DESIGN.md needs. Its SFT text is
+  solution-probability-drift measurement of THEORY.md needs. Its SFT text is
   a random correct pair, so the warm start spreads mass over several answers.
 
 The tokenizer is a ``tiktoken.Encoding`` built here, character level over the

@@ -17,7 +17,7 @@ Phase 2, RL. Each step:
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
 
-With ``--diagnostics`` each RL step also logs the *learning tax* of DESIGN.md
+With ``--diagnostics`` each RL step also logs the *learning tax* of THEORY.md
 section 4 (the KL between the policy before and after the step's updates, at
 histories that a whole group shares, and its running sum), and each evaluation
 the mean token entropy, pass@1 and pass@k, and on a task with several correct
@@ -25,7 +25,8 @@ answers the log-odds between two of them and the entropy over all of them.
 
 Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
 every flag. Writes to --out_dir: config.json (the resolved config),
-metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
+metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt;
+``python plot.py OUT_DIR`` draws the curves.
 """
 
 import contextlib
@@ -191,6 +192,28 @@ def rl_update(model, opt, batch, cfg, gen):
     return out
 
 
+MIXED_HINT_BELOW = 0.2  # fraction of mixed groups at the first RL step
+
+
+def weak_start_hint(mixed, cfg):
+    """One line when too few groups are mixed for RL to learn; '' otherwise.
+    Only a group with both right and wrong rollouts has a non-zero advantage."""
+    if mixed >= MIXED_HINT_BELOW:
+        return ""
+    return (f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few carry a "
+            f"learning signal; strengthen the warm start (--sft_steps=1000 or more, --sft_flawed=0.7) "
+            f"or sample more per prompt (--group_size=16, --temperature=1.2)")
+
+
+def summary_line(summary, cfg):
+    """The last line of a run, with no NaN in it (no RL step: no mixed fraction)."""
+    acc0, acc = summary["warm_start_acc"], summary["final_acc"]
+    mixed = summary.get("mixed_at_start")
+    mixed_txt = f"mixed groups at RL start {mixed:.2f}" if mixed is not None else "no RL steps run"
+    return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
+            f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(cfg):
@@ -288,6 +311,9 @@ def main(cfg):
                **stats["mb_stats"]}
         if step == 1:
             summary["mixed_at_start"] = rec["mixed"]
+            hint = weak_start_hint(rec["mixed"], cfg)
+            if hint:
+                tqdm.write(hint)
         if step % cfg.eval_every == 0 or step == cfg.rl_steps:
             acc = evaluate(model, task, held_out, cfg, device)
             rec["eval_acc"] = acc
@@ -307,9 +333,8 @@ def main(cfg):
     summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
     log({"phase": "summary", "step": cfg.rl_steps, **summary})
     metrics.close()
-    print(f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
-          f"mixed groups at RL start {summary.get('mixed_at_start', float('nan')):.2f}; "
-          f"{summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
+    print(summary_line(summary, cfg))
+    print(f"plot the curves: python plot.py {cfg.out_dir}")
     return summary
 
 

@@ -30,6 +30,27 @@ def test_ex2_hand_numbers():
     torch.testing.assert_close(adv_orthogonal(w, a, g), torch.tensor([1.05, 1.05, 1.0, 1.25, 1.25]))
 
 
+def test_ex2_groups_of_unequal_size_not_contiguous():
+    # group 5 = rows 0, 2 (two members); group 2 = rows 1, 3, 4 (three members)
+    w = torch.tensor([1.2, 0.9, 0.6, 1.5, 1.0])
+    a = torch.tensor([0.5, 1.0, -0.5, -0.5, -0.5])
+    g = torch.tensor([5, 2, 5, 2, 2])
+    # group 5: A.w = 0.3, |A|^2 = 0.5, w - 0.6 A; group 2: A.w = -0.35, |A|^2 = 1.5, w + (0.35/1.5) A
+    k = 0.35 / 1.5
+    expected = torch.tensor([0.9, 0.9 + k, 0.9, 1.5 - 0.5 * k, 1.0 - 0.5 * k])
+    torch.testing.assert_close(adv_orthogonal(w, a, g), expected)
+
+
+def test_ex2_uses_the_advantages_as_given_not_recentred():
+    # Advantages need not be centred (e.g. positive_only's 1[r > 0]). Project on A itself:
+    # A.w = 1 + 1 + 0 = 2, |A|^2 = 1.25, so w~ = w - 1.6 A. Re-centring A first gives [0.75, 2, 0.75].
+    w = torch.tensor([1.0, 2.0, 0.5])
+    a = torch.tensor([1.0, 0.5, 0.0])
+    out = adv_orthogonal(w, a, torch.tensor([4, 4, 4]))
+    torch.testing.assert_close(out, torch.tensor([-0.6, 1.2, 0.5]))
+    assert abs(float((a * out).sum())) < 1e-6, "sum_i A_i w~_i must be 0 for the A you were given"
+
+
 def test_ex2_orthogonal_to_the_advantages_in_every_group():
     gen = torch.Generator().manual_seed(0)
     group = torch.tensor([7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5])  # interleaved, arbitrary labels

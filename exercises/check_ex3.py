@@ -29,6 +29,13 @@ def test_ex3_hand_numbers():
     torch.testing.assert_close(min_replace(w, a, g), torch.tensor([0.9, 0.9, 0.9, 0.5, 0.5]))
 
 
+def test_ex3_groups_of_unequal_size_not_contiguous():
+    # group 5 = rows 0, 2; group 2 = rows 1, 3, 4
+    w = torch.tensor([1.2, 0.9, 0.6, 1.5, 1.0])
+    out = min_replace(w, torch.tensor([0.5, 1.0, -0.5, -0.5, -0.5]), torch.tensor([5, 2, 5, 2, 2]))
+    torch.testing.assert_close(out, torch.tensor([0.6, 0.9, 0.6, 0.9, 0.9]))
+
+
 def test_ex3_group_minimum_with_arbitrary_labels():
     gen = torch.Generator().manual_seed(0)
     group = torch.tensor([7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5])  # interleaved, arbitrary labels

@@ -46,7 +46,16 @@ def test_ex4_causes():
 
 
 def test_ex4_explanation_is_written_with_evidence():
+    """Key terms only: whether the argument holds is for whoever reads it."""
     text = ANS.EXPLANATION
     words = text.split()
     assert len(words) >= 40, f"EXPLANATION has {len(words)} words; write at least 40"
-    assert re.search(r"\d\.\d", text), "quote at least one residual from the table as evidence"
+    quoted = [float(x) for x in re.findall(r"\d+\.\d+", text)]
+    assert any(abs(x - TABLE["A"]["grpo"]) < 0.006 for x in quoted), \
+        "quote grpo's residual in setting A from the table as evidence"
+    assert re.search(r"length|L_i|1\s*/\s*L", text, re.I), \
+        "say which per-rollout factor of grpo differs between the copies"
+    assert re.search(r"L_max|same|constant|one number|whole group|every copy|all copies", text, re.I), \
+        "say what dr_grpo puts in front of A_i instead"
+    assert re.search(r"\b(up|upwards?|raise[sd]?|increase[sd]?|boost(s|ed)?)\b", text, re.I), \
+        "say in which direction grpo moves the shared token in setting A (run ex1_run.py if unsure)"

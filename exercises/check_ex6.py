@@ -1,6 +1,7 @@
 """Check for exercise 6: the fixed dfpo_orth_loss against hand numbers and loss.py."""
 
 import math
+import re
 
 import torch
 
@@ -73,6 +74,20 @@ def test_ex6_agrees_with_loss_py():
     torch.testing.assert_close(mine, ref)
 
 
+def test_ex6_cause():
+    assert EX.CAUSE in ("a", "b", "c", "d"), "set CAUSE to 'a', 'b', 'c' or 'd'"
+    assert EX.CAUSE == "b", ("compare the numbers of ex6_diagnose.py with the options: which of them would "
+                            "still leave the loss value right?")
+
+
 def test_ex6_diagnosis_is_written():
-    words = EX.DIAGNOSIS.split()
+    """Key terms only: whether the explanation holds is for whoever reads it."""
+    text = EX.DIAGNOSIS
+    words = text.split()
     assert len(words) >= 10, "write one or two sentences in DIAGNOSIS (at least 10 words)"
+    assert re.search(r"detach|stop[- ]?grad|sg\(|no_grad", text, re.I), \
+        "name what was missing on the weights"
+    assert re.search(r"gradient|autograd|differentiat|backprop", text, re.I), \
+        "say what it did to the gradient"
+    assert re.search(r"cancel|sum|residual|shared|copies|copy", text, re.I), \
+        "say why that breaks the cancellation of the shared token"

@@ -1,6 +1,6 @@
 """Exercise 3 (implement): DFPO's Min-Replace transform.
 
-Read: DESIGN.md section 2 (the fixes), loss.py's docstring (the DFPO part).
+Read: THEORY.md section 2.3 (the transforms), loss.py's docstring (the DFPO part).
 
 Min-Replace gives every rollout of a group the smallest weight in its group:
 
@@ -27,6 +27,8 @@ def min_replace(w, adv, group):
     w:     FloatTensor [N], per-rollout weights.
     adv:   FloatTensor [N], per-rollout advantages (unused by the rule).
     group: LongTensor [N], the group id of each rollout; arbitrary labels.
+           A group's rows need not be contiguous, and groups may differ
+           in size (e.g. 5, 2, 5, 2, 2).
     Returns a new FloatTensor [N].
     """
     raise NotImplementedError("exercise 3: implement min_replace")

@@ -1,6 +1,6 @@
 """Exercise 5 (design and implement): a mini-batch scheduler that beats shuffle.
 
-Read: DESIGN.md section 5, batching.py's docstring (the signature, the rules,
+Read: THEORY.md section 5, batching.py's docstring (the signature, the rules,
 minibatch_stats), README "Mini-batch schedulers".
 
 A rollout batch of B groups x G rollouts is cut into M mini-batches, one

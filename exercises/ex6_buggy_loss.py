@@ -1,23 +1,28 @@
 """Exercise 6 (diagnose and fix): a DFPO objective that does not cancel.
 
-Read: DESIGN.md section 2 (the fixes), loss.py's docstring and policy_loss.
+Read: THEORY.md sections 2.1 and 2.3, loss.py's docstring and policy_loss.
 
 ``dfpo_orth_loss`` below is meant to be the ``dfpo_orth`` row of loss.py
-written out on its own, with no clip:
+written out on its own, with no clip. Its specification is the gradient it
+must produce: every completion token of rollout i gets the coefficient
 
-    loss = - sum_{i,t} sg(w~_i) * A_i / (N * L_max) * log pi_new(y_{i,t})
+    c_{i,t} = -d loss / d log pi_new(y_{i,t}) = w~_i * A_i / (N * L_max)
 
     w_i = exp(mean_t log rho_{i,t})                 (s_i, per sequence)
     w~  = Adv-Orthogonal(w) inside each group       (loss.adv_orthogonal)
-    sg  = stop-gradient
 
-so that every token's coefficient is c_{i,t} = -d loss / d log pi_new(y_{i,t})
-= w~_i A_i / (N L_max), and a token shared by a whole group cancels.
+so that a token shared by a whole group gets sum_i w~_i A_i / (N L_max) = 0.
 
-It contains one bug. Run the check, read which tests fail and what they
-print, find the line, and fix it here (keep the function's signature).
-Then write one or two sentences in DIAGNOSIS: what was wrong, and why it
-breaks cancellation.
+The function returns the right loss *value*, but it contains one bug. Find
+it by measuring, not by reading:
+
+    python exercises/ex6_diagnose.py
+
+prints, for one group whose first token is shared, the coefficients that
+autograd gives this function next to the ones the specification asks for,
+on-policy and off-policy, and the shared token's residual. Work out from
+those numbers what autograd differentiates that it should not, fix that
+line here (keep the signature), and answer CAUSE and DIAGNOSIS below.
 
 Check: python -m pytest exercises -k ex6
 """
@@ -26,6 +31,14 @@ import torch
 
 import loss as L
 
+# Which one explains what ex6_diagnose.py shows? "a", "b", "c" or "d".
+#   a  the advantages are not centred, so sum_i A_i != 0
+#   b  the loss is also differentiated through the weights w~, which depend on log pi_new
+#   c  the normalisation uses each rollout's own length L_i instead of L_max
+#   d  the log-ratio has the wrong sign, so w is 1/s instead of s
+CAUSE = None
+
+# One or two sentences: what was wrong, and why it breaks cancellation.
 DIAGNOSIS = """
 """
 

@@ -1,7 +1,7 @@
 """Exercise 7 (predict, then run): how a scratchpad changes the token mix.
 
 Read: toy_tasks.py (the docstring, _label, the add and mul solutions and
-their categories), DESIGN.md section 4 "Token categories".
+their categories), THEORY.md section 4 "Token categories".
 
 Every completion token is labelled template (format, separators, EOS),
 copy (an operand digit restated) or compute (a digit that results from

@@ -3,10 +3,14 @@
 * ``warm_start(...)`` trains (or reuses) an SFT warm-start checkpoint with
   train.py's own code and returns its path, so every experiment starts from
   the same kind of policy as the default run;
-* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=results`` and
-  ``--threads`` plus any extra ``--key=value`` an experiment declares;
+* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=DIR`` and
+  ``--threads`` plus any extra ``--key=value`` an experiment declares. Full
+  runs write to ``results/`` (committed); ``--quick`` writes to the scratch
+  folder ``out/quick/`` (ignored by git) unless ``--out`` says otherwise;
 * ``save(name, data, plot)`` writes ``<out>/<name>.json`` and, when
-  matplotlib is installed, ``<out>/<name>.png``;
+  matplotlib is installed, ``<out>/<name>.png``; ``replot`` redraws the PNG
+  from the JSON (``--replot``); ``errbars``, ``caption`` and ``ci_note``
+  keep the figures honest (bars cut at 0, captions that say what they show);
 * ``mean_ci(xs)`` gives a mean and the half-width of a 95 % Student-t
   interval (n - 1 degrees of freedom); ``paired(a, b)`` the same for the
   per-seed differences of two arms that share seeds.
@@ -30,13 +34,11 @@ from config import CliError, Config, fail, parse_args  # noqa: E402
 
 def parse(argv, extra=None, doc=""):
     """Experiment flags. ``extra`` maps name -> (default, help)."""
-    opts = {"quick": False, "seeds": "0,1,2", "out": os.path.join(ROOT, "results"), "threads": 0}
+    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "replot": False}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
     for a in argv:
         if a in ("-h", "--help"):
-            print(doc.strip())
-            print("\nflags: --quick  --seeds=0,1,2  --out=results  --threads=N" +
-                  "".join(f"  --{k}={v[0]} ({v[1]})" for k, v in (extra or {}).items()))
+            print(help_text(doc, extra))
             sys.exit(0)
         key, eq, raw = a.lstrip("-").partition("=")
         if not a.startswith("--") or key not in opts:
@@ -57,10 +59,33 @@ def parse(argv, extra=None, doc=""):
         fail("--seeds needs at least one seed")
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
+    if not opts["out"]:
+        opts["out"] = default_out(opts["quick"])
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
-    os.makedirs(opts["out"], exist_ok=True)
+    if not opts["replot"]:
+        os.makedirs(opts["out"], exist_ok=True)
     return opts
+
+
+def default_out(quick):
+    """results/ for full runs (their files are committed); a scratch folder,
+    out/quick/, for --quick, so a quick run never overwrites a committed result."""
+    return os.path.join(ROOT, "out", "quick") if quick else os.path.join(ROOT, "results")
+
+
+def help_text(doc, extra=None):
+    """An experiment's --help: its docstring, then one flag per line."""
+    rows = [("--quick", "one seed, fewer steps; writes to out/quick/ unless --out is given"),
+            ("--seeds=0,1,2", "comma-separated seeds of the full run"),
+            ("--out=DIR", "where the JSON, PNG and warm starts go (default results/, or out/quick/ "
+                          "with --quick)"),
+            ("--threads=N", "torch threads (0: torch's default)"),
+            ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
+    rows = [r for r in rows if r[0].split("=")[0][2:] not in (extra or {})]
+    rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
+    width = max(len(r[0]) for r in rows) + 2
+    return doc.strip() + "\n\nflags:\n" + "\n".join(f"  {f:<{width}}{h}" for f, h in rows)
 
 
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
@@ -161,21 +186,66 @@ def paired(a, b):
     return {"diff": m, "half": h, "n": n, "sd": sd, "mde": mde, "per_seed": d}
 
 
+def errbars(pairs, floor=None, ceil=None):
+    """[[below], [above]] half-widths for matplotlib's yerr/xerr from [mean, half]
+    pairs, cut so that no bar crosses ``floor`` or ``ceil`` (a fraction, an
+    entropy or a KL cannot go below 0). Missing values draw no bar."""
+    below, above = [], []
+    for pair in pairs:
+        m, h = (pair if pair else (None, None))
+        m, h = (0.0 if m is None else m), (0.0 if h is None or h != h else h)
+        below.append(max(0.0, min(h, m - floor)) if floor is not None else h)
+        above.append(max(0.0, min(h, ceil - m)) if ceil is not None else h)
+    return [below, above]
+
+
+def caption(fig, text, width=150):
+    """A caption under the figure: what the bars and lines mean."""
+    import textwrap
+    fig.text(0.01, -0.01, textwrap.fill(text, width), ha="left", va="top", fontsize=8)
+
+
+def ci_note(n, cut="0"):
+    """The caption sentence about error bars over n seeds."""
+    if n < 2:
+        return "One seed: no error bars."
+    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom), "
+            f"cut at {cut} where the quantity cannot go beyond it.")
+
+
+def replot(name, out, plot):
+    """Redraw <out>/<name>.png from <out>/<name>.json with plot(plt, data):
+    no model is trained and nothing is recomputed."""
+    path = os.path.join(out, f"{name}.json")
+    if not os.path.isfile(path):
+        fail(f"{path} does not exist: run the experiment first (--replot only redraws its figure)")
+    with open(path) as f:
+        data = json.load(f)
+    draw(name, out, lambda plt: plot(plt, data))
+    print(f"redrew {os.path.join(out, name + '.png')} from {path}")
+    return data
+
+
+def draw(name, out, plot):
+    """<out>/<name>.png via plot(plt) -> figure, when matplotlib is installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(matplotlib not installed: {name}.png not written)")
+        return
+    fig = plot(plt)
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
 def save(name, data, out, plot=None):
     """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
     with open(os.path.join(out, f"{name}.json"), "w") as f:
         json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
     if plot is not None:
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            print(f"(matplotlib not installed: {name}.png not written)")
-            return
-        fig = plot(plt)
-        fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
-        plt.close(fig)
+        draw(name, out, plot)
 
 
 def table(rows, header):

@@ -43,8 +43,55 @@ def per_token(adv, mask):
     return adv[:, None].expand_as(mask)[mask]
 
 
+def plot(plt, data):
+    """Stacked flip fractions, and the distribution of Delta for each optimizer."""
+    summary, deltas, eps = data["summary"], data["deltas_first_seed"], data["config"]["eps"]
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.2))
+    labels = [f"{o.upper() if o == 'sgd' else 'Adam'}\nA{'>' if s == 'pos' else '<'}0" for o in OPTS
+              for s in ("pos", "neg")]
+    bottom = [0.0] * 4
+    for k, c in zip(KEYS, ("tab:green", "tab:red", "0.7")):
+        v = [summary[o][s][k][0] or 0 for o in OPTS for s in ("pos", "neg")]
+        ax[0].bar(labels, v, bottom=bottom, color=c, label=k)
+        bottom = [x + y for x, y in zip(bottom, v)]
+    ax[0].set_ylabel(f"fraction of tokens (|Δ| > ε = {eps:g} nats)")
+    ax[0].set_ylim(0, 1.18)
+    ax[0].legend(fontsize=8, ncol=3, loc="upper center")
+    n = len(data["per_seed"])
+    ax[0].set_title(f"Token flips after one update (mean over {n} seed{'s' if n > 1 else ''})", fontsize=10)
+    mag = torch.logspace(-8, 1, 28).tolist()
+    edges = [-x for x in reversed(mag)] + [0.0] + mag  # log-spaced on both sides of 0
+    for i, o in enumerate(OPTS):
+        a = ax[i + 1]
+        for s, c in (("pos", "tab:green"), ("neg", "tab:red")):
+            x = deltas.get(o, {}).get(s) or []
+            if x:
+                a.hist(x, bins=edges, alpha=0.5, color=c, label=f"tokens of A{'>' if s == 'pos' else '<'}0 rollouts")
+        a.set_xscale("symlog", linthresh=1e-8)
+        ticks = [-1, -1e-3, -1e-6, 0, 1e-6, 1e-3, 1]
+        a.set_xticks(ticks, ["−1", "−1e-3", "−1e-6", "0", "1e-6", "1e-3", "1"], fontsize=8)
+        a.minorticks_off()
+        for e in (-eps, eps):
+            a.axvline(e, color="k", lw=0.8, ls=":")
+        a.axvline(0, color="k", lw=0.5)
+        a.set_xlabel("Δ = log π_new(y) − log π_old(y)  (nats, symmetric log scale)")
+        a.set_ylabel("tokens (count)")
+        a.set_title(f"Distribution of Δ, {'Adam' if o == 'adam' else 'SGD'} step (first seed)", fontsize=10)
+        if x or deltas.get(o, {}).get("pos"):
+            a.legend(fontsize=8, loc="upper center")
+    common.caption(fig, f"Left: share of Â>0 and Â<0 tokens that one update boosted (Δ > ε), suppressed "
+                        f"(Δ < −ε) or left stable, mean over {n} seed{'s' if n > 1 else ''} (the README table "
+                        f"gives the 95 % intervals). Middle and right: histograms of Δ for every completion "
+                        f"token of the first seed; dotted lines at ±ε = {eps:g} nats, the threshold of the "
+                        f"left panel. Green bars left of 0 and red bars right of 0 are flipped tokens.")
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e1_flips", opts["out"], plot)
     t0 = time.time()
     per_seed, deltas = [], {}
     for seed in opts["seeds"]:
@@ -79,37 +126,9 @@ def main(argv):
     data = {"experiment": "e1_flips", "config": opts, "per_seed": per_seed, "summary": summary,
             "deltas_first_seed": deltas, "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        mag = torch.logspace(-8, 1, 28).tolist()
-        edges = [-x for x in reversed(mag)] + [0.0] + mag  # log-spaced on both sides of 0
-        fig, ax = plt.subplots(1, 3, figsize=(13, 3.6))
-        labels = [f"{o}\nA{'>' if s == 'pos' else '<'}0" for o in OPTS for s in ("pos", "neg")]
-        bottom = [0.0] * 4
-        for k, c in zip(KEYS, ("tab:green", "tab:red", "0.7")):
-            v = [summary[o][s][k][0] or 0 for o in OPTS for s in ("pos", "neg")]
-            ax[0].bar(labels, v, bottom=bottom, color=c, label=k)
-            bottom = [x + y for x, y in zip(bottom, v)]
-        ax[0].set_ylabel(f"fraction of tokens (eps={opts['eps']:g})")
-        ax[0].legend(fontsize=8)
-        ax[0].set_title("E1 token flips after one update")
-        for i, o in enumerate(OPTS):
-            for s, c in (("pos", "tab:green"), ("neg", "tab:red")):
-                x = deltas[o][s]
-                if x:
-                    ax[i + 1].hist(x, bins=edges, alpha=0.5, color=c, label=f"A{'>' if s == 'pos' else '<'}0")
-            ax[i + 1].set_xscale("symlog", linthresh=1e-8)
-            ticks = [-1, -1e-3, -1e-6, 0, 1e-6, 1e-3, 1]
-            ax[i + 1].set_xticks(ticks, [f"{t:g}" for t in ticks], fontsize=8)
-            ax[i + 1].minorticks_off()
-            for e in (-opts["eps"], opts["eps"]):
-                ax[i + 1].axvline(e, color="k", lw=0.5, ls=":")
-            ax[i + 1].axvline(0, color="k", lw=0.5)
-            ax[i + 1].set_title(f"Delta log pi, {o} (first seed, symlog)")
-            if deltas[o]["pos"] or deltas[o]["neg"]:
-                ax[i + 1].legend(fontsize=8)
-        return fig
 
-    common.save("e1_flips", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e1_flips", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[o, s, *(common.fmt(summary[o][s][k]) for k in KEYS)] for o in OPTS for s in ("pos", "neg")]
     common.table(rows, ["optimizer", "rollouts", *KEYS])
     for o in OPTS:

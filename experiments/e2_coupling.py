@@ -48,8 +48,55 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else None
 
 
+def plot(plt, data):
+    """Where the coupling mass sits, and how often the three Δ's agree in sign."""
+    summary, bins = data["summary"], data["conf_bins"]
+    fig, ax = plt.subplots(1, 3, figsize=(17, 4.8), gridspec_kw={"width_ratios": [1, 1, 1.4]},
+                           layout="constrained")
+    grids = {k: [[x or 0.0 for x in row] for row in summary[k]] for k in ("mass_by_conf_same", "mass_by_conf_diff")}
+    top = max(max(max(r) for r in g) for g in grids.values()) or 1.0
+    for i, (k, title) in enumerate((("mass_by_conf_same", "same-token pairs"),
+                                    ("mass_by_conf_diff", "different-token pairs"))):
+        g = grids[k]
+        im = ax[i].imshow(g, cmap="viridis", vmin=0, vmax=top)
+        for u in range(3):
+            for v in range(3):
+                ax[i].text(v, u, f"{g[u][v]:.2f}", ha="center", va="center",
+                           color="w" if g[u][v] < 0.6 * top else "k", fontsize=9)
+        ax[i].set_xticks(range(3), bins)
+        ax[i].set_yticks(range(3), bins)
+        ax[i].set_xlabel("confidence p(y_j) of the partner token j")
+        if i == 0:
+            ax[i].set_ylabel("confidence p(y_i) of the moved token i")
+        ax[i].set_title(f"Share of all coupling mass: {title}", fontsize=10)
+    fig.colorbar(im, ax=ax[1], fraction=0.05, pad=0.03, label="share of all coupling mass")
+    pretty = {"full_vs_head": "full vs\nhead step", "full_vs_pred": "full vs\nclosed form",
+              "head_vs_pred": "head step vs\nclosed form"}
+    names = [f"{pretty.get(k, k)}\n({'all' if s == 'all' else 'Â≠0'})" for s in ("all", "live") for k in AGREE]
+    v = [summary[f"{k}_{s}"] for s in ("all", "live") for k in AGREE]
+    ax[2].bar(range(len(v)), [x[0] or 0 for x in v], yerr=common.errbars(v, 0, 1), capsize=3,
+              color=["tab:blue"] * len(AGREE) + ["tab:cyan"] * len(AGREE))
+    ax[2].axhline(0.7, color="k", ls=":", lw=1, label="[P2]: about 0.7, full vs head")
+    ax[2].axhline(0.5, color="0.5", ls="--", lw=0.8, label="0.5: chance")
+    ax[2].set_xticks(range(len(v)), names, fontsize=7)
+    ax[2].set_ylim(0, 1.1)
+    ax[2].set_ylabel("fraction of tokens whose Δ has the same sign")
+    ax[2].set_title("Sign agreement of Δ between update kinds", fontsize=10)
+    ax[2].legend(fontsize=8, loc="upper right", ncol=2)
+    n = len(data["per_seed"])
+    common.caption(fig, "Left and middle: share of the coupling mass Σ_{i≠j} |η c_j α_ij κ_ij| of one "
+                        "unembedding-only SGD step that falls on pairs of tokens (i, j) in each confidence "
+                        f"cell, mean over {n} seed{'s' if n > 1 else ''}; the 18 cells of both panels sum to 1. "
+                        "Right: how often two ways of computing Δ = log π_new − log π_old agree in sign "
+                        "(full-parameter step, unembedding-only 'head' step, its first-order closed form), "
+                        "over all tokens (dark) and over tokens with Â ≠ 0 (light). " + common.ci_note(n, "0 and 1"))
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e2_coupling", opts["out"], plot)
     t0, lr = time.time(), opts["sgd_lr"]
     per_seed = []
     for seed in opts["seeds"]:
@@ -86,34 +133,9 @@ def main(argv):
     data = {"experiment": "e2_coupling", "config": opts, "conf_bins": bins, "per_seed": per_seed,
             "summary": summary, "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        fig, ax = plt.subplots(1, 3, figsize=(13, 3.8))
-        top = max(max(max(r) for r in summary[k]) for k in ("mass_by_conf_same", "mass_by_conf_diff"))
-        for i, (k, title) in enumerate((("mass_by_conf_same", "same-token pairs"),
-                                        ("mass_by_conf_diff", "different-token pairs"))):
-            g = summary[k]
-            ax[i].imshow(g, cmap="viridis", vmin=0, vmax=top)
-            for u in range(3):
-                for v in range(3):
-                    ax[i].text(v, u, f"{g[u][v]:.2f}", ha="center", va="center", color="w", fontsize=9)
-            ax[i].set_xticks(range(3), bins)
-            ax[i].set_yticks(range(3), bins)
-            ax[i].set_xlabel("p(y_j) of the partner j")
-            if i == 0:
-                ax[i].set_ylabel("p(y_i) of the moved token i")
-            ax[i].set_title(f"share of coupling mass: {title}", fontsize=10)
-        names = [f"{k}\n{s}" for s in ("all", "live") for k in AGREE]
-        v = [summary[f"{k}_{s}"] for s in ("all", "live") for k in AGREE]
-        ax[2].bar(range(len(v)), [x[0] or 0 for x in v], yerr=[x[1] or 0 for x in v], color="tab:blue")
-        ax[2].axhline(0.7, color="k", ls=":", lw=1, label="P2: ~0.7 full vs head")
-        ax[2].axhline(0.5, color="0.5", lw=0.5)
-        ax[2].set_xticks(range(len(v)), [n.replace("_vs_", "/") for n in names], fontsize=7)
-        ax[2].set_ylim(0, 1)
-        ax[2].set_title("sign agreement of Delta", fontsize=10)
-        ax[2].legend(fontsize=8)
-        return fig
 
-    common.save("e2_coupling", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e2_coupling", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[k, common.fmt(summary[k])] for k in SCALARS] + \
            [[f"{k}_{s}", common.fmt(summary[f"{k}_{s}"])] for s in ("all", "live") for k in AGREE] + \
            [["head_pred_relerr", common.fmt(summary["head_pred_relerr"], 5)]]

@@ -43,8 +43,38 @@ ROWS = VARIANTS + tuple(f"cf_{v}" for v in VARIANTS)
 LABELS = {"full": "full", "no_opposite_same_token": "no opposite\nsame-token", "positive_only": "positive\nonly"}
 
 
+def plot(plt, data):
+    """Flipped fraction under each masked update, with the unmasked one as reference."""
+    summary, eps = data["summary"], data["config"]["eps"]
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4), sharey=False)
+    ticks = [("closed form:\n" if r.startswith("cf_") else "SGD step:\n") +
+             LABELS[r.replace("cf_", "")].replace(" ", "\n", 1) for r in ROWS]
+    n = len(data["per_seed"])
+    for i, key in enumerate(("flipped", "flipped_eps0")):
+        v = [summary[r][key] for r in ROWS]
+        ax[i].bar(range(len(ROWS)), [x[0] or 0 for x in v], yerr=common.errbars(v, 0, 1), capsize=3,
+                  color=["tab:blue"] * 3 + ["tab:orange"] * 3)
+        for r0, c in (("full", "tab:blue"), ("cf_full", "tab:orange")):
+            if summary[r0][key][0] is not None:
+                ax[i].axhline(summary[r0][key][0], color=c, ls=":", lw=1)
+        ax[i].set_xticks(range(len(ROWS)), ticks, fontsize=7)
+        ax[i].set_ylabel("flipped fraction of Â ≠ 0 tokens")
+        ax[i].set_title(f"Flips after a masked SGD update, {'ε = %g nats' % eps if i == 0 else 'ε = 0'}",
+                        fontsize=10)
+    common.caption(fig, "Flipped = Â>0 tokens suppressed plus Â<0 tokens boosted, over all Â≠0 tokens, after "
+                        "one plain-SGD update (blue: the actual step; orange: its unembedding-only closed "
+                        "form) with chosen contributions removed: none ('full'), every same-token copy of the "
+                        "opposite sign, or all negative rollouts. Dotted lines: the unmasked level of each kind; "
+                        "a mask that removed the cause would bring its bar well below them. "
+                        + common.ci_note(n, "0 and 1"))
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e3_masked", opts["out"], plot)
     t0, lr = time.time(), opts["sgd_lr"]
     per_seed = []
     for seed in opts["seeds"]:
@@ -79,20 +109,9 @@ def main(argv):
     data = {"experiment": "e3_masked", "config": opts, "variants": list(ROWS), "per_seed": per_seed,
             "summary": summary, "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
-        for i, key in enumerate(("flipped", "flipped_eps0")):
-            v = [summary[r][key] for r in ROWS]
-            ax[i].bar(range(len(ROWS)), [x[0] or 0 for x in v], yerr=[x[1] or 0 for x in v],
-                      color=["tab:blue"] * 3 + ["tab:orange"] * 3)
-            ax[i].set_xticks(range(len(ROWS)), [("closed\nform, " if r.startswith("cf_") else "SGD,\n") +
-                                                LABELS[r.replace("cf_", "")] for r in ROWS], fontsize=7)
-            ax[i].set_ylabel("flipped fraction of A != 0 tokens")
-            ax[i].set_title(f"E3 flips under masked SGD updates ({'eps=%g' % opts['eps'] if i == 0 else 'eps=0'})",
-                            fontsize=10)
-        return fig
 
-    common.save("e3_masked", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e3_masked", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[v, common.fmt(summary[v]["flipped"]), common.fmt(summary[v]["flipped_eps0"]),
              common.fmt(summary[v]["pos_suppressed"]), common.fmt(summary[v]["neg_boosted"])] for v in ROWS]
     common.table(rows, ["update", f"flipped eps={opts['eps']:g}", "flipped eps=0", "A>0 suppressed",

@@ -47,8 +47,58 @@ OPTS = ("adam", "sgd")
 CHARS = list(toy_tasks.ALPHABET) + ["EOS"]
 
 
+def plot(plt, data):
+    """Share of the update mass per token category, and mean |Δ| per category."""
+    summary, runs = data["summary"], [f"{l}_{o}" for o in OPTS for l in LOSSES]
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
+    cats = data.get("categories", list(cats))  # older results have no "style"
+    colors = {"template": "0.6", "copy": "tab:blue", "compute": "tab:orange", "style": "tab:purple"}
+    bottom = [0.0] * len(runs)
+    for c in cats:
+        v = [summary[r][c]["share"][0] or 0 for r in runs]
+        ax[0].bar(range(len(runs)), v, bottom=bottom, color=colors[c], label=c)
+        bottom = [x + y for x, y in zip(bottom, v)]
+    tok = [summary["tokens"][c][0] or 0 for c in cats]
+    total = sum(tok) or 1
+    acc = 0.0
+    for c, t in zip(cats, tok):
+        ax[0].bar([len(runs) + 0.5], [t / total], bottom=[acc], color=colors[c], hatch="//", edgecolor="w")
+        acc += t / total
+    pretty = lambda r: r.replace("positive_only", "positive-only").replace("grpo", "GRPO").replace(
+        "_adam", "\nAdam").replace("_sgd", "\nSGD")
+    ax[0].set_xticks(list(range(len(runs))) + [len(runs) + 0.5], [pretty(r) for r in runs] +
+                     ["share of\ntokens"], fontsize=8)
+    ax[0].set_ylabel("share of update mass Σ|Δ| (nats / nats)")
+    ax[0].set_ylim(0, 1.15)
+    ax[0].legend(fontsize=8, ncol=3, loc="upper center")
+    ax[0].set_title("Update mass by token category (mean over seeds)", fontsize=10)
+    w = 0.8 / len(runs)
+    floor = min([summary[r][c]["mean_abs"][0] for r in runs for c in cats
+                 if summary[r][c]["mean_abs"][0]] or [1e-12]) / 10
+    for i, r in enumerate(runs):
+        v = [summary[r][c]["mean_abs"] for c in cats]
+        ax[1].bar([k + i * w for k in range(len(cats))], [x[0] or 0 for x in v], w,
+                  yerr=common.errbars(v, floor), capsize=2, label=pretty(r).replace("\n", ", "))
+    if any(summary[r][c]["mean_abs"][0] for r in runs for c in cats):
+        ax[1].set_yscale("log")
+    ax[1].set_xticks([k + 0.4 - w / 2 for k in range(len(cats))], cats)
+    ax[1].set_ylabel("mean |Δ| per token (nats, log scale)")
+    ax[1].set_title("How far one update moves a token, by category", fontsize=10)
+    ax[1].legend(fontsize=7)
+    n = len(data["per_seed"])
+    common.caption(fig, "Δ = log π_new − log π_old of each completion token after one update (GRPO or "
+                        "positive-only; AdamW at lr 1e-4 or plain SGD at lr 1e-3) on the same rollouts. Left: "
+                        "each category's share of Σ|Δ|, mean over seeds; hatched bar: the categories' share of "
+                        "the tokens themselves, for reference. Right: mean |Δ| per token of each category. "
+                        + common.ci_note(n) + " On the log axis bars are cut at a tenth of the smallest mean.")
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e4_categories", opts["out"], plot)
     t0 = time.time()
     per_seed = []
     for seed in opts["seeds"]:
@@ -92,38 +142,9 @@ def main(argv):
     data = {"experiment": "e4_categories", "config": opts, "categories": list(D.CATEGORIES),
             "per_seed": per_seed, "summary": summary, "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
-        colors = {"template": "0.6", "copy": "tab:blue", "compute": "tab:orange"}
-        bottom = [0.0] * len(runs)
-        for c in D.CATEGORIES:
-            v = [summary[r][c]["share"][0] or 0 for r in runs]
-            ax[0].bar(range(len(runs)), v, bottom=bottom, color=colors[c], label=c)
-            bottom = [x + y for x, y in zip(bottom, v)]
-        tok = [summary["tokens"][c][0] or 0 for c in D.CATEGORIES]
-        ax[0].bar([len(runs) + 0.5], [tok[0] / sum(tok)], color=colors["template"])
-        ax[0].bar([len(runs) + 0.5], [tok[1] / sum(tok)], bottom=[tok[0] / sum(tok)], color=colors["copy"])
-        ax[0].bar([len(runs) + 0.5], [tok[2] / sum(tok)], bottom=[(tok[0] + tok[1]) / sum(tok)],
-                  color=colors["compute"])
-        ax[0].set_xticks(list(range(len(runs))) + [len(runs) + 0.5],
-                         [r.replace("_", "\n") for r in runs] + ["token\ncounts"], fontsize=7)
-        ax[0].set_ylabel("share of update mass sum|Delta|")
-        ax[0].set_ylim(0, 1.15)
-        ax[0].legend(fontsize=8, ncol=3, loc="upper center")
-        ax[0].set_title("E4 update mass by token category", fontsize=10)
-        w = 0.8 / len(runs)
-        for i, r in enumerate(runs):
-            v = [summary[r][c]["mean_abs"] for c in D.CATEGORIES]
-            ax[1].bar([k + i * w for k in range(len(D.CATEGORIES))], [x[0] or 0 for x in v], w, yerr=[x[1] or 0 for x in v],
-                      label=r)
-        if any(summary[r][c]["mean_abs"][0] for r in runs for c in D.CATEGORIES):
-            ax[1].set_yscale("log")
-        ax[1].set_xticks([k + 0.4 - w / 2 for k in range(len(D.CATEGORIES))], D.CATEGORIES)
-        ax[1].set_ylabel("mean |Delta| per token")
-        ax[1].legend(fontsize=7)
-        return fig
 
-    common.save("e4_categories", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e4_categories", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[r, *(common.fmt(summary[r][c]["share"]) for c in D.CATEGORIES)] for r in runs]
     rows.append(["(token counts)", *(common.fmt(summary["tokens"][c], 0) for c in D.CATEGORIES)])
     common.table(rows, ["update", *(f"{c} share" for c in D.CATEGORIES)])

@@ -40,8 +40,46 @@ OPTS = ("adam", "sgd")
 CELLS = [(s, c) for s in ("pos", "neg") for c in ("boosted", "suppressed")]
 
 
+def plot(plt, data):
+    """Mean value and credit of boosted and suppressed tokens, per rollout sign."""
+    summary = data["summary"]
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
+    for i, n in enumerate(("value", "credit")):
+        for j, o in enumerate(OPTS):
+            v = [summary[o][f"{s}_{c}"][n] for s, c in CELLS]
+            x = [k + 0.4 * j for k in range(len(CELLS))]
+            ax[i].bar(x, [e[0] or 0 for e in v], 0.4,
+                      yerr=common.errbars(v, 0, 1) if n == "value" else common.errbars(v, -1, 1), capsize=3,
+                      label="Adam step" if o == "adam" else "SGD step",
+                      color=["tab:green", "tab:green", "tab:red", "tab:red"], alpha=1.0 if j == 0 else 0.45,
+                      edgecolor="k")
+        ax[i].set_xticks([k + 0.2 for k in range(len(CELLS))],
+                         [f"tokens of A{'>' if s == 'pos' else '<'}0\nrollouts, {c}" for s, c in CELLS], fontsize=8)
+        ax[i].axhline(0, color="k", lw=0.5)
+        if n == "value":
+            ax[i].set_ylabel("V(s_{t+1}): P(correct) after the token")
+            ax[i].set_ylim(0, 1.05)
+            ax[i].set_title("Value of boosted vs suppressed tokens", fontsize=10)
+        else:
+            ax[i].set_ylabel("credit V(s_{t+1}) − V(s_t) (change in P(correct))")
+            ax[i].set_title("Credit of boosted vs suppressed tokens", fontsize=10)
+        ax[i].legend(fontsize=8)
+    n = len(data["per_seed"])
+    cfg = data["config"]
+    common.caption(fig, f"V(prefix) is the mean reward of K = {cfg.get('K', '?')} continuations sampled from "
+                        "the prefix (Monte Carlo estimate of the probability of a correct answer). A token is "
+                        "boosted (suppressed) when one update raised (lowered) its log-probability by more "
+                        "than ε. Solid: one AdamW step; light: one plain-SGD step. "
+                        + (common.ci_note(n, "0 and 1") if n > 1 else
+                           "One seed: error bars are 95 % intervals over tokens."))
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e5_value", opts["out"], plot)
     t0, eps = time.time(), opts["eps"]
     per_seed = []
     for seed in opts["seeds"]:
@@ -89,24 +127,9 @@ def main(argv):
     data = {"experiment": "e5_value", "config": opts, "per_seed": per_seed, "summary": summary,
             "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        fig, ax = plt.subplots(1, 2, figsize=(11, 3.8))
-        for i, n in enumerate(("value", "credit")):
-            for j, o in enumerate(OPTS):
-                v = [summary[o][f"{s}_{c}"][n] for s, c in CELLS]
-                x = [k + 0.4 * j for k in range(len(CELLS))]
-                err = [e[1] or 0 for e in v]  # over seeds, or over tokens with one seed
-                ax[i].bar(x, [e[0] or 0 for e in v], 0.4, yerr=err, label=o,
-                          color=["tab:green", "tab:red"] * 2, alpha=1.0 if j == 0 else 0.5,
-                          edgecolor="k")
-            ax[i].set_xticks([k + 0.2 for k in range(len(CELLS))],
-                             [f"A{'>' if s == 'pos' else '<'}0\n{c}" for s, c in CELLS])
-            ax[i].set_ylabel(f"mean token {n}" + (" V(s_t+1)" if n == "value" else " V(s_t+1)-V(s_t)"))
-            ax[i].set_title(f"E5 {n} of boosted vs suppressed tokens (solid adam, light sgd)", fontsize=9)
-            ax[i].axhline(0, color="k", lw=0.5)
-        return fig
 
-    common.save("e5_value", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e5_value", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[o, f"{s}_{c}", summary[o][f"{s}_{c}"]["n"], common.fmt(summary[o][f"{s}_{c}"]["value"]),
              common.fmt(summary[o][f"{s}_{c}"]["credit"])] for o in OPTS for s, c in CELLS]
     common.table(rows, ["optimizer", "tokens", "n", "value", "credit"])

@@ -19,7 +19,7 @@ also R_prefix, the same ratio with the numerator restricted to tokens in the
 longest common prefix of a mixed group (shared by *every* member, where the
 direct gradients cancel exactly when weights are exchangeable). Also
 reported: the flipped fraction at eps = 0 (E1) and the gradient residual of
-DESIGN.md section 4 (diagnostics.cancellation_residual: norm of the gradient
+THEORY.md section 4 (diagnostics.cancellation_residual: norm of the gradient
 from the tokens of each group's common prefix over the total norm).
 
 Method: from the SFT warm start (2-digit addition), G in --group_sizes at
@@ -98,8 +98,46 @@ def setting(model, m64, task, draw, gen, B, G, opts):
             "flipped_eps0": flips["flipped"], "residual": sum(res) / len(res) if res else None}
 
 
+def plot(plt, data):
+    """Four measures of cancellation against G (blue) and B (orange)."""
+    summary, cfg = data["summary"], data["config"]
+    fig, ax = plt.subplots(1, 4, figsize=(18, 4.4))
+    panels = (("R", "Cancellation ratio R", "R (lower = stronger cancellation)"),
+              ("R_prefix", "R over whole-group prefix tokens", "R_prefix (lower = stronger)"),
+              ("flipped_eps0", "Flipped tokens (ε = 0)", "fraction of Â ≠ 0 tokens"),
+              ("residual", "Shared-prefix gradient residual", "‖g_shared‖ / ‖g‖"))
+    for i, (k, title, ylabel) in enumerate(panels):
+        for name, color in (("G", "tab:blue"), ("B", "tab:orange")):
+            pts = [p for p in summary[name] if p[k][0] is not None]
+            ax[i].errorbar([p[name] for p in pts], [p[k][0] for p in pts],
+                           common.errbars([p[k] for p in pts], 0, 1 if k == "flipped_eps0" else None),
+                           marker="o", color=color, capsize=3,
+                           label=f"vary G, B = {cfg['prompts']}" if name == "G" else
+                           f"vary B, G = {cfg['group_size']}")
+        ax[i].set_xscale("log", base=2)
+        ax[i].set_xticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
+        ax[i].minorticks_off()
+        ax[i].set_xlabel("G (completions per prompt) or B (prompts)")
+        ax[i].set_ylabel(ylabel)
+        ax[i].set_title(title, fontsize=10)
+        ax[i].set_ylim(bottom=0)
+        if k == "residual":
+            ax[i].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
+    ax[0].legend(fontsize=8, loc="upper left")
+    n = len(data["per_seed"])
+    common.caption(fig, "R = mean |Δ| over tokens whose prefix also occurs in an opposite-sign rollout of the "
+                        "group, divided by mean |Δ| over positive-specific tokens, after one plain-SGD GRPO "
+                        f"update on {cfg['rollouts']} rollouts per setting; R_prefix restricts the numerator to "
+                        "the longest prefix the whole group shares. Residual: norm of the gradient of the "
+                        "shared-prefix tokens over the norm of the whole gradient. " + common.ci_note(n))
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
+    if opts["replot"]:
+        return common.replot("e6_group_size", opts["out"], plot)
     t0 = time.time()
     Gs = [int(x) for x in str(opts["group_sizes"]).split(",")]
     Bs = [int(x) for x in str(opts["prompt_counts"]).split(",")]
@@ -122,28 +160,9 @@ def main(argv):
     data = {"experiment": "e6_group_size", "config": opts, "per_seed": per_seed, "summary": summary,
             "wall_s": round(time.time() - t0, 1)}
 
-    def plot(plt):
-        fig, ax = plt.subplots(1, 4, figsize=(16, 3.6))
-        for i, (k, lab) in enumerate((("R", "R = mean|Delta| shared / positive-specific"),
-                                      ("R_prefix", "R_prefix (whole-group prefix tokens)"),
-                                      ("flipped_eps0", "flipped fraction (eps=0)"),
-                                      ("residual", "shared-prefix gradient residual"))):
-            for name, color in (("G", "tab:blue"), ("B", "tab:orange")):
-                xs = [p[name] for p in summary[name]]
-                ys = [p[k][0] for p in summary[name]]
-                es = [p[k][1] or 0 for p in summary[name]]
-                ok = [j for j, y in enumerate(ys) if y is not None]
-                ax[i].errorbar([xs[j] for j in ok], [ys[j] for j in ok], [es[j] for j in ok], marker="o",
-                               color=color, capsize=3,
-                               label=f"vary G (B={opts['prompts']})" if name == "G" else
-                               f"vary B (G={opts['group_size']})")
-            ax[i].set_xscale("log", base=2)
-            ax[i].set_xlabel("G or B")
-            ax[i].set_title(lab, fontsize=9)
-            ax[i].legend(fontsize=7)
-        return fig
 
-    common.save("e6_group_size", common.clean(data), opts["out"], plot)
+    data = common.clean(data)
+    common.save("e6_group_size", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[name, p["B"], p["G"], common.fmt(p["R"]), common.fmt(p["R_prefix"]), common.fmt(p["flipped_eps0"]),
              common.fmt(p["residual"])] for name in sweeps for p in summary[name]]
     common.table(rows, ["sweep", "B", "G", "R", "R_prefix", "flipped eps=0", "residual"])

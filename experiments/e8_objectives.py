@@ -68,8 +68,47 @@ def summarise(ms):
     return out
 
 
+def plot(plt, data):
+    """Residual, learning tax and accuracy per objective, without and with clip-higher."""
+    results = data["results"]
+    names = list(results)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), sharey=True)
+    panels = [("residual", "Shared-token residual", "|Σ c| / Σ |c| at the first token (0 = cancels)", (0, 1)),
+              ("tax_sum", "Learning tax", "Σ over RL steps of KL(π_new ‖ π_old) (nats)", (0, None)),
+              ("acc", "Held-out accuracy at the end", "fraction correct (greedy)", (0, 1))]
+    colors = ["C0" if "no clip" in nm else "C1" for nm in names]
+    for i, (metric, title, xlabel, (lo, hi)) in enumerate(panels):
+        pairs = [results[nm]["summary"][metric] for nm in names]
+        axes[i].barh(range(len(names)), [p[0] or 0 for p in pairs], xerr=common.errbars(pairs, lo, hi),
+                     color=colors, capsize=2)
+        axes[i].set_title(title, fontsize=10)
+        axes[i].set_xlabel(xlabel, fontsize=9)
+        axes[i].grid(axis="x", alpha=0.3)
+        if metric == "acc":
+            start = results[names[0]]["summary"]["acc_start"][0]
+            axes[i].axvline(start, color="k", ls=":", lw=1)
+            axes[i].text(start, len(names) - 0.4, " warm start", fontsize=8, va="bottom")
+        if metric == "residual":
+            axes[i].axvline(0, color="k", lw=0.8)
+    axes[0].set_yticks(range(len(names)), names, fontsize=8)
+    axes[0].set_ylim(-0.6, len(names) + 0.2)
+    from matplotlib.patches import Patch
+    fig.legend([Patch(color="C0"), Patch(color="C1")], ["no clip", "clip-higher"], loc="upper center",
+               ncol=2, fontsize=9, bbox_to_anchor=(0.5, 1.05), frameon=False)
+    n = len(data["seeds"])
+    common.caption(fig, f"Task {data.get('task', 'primes')}, {data['rl_steps']} RL steps with "
+                        "--minibatches=4 --epochs=2 --batching=query (off-policy reuse, whole groups). "
+                        "Residual: mean over steps; learning tax: KL at the histories each group shares, summed "
+                        "over steps; accuracy on the held-out problems, dotted: the warm start. "
+                        + common.ci_note(n, "0 (and 1 for fractions)"))
+    fig.tight_layout()
+    return fig
+
+
 def main(argv):
     o = common.parse(argv, EXTRA, __doc__)
+    if o["replot"]:
+        return common.replot("e8_objectives", o["out"], plot)
     rl_steps = min(o["rl_steps"], 40) if o["quick"] else o["rl_steps"]
     size = ["--n_layer=1", "--n_embd=32", "--prompts_per_step=4", "--group_size=4",
             "--eval_size=16"] if o["small"] else []
@@ -102,21 +141,8 @@ def main(argv):
                         "answer entropy", "token entropy", "accuracy (95% CI)"])
     print(f"E8 took {seconds:.0f}s")
 
-    def plot(plt):
-        fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
-        names = list(results)
-        for i, (metric, label) in enumerate([("residual", "shared-token residual"),
-                                              ("tax_sum", "learning tax (sum of KL)"),
-                                              ("acc", "held-out accuracy")]):
-            means = [results[n]["summary"][metric][0] for n in names]
-            errs = [0 if results[n]["summary"][metric][1] != results[n]["summary"][metric][1]
-                    else results[n]["summary"][metric][1] for n in names]
-            axes[i].barh(range(len(names)), means, xerr=errs, color=["C0" if "no clip" in n else "C1" for n in names])
-            axes[i].set_yticks(range(len(names)))
-            axes[i].set_yticklabels(names if i == 0 else [], fontsize=8)
-            axes[i].set_title(label, fontsize=9)
-        return fig
-    common.save("e8_objectives", data, o["out"], plot)
+    data = common.clean(data)
+    common.save("e8_objectives", data, o["out"], lambda plt: plot(plt, data))
     return data
 
 

@@ -1,7 +1,7 @@
 """Numbers for every formula in loss.py, and the central exchangeability test.
 
 Coefficients are c_{i,t} = -d loss / d log pi_new(y_{i,t}), read off by autograd
-and compared with values written out by hand from DESIGN.md section 3.
+and compared with values written out by hand from THEORY.md section 3.
 """
 import math
 

@@ -7,8 +7,15 @@ rollout j's tokens picks up terms (d w~_i / d log pi_new(y_{j,t})) A_i
 sum_t' log pi_new(y_{i,t'}) / (N L_max) from every rollout i of the group.
 Those terms differ from copy to copy of a shared token, so the copies no
 longer sum to zero, even on-policy, where w = w~ = 1 and the weights look
-harmless. DESIGN.md section 2: without the stop-gradient the transform
-couples the gradients again.
+harmless. THEORY.md section 2.3: differentiating through w~ couples the
+rollouts again.
+
+How ex6_diagnose.py shows it: the loss values agree, but even on-policy the
+shared token's coefficients are not +-A_i / (N L_max) and do not sum to zero
+(residual 0.0165); the summed coefficients of a rollout differ from the
+specification by amounts that depend on the other rollouts. Option a is ruled
+out because the specification uses the same advantages and cancels; c would
+change the loss value; d would too (w = 1/s changes w~ off-policy).
 
 The fix is one ``.detach()`` (loss.py does the same in policy_loss).
 """
@@ -16,6 +23,8 @@ The fix is one ``.detach()`` (loss.py does the same in policy_loss).
 import torch
 
 import loss as L
+
+CAUSE = "b"
 
 DIAGNOSIS = """
 The DFPO weights w~ were not detached. The loss value is unchanged, but

@@ -1,0 +1,191 @@
+"""plot.py: draw the training curves of one or more runs of train.py.
+
+What it teaches
+---------------
+How to read a run: held-out accuracy should climb from the warm start, the
+mean reward with it; the fraction of *mixed* groups (some rollouts right,
+some wrong) is the share of the batch that carries any learning signal; the
+shared-token residual |sum_i c_i| / sum_i |c_i| (THEORY.md section 2.1) is 0
+where the objective keeps gradient exchangeability. With ``--diagnostics``
+the run also logs token entropy, pass@k and the learning tax (THEORY.md
+section 4), which get their own panels.
+
+Usage::
+
+    python plot.py OUT_DIR [OUT_DIR ...] [--out=FILE]
+
+Each OUT_DIR is a folder train.py wrote (it holds metrics.jsonl). Several
+folders are overlaid, one colour per run, for comparing runs. The figure goes
+to OUT_DIR/curves.png (the first folder) unless ``--out`` names a file.
+Only panels for quantities that at least one run logged are drawn.
+matplotlib is optional for the rest of the project
+(``pip install -r requirements-plots.txt``); without it this script exits
+with one line and status 2.
+"""
+
+import json
+import os
+import sys
+
+from config import CliError, fail
+
+SMOOTH = 10  # RL steps in the running mean drawn over per-step quantities
+
+# (metric key, panel title, y-axis label, kind). kind "eval": logged at
+# evaluations only, drawn with markers; "step": logged every RL step, drawn
+# faint per step with a running mean on top; "sft": the SFT phase.
+PANELS = [
+    ("loss", "SFT loss", "cross-entropy per token (nats)", "sft"),
+    ("eval_acc", "Held-out accuracy (greedy)", "fraction correct", "eval"),
+    ("reward", "Mean reward of the rollouts", "mean reward (0 to 1)", "step"),
+    ("mixed", "Mixed groups (carry a signal)", "fraction of groups", "step"),
+    ("residual", "Shared-token residual (first token)", "|Σc| / Σ|c| (0 = cancels)", "step"),
+    ("residual_ha", "Residual per (history, token)", "|Σc| / Σ|c| (0 = cancels)", "step"),
+    ("entropy", "Mean token entropy, held out", "nats per token", "eval"),
+    ("tax_sum", "Learning tax, cumulative", "Σ KL(π_new‖π_old) (nats)", "step"),
+    ("tax_interior", "Learning tax before divergence", "KL per step (nats)", "step"),
+    ("style_drift", "Reward-irrelevant style drift", "mean |Δ log-odds| (nats)", "step"),
+    ("answer_logodds", "Log-odds between two correct answers", "log-odds (nats)", "eval"),
+    ("answer_entropy", "Entropy over correct answers", "nats", "eval"),
+    ("clip_frac", "Clipped fraction", "fraction of tokens", "step"),
+]
+
+
+def usage():
+    return __doc__.split("Usage::")[1].split("Each OUT_DIR")[0].strip()
+
+
+def parse(argv):
+    """(run folders, output file) from the command line."""
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__.strip())
+        sys.exit(0)
+    dirs, out = [], None
+    for a in argv:
+        if a.startswith("--out="):
+            out = a[len("--out="):]
+            if not out:
+                raise CliError("--out needs a file name: --out=FILE.png")
+        elif a.startswith("--"):
+            raise CliError(f"unknown flag {a.split('=')[0]} (plot.py takes OUT_DIR ... and --out=FILE)")
+        else:
+            dirs.append(a)
+    if not dirs:
+        raise CliError(f"name at least one run folder: {usage()}")
+    for d in dirs:
+        if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
+            raise CliError(f"{os.path.join(d, 'metrics.jsonl')} does not exist: is {d!r} a folder train.py wrote?")
+    return dirs, out or os.path.join(dirs[0], "curves.png")
+
+
+def load_run(path):
+    """{"sft": [...], "rl": [...], "label": str} from a run folder."""
+    runs = {"sft": [], "rl": []}
+    with open(os.path.join(path, "metrics.jsonl")) as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                raise CliError(f"{path}/metrics.jsonl line {n} is not JSON") from None
+            if rec.get("phase") in runs:
+                runs[rec["phase"]].append(rec)
+    label = os.path.basename(os.path.normpath(path)) or path
+    cfg_path = os.path.join(path, "config.json")
+    if os.path.isfile(cfg_path):
+        try:
+            cfg = json.load(open(cfg_path))
+            label += f" ({cfg.get('loss', '?')}, {cfg.get('task_name', cfg.get('task', '?'))})"
+        except (json.JSONDecodeError, AttributeError):
+            pass
+    runs["label"] = label
+    return runs
+
+
+def series(run, key, kind):
+    """(x, y) of one metric: SFT step for the SFT loss, RL step otherwise."""
+    recs = run["sft"] if kind == "sft" else run["rl"]
+    pts = [(r["step"], r[key]) for r in recs if isinstance(r.get(key), (int, float))]
+    return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def panels_present(runs):
+    """The rows of PANELS that at least one run has data for."""
+    return [p for p in PANELS if any(series(r, p[0], p[3])[0] for r in runs)]
+
+
+def running_mean(y, k=SMOOTH):
+    out, s = [], 0.0
+    for i, v in enumerate(y):
+        s += v
+        if i >= k:
+            s -= y[i - k]
+        out.append(s / min(i + 1, k))
+    return out
+
+
+def draw(runs, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise CliError("plot.py needs matplotlib: pip install -r requirements-plots.txt") from None
+    panels = panels_present(runs)
+    if not panels:
+        raise CliError("no metric to plot: the runs' metrics.jsonl hold no SFT or RL lines")
+    cols = 3 if len(panels) > 4 else 2
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 3.4 * rows), squeeze=False)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (key, title, ylabel, kind) in zip(axes.flat, panels):
+        for k, run in enumerate(runs):
+            x, y = series(run, key, kind)
+            if not x:
+                continue
+            c = colors[k % len(colors)]
+            if kind == "eval":
+                ax.plot(x, y, "o-", color=c, ms=3, label=run["label"])
+                if key == "eval_acc" and x[0] == 0:
+                    ax.axhline(y[0], color=c, ls=":", lw=1)
+            else:
+                ax.plot(x, y, color=c, lw=0.6, alpha=0.3)
+                ax.plot(x, running_mean(y) if kind == "step" else running_mean(y, 25), color=c, lw=1.5,
+                        label=run["label"])
+        if key in ("residual", "residual_ha"):
+            ax.axhline(0, color="k", lw=0.8)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("SFT step" if kind == "sft" else "RL step")
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    for ax in axes.flat:
+        h, lab = ax.get_legend_handles_labels()
+        if len(lab) > len(labels):
+            handles, labels = h, lab
+    fig.legend(handles, labels, loc="lower center", ncol=min(3, len(labels)), fontsize=9,
+               bbox_to_anchor=(0.5, 0.0), frameon=False)
+    fig.suptitle("Training curves. Faint: per step; solid: running mean of "
+                 f"{SMOOTH} RL steps (25 SFT steps); dotted: warm-start accuracy", fontsize=10)
+    fig.tight_layout(rect=(0, 0.03 + 0.025 * ((len(labels) + 2) // 3), 1, 0.97))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv):
+    dirs, out = parse(argv)
+    runs = [load_run(d) for d in dirs]
+    draw(runs, out)
+    print(f"wrote {out} ({len(runs)} run{'s' if len(runs) > 1 else ''})")
+    return out
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except CliError as e:
+        fail(str(e))
