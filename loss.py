@@ -468,7 +468,7 @@ def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
         sgn = torch.sign(adv)[:, None]
         c = log_ratio.clamp(bounds[0] - 1, bounds[1] - 1)
         lr = sgn * torch.minimum(sgn * log_ratio, sgn * c)
-        clipped = c != log_ratio
+        clipped = sgn * c < sgn * log_ratio  # where the clipped side is taken: no gradient
     lens = mask.sum(1)
     g = ((lr * mask.float()).sum(1) / lens.clamp(min=1)).exp()
     return -(adv * g * norm * lens).sum(), _frac(clipped, mask), {}
