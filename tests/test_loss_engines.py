@@ -289,3 +289,22 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
         for cell in row.values():
             assert cell["predicted"] in ("0", ">0") and 0 <= cell["residual_ha"] <= 1
     assert "scoreboard:" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--loss=ppo"], "choose one of grpo, .*vespo"),
+    (["--loss=sapo"], "--loss=sapo has no ratio clip; pass --clip=none"),
+    (["--dual_clip=1"], "must be above 1"),
+    (["--dual_clip=3", "--clip=none"], "needs --clip=sym or --clip=higher"),
+    (["--dual_clip=3", "--loss=gspo"], "not to --loss=gspo"),
+    (["--beta=-0.1"], "--beta must be 0"),
+    (["--entropy_coef=-1"], "--entropy_coef must be 0"),
+])
+def test_bad_switches_are_one_line_errors(argv, msg):
+    from config import CliError, parse_args
+    with pytest.raises(CliError, match=msg):
+        parse_args(argv)
+    parse_args(["--loss=sapo", "--clip=none", "--beta=0.04", "--entropy_coef=0.01"])
+    parse_args(["--loss=dapo", "--dual_clip=3"])
