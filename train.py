@@ -16,6 +16,8 @@ Phase 2, RL. Each step:
      for --epochs passes take one optimizer step per mini-batch on
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
+     ``--beta`` adds a k3 penalty towards a frozen copy of the warm start,
+     ``--entropy_coef`` an entropy bonus (both in loss.policy_loss's table).
 
 With ``--diagnostics`` each RL step also logs the *learning tax* of DESIGN.md
 section 4 (the KL between the policy before and after the step's updates, at
