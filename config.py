@@ -44,10 +44,14 @@ class Config:
     top_k: int = _f(0, "sample from the top k tokens only (0: off)")
     lr: float = _f(1e-4, "RL learning rate (AdamW)")
     grad_clip: float = _f(1.0, "gradient-norm clip")
-    loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only")
+    loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only | "
+                  "bnpo | cispo | sapo | gmpo | clip_cov | kl_cov | gpg | luspo | vespo (loss.py)")
     clip: str = _f("sym", "ratio clip: none | sym (1±clip_low) | higher (1-clip_low, 1+clip_high)")
     clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
     clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
+    dual_clip: float = _f(0.0, "C > 1: A<0 tokens with ratio > C lose their gradient (verl clip_ratio_c; 0: off)")
+    beta: float = _f(0.0, "k3 (low_var_kl) penalty towards the frozen warm start (TRL beta; 0: off)")
+    entropy_coef: float = _f(0.0, "minus this times the mean token entropy (0: off)")
     batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
@@ -211,6 +215,19 @@ def validate(cfg):
         raise CliError(f"--clip_low must be in (0, 1), got {cfg.clip_low}")
     if cfg.clip_high <= 0:
         raise CliError(f"--clip_high must be positive, got {cfg.clip_high}")
+    if cfg.loss in loss.NO_CLIP and cfg.clip != "none":
+        raise CliError(f"--loss={cfg.loss} has no ratio clip; pass --clip=none")
+    if cfg.dual_clip:
+        if cfg.dual_clip <= 1:
+            raise CliError(f"--dual_clip must be above 1 (or 0: off), got {cfg.dual_clip}")
+        if cfg.loss not in loss.DUAL_CLIP:
+            raise CliError(f"--dual_clip applies to the token PPO losses {', '.join(loss.DUAL_CLIP)}, "
+                           f"not to --loss={cfg.loss}")
+        if cfg.clip == "none":
+            raise CliError("--dual_clip bounds a clipped ratio; it needs --clip=sym or --clip=higher")
+    for name in ("beta", "entropy_coef"):
+        if getattr(cfg, name) < 0:
+            raise CliError(f"--{name} must be 0 (off) or positive, got {getattr(cfg, name)}")
     if cfg.clip == "higher" and cfg.clip_high < cfg.clip_low:
         raise CliError(f"--clip=higher needs --clip_high >= --clip_low, got {cfg.clip_high} < {cfg.clip_low}")
     n = cfg.prompts_per_step * cfg.group_size

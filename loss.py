@@ -30,6 +30,39 @@ optimizer step, L_i = length of completion i, rho = pi_new/pi_old per token:
 | dfpo_min      | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
 | dfpo_orth     | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
 | positive_only | 1[r_i > 0]                 | 1 / sum L over positives     | nothing to cancel      |
+| bnpo          | (r_i - mu_g)/(sigma_g+eps) | A_i / (M sum L_local)        | yes, unless a step is  |
+|               |   sum L_local = tokens of this micro-batch, M = micro-batches | split (then no)    |
+| cispo         | (r_i - mu_g)/(sigma_g+eps) | sg(clip(rho)) A_i / sum L    | yes, also when the clip|
+|               |   the clipped weight is detached: no token loses its gradient | binds              |
+| sapo          | (r_i - mu_g)/(sigma_g+eps) | 4 rho sig(1-sig) A_i/(N L_i) | no: 1/L_i; off-policy  |
+|               |   sig = sigmoid(tau (rho-1)), tau = 1.0 if A>0 else 1.05      | also tau by sign   |
+| gmpo          | (r_i - mu_g)/(sigma_g+eps) | g_i A_i / (N L_i) unclipped  | no: g_i, 1/L_i         |
+|               |   g_i = exp(mean_t clip(log rho)), log rho clipped by sign(A) | (verl geo_mean)    |
+| clip_cov      | (r_i - mu_g)/(sigma_g+eps) | as dapo, 0 on cov-selected   | no, where the selection|
+|               |   tokens with 1 < (A-Abar)(log pi - mean) < 5, unclipped      | hits a shared copy |
+| kl_cov        | (r_i - mu_g)/(sigma_g+eps) | (rho A - k sgn log rho)/sum L| yes on-policy; off: no |
+|               |   k = 1 on the top-cov tokens, else 0; no ratio clip          | on selected copies |
+| gpg           | alpha (r_i - mu_g)         | A_i / sum L   (no ratio)     | yes, in every regime   |
+|               |   alpha = N / #{r_i != 0} over the rollout batch                                 |
+| luspo         | (r_i - mu_g)/(sigma_g+eps) | s_i A_i / N, clipped per seq | yes on-policy; off: s_i|
+| vespo         | (r_i - mu_g)/(sigma_g+eps) | phi(W_i) A_i / sum L         | yes on-policy; off: no |
+|               |   W_i = prod_t rho_{i,t}, phi(W) = e^lam W^k e^(-lam W), detached (phi(1)=1) |
+
+Switches that add to any row (each off by default):
+
+| switch          | adds to c_{i,t}                                | exchangeability                      |
+|-----------------|------------------------------------------------|--------------------------------------|
+| dual_clip=C     | 0 where A < 0 and rho > C (verl clip_ratio_c)  | token PPO losses only; a shared (h,a)|
+|                 |                                                | with rho > C loses *every* copy (A>0 |
+|                 |                                                | ones are cut by 1+eps_high already): |
+|                 |                                                | 0 = 0, nothing left to break; for    |
+|                 |                                                | 1+eps_high < rho < C it stays broken |
+| beta            | -beta (1 - pi_ref/pi) * norm_i   (k3, against  | no: every copy of (h,a) gets the same|
+|                 |   the frozen warm start pi_ref)                | extra k, so sum_S c = k|S| whatever  |
+|                 |                                                | the rewards: a pull towards pi_ref   |
+| entropy_coef=e  | nothing on c: -e grad H(pi(.|h)) / sum L at    | the same reward-free push at every   |
+|                 |   every history h of the step                  | copy of h; it never cancels, and     |
+|                 |                                                | residual_ha (on c) does not see it   |
 
 Token-level objectives (grpo, dr_grpo, dapo, rloo, positive_only) use the PPO
 surrogate per token, ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``,
@@ -62,12 +95,59 @@ equals grpo's. They differ only once the data are reused off-policy
 
 Groups whose rewards are all equal have A = 0: they add nothing to the
 gradient but still count in N and sum L.
+
+Engine objectives: which upstream code each row follows (TRL
+``GRPOTrainer._compute_loss``, verl ``core_algos.py``), and what differs here
+-----------------------------------------------------------------------------
+bnpo      TRL ``loss_type="bnpo"``: token mean over the *local* batch, divided by
+          the gradient-accumulation steps (here M = ``step_counts(micro_batches=M)``).
+cispo     verl ``compute_policy_loss_cispo``: sg(clamp(rho, 1-eps_low, 1+eps_high))
+          * A * log pi, token-mean. TRL clamps only above, at ``epsilon_high`` read
+          as an absolute cap (about 5); ``--clip=none`` here is that with no cap.
+sapo      TRL ``loss_type="sapo"`` and verl ``compute_policy_loss_sapo``: loss
+          -(4/tau) sigmoid(tau (rho - 1)) A per token, sequence-mean of token
+          means; tau_pos = 1.0, tau_neg = 1.05 (TRL's defaults; verl's are 1.0, 1.0).
+gmpo      verl ``compute_policy_loss_geo_mean`` (GMPO): per token log rho is
+          clipped to [-eps_low, eps_high] on the side where A would push it
+          further (min for A > 0, max for A < 0), g_i = exp(mean_t of that), loss
+          -A_i g_i averaged over sequences. The clip range is in log space.
+clip_cov  verl ``compute_policy_loss_clip_cov``: PPO-clipped token loss, but a
+          fraction (``cov_ratio``, verl 2e-4, at least one token) of the unclipped
+          tokens with 1 < (A - mean A)(log pi - mean log pi) < 5 get no gradient.
+          verl picks them at random among the candidates; here the largest
+          covariances are taken, so a step is reproducible.
+kl_cov    verl ``compute_policy_loss_kl_cov``: unclipped -rho A per token, plus
+          1.0 * |log rho| on the top ``cov_ratio`` tokens by that covariance.
+gpg       verl ``compute_policy_loss_gpg`` (-A log pi, token-mean) with verl's
+          ``compute_gpg_outcome_advantage`` (f_norm = 1): no ratio, so off-policy
+          it is the current policy's plain gradient.
+luspo     TRL ``loss_type="luspo"``: GSPO's clipped sequence ratio s_i, each
+          sequence's loss times its length L_i, mean over sequences.
+vespo     TRL ``loss_type="vespo"`` (``get_gamma_weights``): detached gamma weight
+          phi of the sequence's *product* ratio W_i, k = 2, lam = 3 for A >= 0 and
+          k = 3, lam = 2 for A < 0, token-mean; no clip. TRL clamps log W to
+          [log 1e-8, 20]; here it is clamped the same way.
+beta      TRL ``beta`` / verl ``use_kl_loss`` with ``kl_loss_type=low_var_kl``:
+          k3 = pi_ref/pi - log(pi_ref/pi) - 1 per token, weighted by the
+          objective's own aggregation (verl clamps k3 to [-10, 10]; not here).
+entropy   TRL ``entropy_coef`` (verl ``entropy_coeff``): minus the mean token
+          entropy of the step's completion tokens (TRL's definition: not
+          rescaled by the objective's aggregation).
+dual_clip verl ``clip_ratio_c`` (its default 3 is always on in verl; off here).
 """
+
+import math
 
 import torch
 
-LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "positive_only")
+LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "positive_only",
+          "bnpo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "gpg", "luspo", "vespo")
 CLIPS = ("none", "sym", "higher")
+NO_CLIP = ("sapo", "kl_cov", "gpg", "vespo")  # no ratio clip: they need --clip=none
+DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo")  # token PPO with an A < 0 side
+SAPO_TAU = (1.0, 1.05)                        # tau for A > 0, A <= 0 (TRL's defaults)
+VESPO = {"pos": (2.0, 3.0), "neg": (3.0, 2.0)}  # (k, lam) for A >= 0, A < 0 (TRL's defaults)
+COV = {"ratio": 2e-4, "lb": 1.0, "ub": 5.0, "kl_coef": 1.0}  # verl's clip_cov / kl_cov defaults
 
 
 # ----------------------------------------------------------------------------- groups
@@ -93,6 +173,8 @@ def advantages(rewards, group, loss="grpo", eps=1e-6):
     if loss == "positive_only":
         return (rewards > 0).float()
     mu, n = group_mean(rewards, group)
+    if loss == "gpg":  # alpha = N / #{r_i != 0} over the whole rollout batch (verl, f_norm = 1)
+        return (rewards - mu) * len(rewards) / max(int((rewards != 0).sum()), 1)
     if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
         return rewards - mu
     if loss == "rloo":
@@ -133,25 +215,30 @@ def adv_orthogonal(w, adv, group):
 
 # ----------------------------------------------------------------------------- objective
 
-def step_counts(mask, adv, loss, max_len=None):
-    """Denominators of one optimizer step: N, sum L, sum L over positives, L_max.
+def step_counts(mask, adv, loss, max_len=None, micro_batches=1):
+    """Denominators of one optimizer step: N, sum L, sum L over positives, L_max,
+    and M, the micro-batches it is split into (only ``bnpo`` reads M).
     Pass them to ``policy_loss`` when a step is split into micro-batches."""
     lens = mask.sum(1)
     return {"n_seqs": mask.shape[0], "n_tokens": int(lens.sum()),
             "n_pos_tokens": int(lens[adv > 0].sum()),
-            "max_len": int(max_len if max_len is not None else lens.max())}
+            "max_len": int(max_len if max_len is not None else lens.max()),
+            "micro_batches": int(micro_batches)}
 
 
 def _token_norm(loss, lens, counts):
     """Per-sequence aggregation weight so that loss = sum_{i,t} norm_i * l_{i,t}."""
     N, L_max = counts["n_seqs"], counts["max_len"]
-    if loss in ("grpo", "gspo"):
+    if loss in ("grpo", "gspo", "sapo", "gmpo"):
         return 1.0 / (N * lens.clamp(min=1).float())
     if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
         return torch.full_like(lens, 1.0 / (N * L_max), dtype=torch.float)
-    if loss == "dapo":
+    if loss in ("dapo", "cispo", "clip_cov", "kl_cov", "gpg", "vespo"):
         return torch.full_like(lens, 1.0 / max(counts["n_tokens"], 1), dtype=torch.float)
-    if loss == "rloo":
+    if loss == "bnpo":  # this micro-batch's own tokens, times M micro-batches
+        local = max(int(lens.sum()), 1) * counts.get("micro_batches", 1)
+        return torch.full_like(lens, 1.0 / local, dtype=torch.float)
+    if loss in ("rloo", "luspo"):
         return torch.full_like(lens, 1.0 / N, dtype=torch.float)
     if loss == "positive_only":
         return torch.full_like(lens, 1.0 / max(counts["n_pos_tokens"], 1), dtype=torch.float)
@@ -168,23 +255,34 @@ def clip_bounds(clip, clip_low, clip_high):
     raise ValueError(f"unknown clip {clip!r}; choose one of {', '.join(CLIPS)}")
 
 
-def ppo_term(ratio, adv, bounds):
-    """-min(rho A, clip(rho) A) and whether the clip binds (gradient zero)."""
+def ppo_term(ratio, adv, bounds, dual_clip=0.0):
+    """-min(rho A, clip(rho) A) and whether the clip binds (gradient zero).
+    With ``dual_clip=C`` > 1 and A < 0 the objective is also floored at C A, so
+    a negative token with rho > C loses its gradient too (verl's dual clip)."""
     unclipped = ratio * adv
     if bounds is None:
         return -unclipped, torch.zeros_like(unclipped, dtype=torch.bool)
     clipped = ratio.clamp(*bounds) * adv
-    return -torch.minimum(unclipped, clipped), clipped < unclipped
+    obj, binds = torch.minimum(unclipped, clipped), clipped < unclipped
+    if dual_clip:
+        floor = dual_clip * adv
+        low = (adv < 0) & (obj < floor)
+        obj, binds = torch.where(low, floor, obj), binds | low
+    return -obj, binds
 
 
 def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
-                clip_low=0.2, clip_high=0.28, counts=None):
+                clip_low=0.2, clip_high=0.28, counts=None, dual_clip=0.0, beta=0.0,
+                ref_logp=None, entropy_coef=0.0, entropy=None, cov_ratio=None):
     """The scalar loss of one (micro-)batch and a dict of stats.
 
     new_logp, old_logp: [N,T] log-probs of the sampled tokens under the current
     and the sampling policy; mask: [N,T] bool; adv: [N]; group: [N] group ids;
     counts: the optimizer step's denominators (``step_counts``), defaults to
-    this batch's own.
+    this batch's own. ``dual_clip``, ``beta`` with ``ref_logp`` [N,T] (the
+    frozen reference) and ``entropy_coef`` with ``entropy`` [N,T] (differentiable
+    token entropies of the current policy) are the switches of the second table;
+    ``cov_ratio`` overrides verl's 2e-4 for clip_cov and kl_cov.
     """
     mask_f = mask.float()
     lens = mask.sum(1)
@@ -195,8 +293,10 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
     log_ratio = (new_logp - old_logp) * mask_f
     seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
     seq_ratio = seq_log_ratio.detach().exp()
+    clip_frac = torch.tensor(0.0)
+    stats = {}
 
-    if loss == "gspo":
+    if loss in ("gspo", "luspo"):
         s = seq_log_ratio.exp()  # differentiable: d s_i = s_i * mean_t d log pi
         per_seq, clipped = ppo_term(s, adv, bounds)
         total = (per_seq * norm * lens).sum()
@@ -205,20 +305,32 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
         w = (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
         total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
-        clip_frac = torch.tensor(0.0) if bounds is None else \
-            ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
+        if bounds is not None:
+            clip_frac = ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
+    elif loss in ENGINE:
+        total, clip_frac, stats = ENGINE[loss](new_logp, log_ratio, mask, adv, norm, bounds,
+                                               cov_ratio or COV["ratio"])
     else:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
         ratio = log_ratio.exp()
-        per_tok, clipped = ppo_term(ratio, adv[:, None], bounds)
+        per_tok, clipped = ppo_term(ratio, adv[:, None], bounds, dual_clip)
         total = (per_tok * norm[:, None] * mask_f).sum()
         clip_frac = (clipped & mask).float().sum() / mask_f.sum().clamp(min=1)
 
+    if beta:  # k3 = pi_ref/pi - log(pi_ref/pi) - 1, aggregated like the objective
+        d = (ref_logp - new_logp) * mask_f
+        k3 = (d.exp() - d - 1) * mask_f
+        total = total + beta * (k3 * norm[:, None]).sum()
+        stats["kl_ref"] = float(k3.detach().sum() / mask_f.sum().clamp(min=1))
+    if entropy_coef:  # minus the mean token entropy over the step's tokens
+        total = total - entropy_coef * (entropy * mask_f).sum() / max(counts["n_tokens"], 1)
+        stats["entropy"] = float((entropy.detach() * mask_f).sum() / mask_f.sum().clamp(min=1))
+
     live = lens > 0
-    stats = {"clip_frac": float(clip_frac),
-             "seq_ratio": float(seq_ratio[live].mean()) if bool(live.any()) else 1.0,
-             "abs_log_ratio": float(log_ratio.detach().abs().sum() / mask_f.sum().clamp(min=1))}
+    stats.update({"clip_frac": float(clip_frac),
+                  "seq_ratio": float(seq_ratio[live].mean()) if bool(live.any()) else 1.0,
+                  "abs_log_ratio": float(log_ratio.detach().abs().sum() / mask_f.sum().clamp(min=1))})
     return total, stats
 
 
@@ -301,3 +413,98 @@ def residual_ha(coef, adv, tokens, mask, group):
     live = (n >= 2) & (mass > 1e-12 * float(mass.max().clamp(min=1e-300)))
     res = (net - wbar * sum_a).abs() / mass.clamp(min=1e-300)
     return float(res[live].mean()) if bool(live.any()) else 0.0
+
+
+# ----------------------------------------------------------------------------- engine objectives
+# Each returns (loss, clip fraction, extra stats) from the per-token log-ratio
+# (masked), the advantages and the per-sequence aggregation weight ``norm``.
+
+def _frac(x, mask):
+    return (x & mask).float().sum() / mask.float().sum().clamp(min=1)
+
+
+def cov_scores(adv, logp, mask):
+    """(A_i - mean A)(log pi - mean log pi) per token, means over the batch's tokens."""
+    m = mask.float()
+    a = adv[:, None].expand_as(logp) * m
+    lp = logp.detach() * m
+    n = m.sum().clamp(min=1)
+    return (a - a.sum() / n) * (lp - lp.sum() / n) * m
+
+
+def cov_select(adv, logp, mask, ratio, lb=None, ub=None, exclude=None):
+    """The k = max(1, int(ratio * tokens)) tokens of largest covariance among the
+    candidates (inside (lb, ub) and not ``exclude``d, when given), as a mask."""
+    cov = cov_scores(adv, logp, mask)
+    cand = mask.clone()
+    if lb is not None:
+        cand &= (cov > lb) & (cov < ub)
+    if exclude is not None:
+        cand &= ~exclude
+    k = min(max(int(ratio * int(mask.sum())), 1), int(cand.sum()))
+    sel = torch.zeros_like(mask)
+    if k > 0:
+        idx = torch.where(cand, cov, torch.full_like(cov, -float("inf"))).flatten().topk(k).indices
+        sel.view(-1)[idx] = True
+    return sel
+
+
+def _cispo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    rho = log_ratio.detach().exp()
+    w = rho if bounds is None else rho.clamp(*bounds)
+    total = -((w * adv[:, None] * norm[:, None]) * new_logp * mask.float()).sum()
+    return total, _frac(w != rho, mask), {}
+
+
+def _sapo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    tau = torch.where(adv > 0, SAPO_TAU[0], SAPO_TAU[1])[:, None]
+    gate = torch.sigmoid(tau * (log_ratio.exp() - 1)) * 4 / tau
+    return -(gate * (adv * norm)[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
+
+
+def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    lr, clipped = log_ratio, torch.zeros_like(mask)
+    if bounds is not None:  # clip log rho on the side A pushes it: min for A > 0, max for A < 0
+        sgn = torch.sign(adv)[:, None]
+        c = log_ratio.clamp(bounds[0] - 1, bounds[1] - 1)
+        lr = sgn * torch.minimum(sgn * log_ratio, sgn * c)
+        clipped = sgn * c < sgn * log_ratio  # where the clipped side is taken: no gradient
+    lens = mask.sum(1)
+    g = ((lr * mask.float()).sum(1) / lens.clamp(min=1)).exp()
+    return -(adv * g * norm * lens).sum(), _frac(clipped, mask), {}
+
+
+def _clip_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    per_tok, clipped = ppo_term(log_ratio.exp(), adv[:, None], bounds)
+    sel = cov_select(adv, new_logp, mask, cov_ratio, COV["lb"], COV["ub"], exclude=clipped)
+    total = (per_tok * (~sel).float() * norm[:, None] * mask.float()).sum()
+    return total, _frac(clipped | sel, mask), {"cov_frac": float(_frac(sel, mask))}
+
+
+def _kl_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    sel = cov_select(adv, new_logp, mask, cov_ratio)
+    per_tok = -log_ratio.exp() * adv[:, None] + COV["kl_coef"] * log_ratio.abs() * sel.float()
+    return (per_tok * norm[:, None] * mask.float()).sum(), torch.tensor(0.0), \
+        {"cov_frac": float(_frac(sel, mask))}
+
+
+def _gpg(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    return -((adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+
+
+def vespo_weight(log_ratio, mask, adv):
+    """phi(W) = exp(lam + k log W - lam W), W = prod_t rho_t per sequence, detached."""
+    log_w = (log_ratio.detach().clamp(-20, 20) * mask.float()).sum(1).clamp(math.log(1e-8), 20)
+    pos = adv >= 0
+    k = torch.where(pos, VESPO["pos"][0], VESPO["neg"][0])
+    lam = torch.where(pos, VESPO["pos"][1], VESPO["neg"][1])
+    return (lam + k * log_w - lam * log_w.exp()).exp()
+
+
+def _vespo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
+    phi = vespo_weight(log_ratio, mask, adv)
+    return -((phi * adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+
+
+ENGINE = {"cispo": _cispo, "sapo": _sapo, "gmpo": _gmpo, "clip_cov": _clip_cov, "kl_cov": _kl_cov,
+          "gpg": _gpg, "vespo": _vespo}

@@ -16,6 +16,8 @@ Phase 2, RL. Each step:
      for --epochs passes take one optimizer step per mini-batch on
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
+     ``--beta`` adds a k3 penalty towards a frozen copy of the warm start,
+     ``--entropy_coef`` an entropy bonus (both in loss.policy_loss's table).
 
 With ``--diagnostics`` each RL step also logs the *learning tax* of THEORY.md
 section 4 (the KL between the policy before and after the step's updates, at
@@ -157,6 +159,12 @@ def rollouts(model, task, draw, cfg, gen, device):
     return out
 
 
+def token_entropy(model, h, temperature=1.0):
+    """H(pi(.|s_t)) in nats at every completion position, differentiable (--entropy_coef)."""
+    logp = torch.log_softmax(model.lm_head(h).float() / temperature, -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
 def rl_update(model, opt, batch, cfg, gen):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
@@ -169,12 +177,16 @@ def rl_update(model, opt, batch, cfg, gen):
             idx = mb.tolist()
             prompts = [batch["prompts"][i] for i in idx]
             with amp(cfg, mask.device.type):
-                new_logp = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
-                                               cfg.temperature)
+                new_logp, h = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
+                                                  cfg.temperature, return_hidden=True)
+                entropy = token_entropy(model, h, cfg.temperature) if cfg.entropy_coef else None
             counts = L.step_counts(mask[mb], adv[mb], cfg.loss, max_len=batch["max_len"])
+            ref = batch["ref_logprobs"][mb] if cfg.beta else None
             loss, stats = L.policy_loss(new_logp, batch["logprobs"][mb], mask[mb], adv[mb],
                                         group[mb], cfg.loss, cfg.clip, cfg.clip_low,
-                                        cfg.clip_high, counts)
+                                        cfg.clip_high, counts, dual_clip=cfg.dual_clip,
+                                        beta=cfg.beta, ref_logp=ref,
+                                        entropy_coef=cfg.entropy_coef, entropy=entropy)
             coef = L.coefficients(loss, new_logp)
             stats["residual"] = L.shared_residual(coef, group[mb])
             stats["residual_ha"] = L.residual_ha(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
@@ -282,12 +294,21 @@ def main(cfg):
     log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
     print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    ref_model = None
+    if cfg.beta:  # the frozen reference policy of --beta: the warm start
+        ref_model = GPT(model.cfg).to(device)
+        ref_model.load_state_dict(model.state_dict())
+        ref_model.eval().requires_grad_(False)
     bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
     acc, tax_sum, tax_interior_sum = acc0, 0.0, 0.0
     for step in bar:
         model.train()
         batch = rollouts(model, task, draw, cfg, gen, device)
         batch["max_len"] = task.max_new_tokens
+        if ref_model is not None:
+            with torch.no_grad(), amp(cfg, device):
+                batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
+                                                            batch["mask"], PAD, cfg.temperature).float()
         r, g = batch["rewards"], batch["group"]
         zero_var = L.zero_variance_fraction(r, g)
         if cfg.diagnostics:  # the learning tax: KL at histories the whole group shares
