@@ -158,6 +158,21 @@ def _token_norm(loss, lens, counts):
     raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
 
 
+def sequence_ratio(new_logp, old_logp, mask):
+    """s_i = exp(mean_t log rho_{i,t}), detached: GSPO's ratio and DFPO's w_i."""
+    lens = mask.sum(1).clamp(min=1)
+    return (((new_logp - old_logp) * mask).sum(1) / lens).detach().exp()
+
+
+def dfpo_weights(seq_ratio, adv, group, loss, bounds):
+    """DFPO's w~ (stop-gradient): truncate w to the clip bounds if any, then
+    Min-Replace or Adv-Orthogonal inside each group of the rows given. A
+    *per-group statistic*: give it every row of the optimizer step, also those
+    in other micro-batches or processes (train.py does)."""
+    w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
+    return (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
+
+
 def clip_bounds(clip, clip_low, clip_high):
     if clip == "none":
         return None
@@ -178,13 +193,14 @@ def ppo_term(ratio, adv, bounds):
 
 
 def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
-                clip_low=0.2, clip_high=0.28, counts=None):
+                clip_low=0.2, clip_high=0.28, counts=None, weights=None):
     """The scalar loss of one (micro-)batch and a dict of stats.
 
     new_logp, old_logp: [N,T] log-probs of the sampled tokens under the current
     and the sampling policy; mask: [N,T] bool; adv: [N]; group: [N] group ids;
     counts: the optimizer step's denominators (``step_counts``), defaults to
-    this batch's own.
+    this batch's own; weights: DFPO's w~ for these rows computed over the whole
+    step (``dfpo_weights``), defaults to this batch's own.
     """
     mask_f = mask.float()
     lens = mask.sum(1)
@@ -202,8 +218,7 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         total = (per_seq * norm * lens).sum()
         clip_frac = (clipped & (lens > 0)).float().sum() / max(int((lens > 0).sum()), 1)
     elif loss in ("dfpo_min", "dfpo_orth"):
-        w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
-        w = (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
+        w = dfpo_weights(seq_ratio, adv, group, loss, bounds) if weights is None else weights
         total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
         clip_frac = torch.tensor(0.0) if bounds is None else \
             ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
