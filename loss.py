@@ -123,6 +123,7 @@ def min_replace(w, adv, group):
 
 def adv_orthogonal(w, adv, group):
     """w~ = w - (A.w / |A|^2) A inside each group; unchanged where |A| = 0."""
+    adv = adv.to(w.dtype)
     g = _compact(group)
     K = int(g.max()) + 1
     dot = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * w)
