@@ -16,6 +16,9 @@ Phase 2, RL. Each step:
      for --epochs passes take one optimizer step per mini-batch on
      loss.policy_loss, with PPO ratios against the log-probs recorded at
      sampling time. With one mini-batch and one epoch every step is on-policy.
+     Each optimizer step may be taken in micro-batches (--micro_batch) and
+     over several processes (torchrun, DDP); with --norm=global its update is
+     the same however it is split (dist_utils.py says how).
 
 With ``--diagnostics`` each RL step also logs the *learning tax* of DESIGN.md
 section 4 (the KL between the policy before and after the step's updates, at
@@ -23,7 +26,8 @@ histories that a whole group shares, and its running sum), and each evaluation
 the mean token entropy, pass@1 and pass@k, and on a task with several correct
 answers the log-odds between two of them and the entropy over all of them.
 
-Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
+Usage: ``python train.py --key=value ...``, or ``torchrun --standalone
+--nproc_per_node=N train.py --key=value ...``; ``python train.py --help`` lists
 every flag. Writes to --out_dir: config.json (the resolved config),
 metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
 """
