@@ -15,6 +15,17 @@
 * ``rl_step``: one step of train.py's RL loop (add task, 16 prompts x 8)
   split into sample / reward / forward+backward / optimizer, in seconds and
   as shares of the step.
+* ``ddp`` (``--ddp``; on by default without ``--quick``): one RL step of
+  train.py (sample + reward + all-gather + rl_update) on the same total batch
+  (16 prompts x 8) in 1 process and in 2 torchrun processes (gloo on CPU,
+  nccl on CUDA), each process sampling half the prompts; ``speedup`` =
+  1-process / 2-process time. ``comm_share``: the time of the step's
+  collectives measured one by one (the all-gather of the rollouts, and one
+  all-reduce of a gradient-sized buffer per optimizer step, as DDP does it)
+  over the 2-process step time. The all-gather also waits for the slower
+  rank's sampling, and DDP overlaps its all-reduce with backward, so this is
+  an upper bound on what communication adds. Two processes on
+  a machine with few cores share them: read ``others_busy``.
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -28,7 +39,7 @@ out and asserts no speed. Every line is one JSON object (stdout, and
 the share of all cores that *other* processes used during the measurement
 (/proc/stat): above ~0.05 the numbers are disturbed.
 
-Usage: python bench.py [--quick] [--device=cpu|cuda|auto] [--out=FILE]
+Usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]
 """
 
 import json
@@ -36,11 +47,13 @@ import os
 import random
 import resource
 import statistics
+import subprocess
 import sys
 import time
 
 import torch
 
+import dist_utils as D
 import loss as L
 import toy_tasks
 import train
@@ -73,14 +86,16 @@ def median_time(fn, repeats, device):
 
 
 def cpu_sample():
-    """(CPU s used by all processes, CPU s elapsed, CPU s used by this one), or None."""
+    """(CPU s used by all processes, CPU s elapsed, CPU s used by this one and the
+    children it waited for, e.g. bench_ddp's torchrun), or None."""
     try:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:9]]
     except OSError:
         return None
-    hz, r = os.sysconf("SC_CLK_TCK"), resource.getrusage(resource.RUSAGE_SELF)
-    return (sum(v) - v[3] - v[4]) / hz, sum(v) / hz, r.ru_utime + r.ru_stime
+    hz = os.sysconf("SC_CLK_TCK")
+    r, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (sum(v) - v[3] - v[4]) / hz, sum(v) / hz, r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
 
 
 WINDOW = [cpu_sample()]
@@ -220,16 +235,82 @@ def bench_rl_step(model, P, device):
     return rec
 
 
+def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
+    """train.py's RL step on this rank's share of the prompts: (seconds, seconds
+    in the all-gather of the rollouts)."""
+    t = time.perf_counter()
+    model.train()
+    batch = train.rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // D.rank_world()[1])
+    batch["max_len"] = task.max_new_tokens
+    gather_s, batch = timed(lambda: D.gather_rollouts(batch), device)
+    train.rl_update(model, opt, batch, cfg, gen)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - t, gather_s
+
+
+def ddp_steps(P, device, size):
+    """Median step time (and, with a process group, its collectives) of P["repeats"] steps."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    rank, world = D.rank_world()
+    cfg = Config(prompts_per_step=P["prompts"], group_size=P["group"], device=device)
+    task = toy_tasks.make_task(cfg.task, cfg.digits)
+    draw = toy_tasks.train_sampler(task, [], rank)
+    gen = torch.Generator(device=device).manual_seed(rank)
+    raw = make_model(*size, device)
+    model = raw if world == 1 else DDP(raw, device_ids=[torch.cuda.current_device()]
+                                       if device == "cuda" else None)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    runs = [ddp_step(model, raw, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"] + 1)][1:]
+    rec = {"step_s": statistics.median(r[0] for r in runs)}
+    if world > 1:
+        flat = torch.zeros(raw.num_params(), device=device)
+        reduce_s = median_time(lambda: dist.all_reduce(flat), P["repeats"], device)
+        comm = statistics.median(r[1] for r in runs) + cfg.minibatches * cfg.epochs * reduce_s
+        rec.update(gather_s=statistics.median(r[1] for r in runs), grad_allreduce_s=reduce_s,
+                   comm_s=comm, comm_share=comm / rec["step_s"])
+    return rec
+
+
+def ddp_worker(P, device, size):
+    """Run under torchrun by bench_ddp: rank 0 prints one JSON line."""
+    import torch.distributed as dist
+    rank, local_rank, world = D.env_world()
+    backend = D.setup_device(device, local_rank, world)
+    dist.init_process_group(backend, timeout=D.TIMEOUT)
+    rec = ddp_steps(P, device, size)
+    if rank == 0:
+        print(json.dumps(rec), flush=True)
+    dist.destroy_process_group()
+
+
+def bench_ddp(P, device, size, quick):
+    one = ddp_steps(P, device, size)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.abspath(__file__), "--ddp_worker", f"--device={device}"] + (["--quick"] if quick else [])
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads())))
+    if run.returncode:
+        sys.exit(f"error: the 2-process run failed:\n{run.stderr[-2000:]}")
+    two = json.loads(run.stdout.strip().splitlines()[-1])
+    return {"name": "ddp", "rollouts": P["prompts"] * P["group"], "processes": 2,
+            "one_process_step_s": one["step_s"], "two_process_step_s": two["step_s"],
+            "speedup": one["step_s"] / two["step_s"], "gather_s": two["gather_s"],
+            "grad_allreduce_s": two["grad_allreduce_s"], "comm_share": two["comm_share"],
+            "threads_per_process": torch.get_num_threads()}
+
+
 def parse(argv):
-    opts = {"quick": False, "device": "auto", "out": ""}
+    opts = {"quick": False, "device": "auto", "out": "", "ddp": None, "ddp_worker": False}
     for a in argv:
         key, eq, val = a[2:].partition("=")
-        if a == "--quick":
-            opts["quick"] = True
+        if a in ("--quick", "--ddp", "--ddp_worker"):
+            opts[a[2:]] = True
         elif a.startswith("--") and eq and key in ("device", "out"):
             opts[key] = val
         else:
-            sys.exit(f"error: unknown argument {a!r}; usage: python bench.py [--quick] "
+            sys.exit(f"error: unknown argument {a!r}; usage: python bench.py [--quick] [--ddp] "
                      f"[--device=cpu|cuda|auto] [--out=FILE]")
     if opts["device"] not in ("auto", "cpu", "cuda"):
         sys.exit(f"error: unknown device {opts['device']!r}; choose cpu, cuda or auto")
@@ -243,6 +324,8 @@ def parse(argv):
 def main(argv):
     opts = parse(argv)
     P, device = (QUICK if opts["quick"] else FULL), opts["device"]
+    if opts["ddp_worker"]:
+        return ddp_worker(P, device, P["sizes"][0])
     out = open(opts["out"], "w") if opts["out"] else None
     peak = matmul_peak(P, device)
     emit(peak, device, out)
@@ -254,6 +337,10 @@ def main(argv):
         emit(dict(bench_update(model, batch, P, peak["gflops"], device), **size), device, out)
         model = make_model(n_layer, n_embd, n_head, device)
         emit(dict(bench_rl_step(model, P, device), **size), device, out)
+    if opts["ddp"] or (opts["ddp"] is None and not opts["quick"]):
+        n_layer, n_embd, n_head = P["sizes"][0]
+        emit(dict(bench_ddp(P, device, P["sizes"][0], opts["quick"]), model=f"{n_layer}x{n_embd}",
+                  n_head=n_head), device, out)
     emit({"name": "memory"}, device, out)
     if out:
         out.close()

@@ -55,6 +55,10 @@ class Config:
     batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
+    micro_batch: int = _f(0, "K: rollouts per micro-batch, gradients accumulate into one optimizer step "
+                             "(0: a mini-batch's share in one pass)")
+    norm: str = _f("global", "denominators of a step: global (the whole mini-batch's, however it is split) | "
+                             "local (each micro-batch's and process's own: a lesson, not a recommendation)")
     # run
     seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
     device: str = _f("auto", "auto | cpu | cuda")
@@ -233,6 +237,13 @@ def validate(cfg):
     n = cfg.prompts_per_step * cfg.group_size
     if cfg.minibatches > n:
         raise CliError(f"--minibatches={cfg.minibatches} exceeds the {n} rollouts of a batch")
+    if cfg.micro_batch < 0:
+        raise CliError(f"--micro_batch must be at least 1 (or 0: no split), got {cfg.micro_batch}")
+    if cfg.micro_batch > n // cfg.minibatches:
+        raise CliError(f"--micro_batch={cfg.micro_batch} is larger than a mini-batch "
+                       f"({n} rollouts / {cfg.minibatches} mini-batches)")
+    if cfg.norm not in ("global", "local"):
+        raise CliError(f"unknown norm {cfg.norm!r}; choose global or local")
     if cfg.batching == "full" and cfg.minibatches != 1:
         raise CliError("--batching=full takes the whole batch in one step; it needs --minibatches=1")
     if cfg.batching in ("query", "query_balanced") and cfg.minibatches > cfg.prompts_per_step:

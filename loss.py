@@ -144,6 +144,11 @@ LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "p
           "bnpo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "gpg", "luspo", "vespo")
 CLIPS = ("none", "sym", "higher")
 NO_CLIP = ("sapo", "kl_cov", "gpg", "vespo")  # no ratio clip: they need --clip=none
+# Objectives whose step depends on how it is split, as in their engines: bnpo
+# normalises by each micro-batch's own tokens; clip_cov and kl_cov pick their
+# tokens by a covariance computed inside each micro-batch. Every other objective
+# gives the same update however a step is split (tests/test_ddp.py).
+SPLIT_DEPENDENT = ("bnpo", "clip_cov", "kl_cov")
 DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo")  # token PPO with an A < 0 side
 SAPO_TAU = (1.0, 1.05)                        # tau for A > 0, A <= 0 (TRL's defaults)
 VESPO = {"pos": (2.0, 3.0), "neg": (3.0, 2.0)}  # (k, lam) for A >= 0, A < 0 (TRL's defaults)
@@ -205,6 +210,7 @@ def min_replace(w, adv, group):
 
 def adv_orthogonal(w, adv, group):
     """w~ = w - (A.w / |A|^2) A inside each group; unchanged where |A| = 0."""
+    adv = adv.to(w.dtype)
     g = _compact(group)
     K = int(g.max()) + 1
     dot = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * w)
@@ -245,6 +251,21 @@ def _token_norm(loss, lens, counts):
     raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
 
 
+def sequence_ratio(new_logp, old_logp, mask):
+    """s_i = exp(mean_t log rho_{i,t}), detached: GSPO's ratio and DFPO's w_i."""
+    lens = mask.sum(1).clamp(min=1)
+    return (((new_logp - old_logp) * mask).sum(1) / lens).detach().exp()
+
+
+def dfpo_weights(seq_ratio, adv, group, loss, bounds):
+    """DFPO's w~ (stop-gradient): truncate w to the clip bounds if any, then
+    Min-Replace or Adv-Orthogonal inside each group of the rows given. A
+    *per-group statistic*: give it every row of the optimizer step, also those
+    in other micro-batches or processes (train.py does)."""
+    w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
+    return (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
+
+
 def clip_bounds(clip, clip_low, clip_high):
     if clip == "none":
         return None
@@ -273,7 +294,7 @@ def ppo_term(ratio, adv, bounds, dual_clip=0.0):
 
 def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
                 clip_low=0.2, clip_high=0.28, counts=None, dual_clip=0.0, beta=0.0,
-                ref_logp=None, entropy_coef=0.0, entropy=None, cov_ratio=None):
+                ref_logp=None, entropy_coef=0.0, entropy=None, cov_ratio=None, weights=None):
     """The scalar loss of one (micro-)batch and a dict of stats.
 
     new_logp, old_logp: [N,T] log-probs of the sampled tokens under the current
@@ -282,7 +303,9 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
     this batch's own. ``dual_clip``, ``beta`` with ``ref_logp`` [N,T] (the
     frozen reference) and ``entropy_coef`` with ``entropy`` [N,T] (differentiable
     token entropies of the current policy) are the switches of the second table;
-    ``cov_ratio`` overrides verl's 2e-4 for clip_cov and kl_cov.
+    ``cov_ratio`` overrides verl's 2e-4 for clip_cov and kl_cov. weights: DFPO's
+    w~ for these rows computed over the whole step (``dfpo_weights``), defaults
+    to this batch's own.
     """
     mask_f = mask.float()
     lens = mask.sum(1)
@@ -302,8 +325,7 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         total = (per_seq * norm * lens).sum()
         clip_frac = (clipped & (lens > 0)).float().sum() / max(int((lens > 0).sum()), 1)
     elif loss in ("dfpo_min", "dfpo_orth"):
-        w = seq_ratio if bounds is None else seq_ratio.clamp(*bounds)
-        w = (min_replace if loss == "dfpo_min" else adv_orthogonal)(w, adv, group).detach()
+        w = dfpo_weights(seq_ratio, adv, group, loss, bounds) if weights is None else weights
         total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
         if bounds is not None:
             clip_frac = ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()

@@ -188,5 +188,5 @@ def completion_logprobs(model, prompts, tokens, mask, pad_id, temperature=1.0, r
 
 def token_logprobs(logits, targets):
     """log pi(y_t | s_t) = z_t[y_t] - logsumexp(z_t), for given target ids."""
-    logits = logits.float()
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)

@@ -18,6 +18,9 @@ Phase 2, RL. Each step:
      sampling time. With one mini-batch and one epoch every step is on-policy.
      ``--beta`` adds a k3 penalty towards a frozen copy of the warm start,
      ``--entropy_coef`` an entropy bonus (both in loss.policy_loss's table).
+     Each optimizer step may be taken in micro-batches (--micro_batch) and
+     over several processes (torchrun, DDP); with --norm=global its update is
+     the same however it is split (dist_utils.py says how).
 
 With ``--diagnostics`` each RL step also logs the *learning tax* of THEORY.md
 section 4 (the KL between the policy before and after the step's updates, at
@@ -25,7 +28,8 @@ histories that a whole group shares, and its running sum), and each evaluation
 the mean token entropy, pass@1 and pass@k, and on a task with several correct
 answers the log-odds between two of them and the entropy over all of them.
 
-Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
+Usage: ``python train.py --key=value ...``, or ``torchrun --standalone
+--nproc_per_node=N train.py --key=value ...``; ``python train.py --help`` lists
 every flag. Writes to --out_dir: config.json (the resolved config),
 metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt;
 ``python plot.py OUT_DIR`` draws the curves.
@@ -39,10 +43,13 @@ import sys
 import time
 
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import batching
 import diagnostics
+import dist_utils as D
 import loss as L
 import toy_tasks
 from config import Config, CliError, parse_args, fail
@@ -146,9 +153,9 @@ def eval_diagnostics(model, task, held_out, cfg, ref=None, n_problems=64):
     return out
 
 
-def rollouts(model, task, draw, cfg, gen, device):
-    """Sample a rollout batch and reward it."""
-    problems = [draw() for _ in range(cfg.prompts_per_step)]
+def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
+    """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it."""
+    problems = [draw() for _ in range(n_prompts or cfg.prompts_per_step)]
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
@@ -166,38 +173,18 @@ def token_entropy(model, h, temperature=1.0):
 
 
 def rl_update(model, opt, batch, cfg, gen):
-    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch."""
+    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
+    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
     adv = L.advantages(rewards, group, cfg.loss)
     lens = mask.sum(1)
     logs = []
     for _ in range(cfg.epochs):
-        mbs = batching.make_minibatches(cfg.batching, group, adv, lens, cfg.minibatches, gen)
+        cut = D.rank_world()[0] == 0  # every rank must see rank 0's cut
+        mbs = D.broadcast_cut(batching.make_minibatches(cfg.batching, group, adv, lens,
+                                                        cfg.minibatches, gen) if cut else None)
         for mb in mbs:
-            idx = mb.tolist()
-            prompts = [batch["prompts"][i] for i in idx]
-            with amp(cfg, mask.device.type):
-                new_logp, h = completion_logprobs(model, prompts, batch["tokens"][mb], mask[mb], PAD,
-                                                  cfg.temperature, return_hidden=True)
-                entropy = token_entropy(model, h, cfg.temperature) if cfg.entropy_coef else None
-            counts = L.step_counts(mask[mb], adv[mb], cfg.loss, max_len=batch["max_len"])
-            ref = batch["ref_logprobs"][mb] if cfg.beta else None
-            loss, stats = L.policy_loss(new_logp, batch["logprobs"][mb], mask[mb], adv[mb],
-                                        group[mb], cfg.loss, cfg.clip, cfg.clip_low,
-                                        cfg.clip_high, counts, dual_clip=cfg.dual_clip,
-                                        beta=cfg.beta, ref_logp=ref,
-                                        entropy_coef=cfg.entropy_coef, entropy=entropy)
-            coef = L.coefficients(loss, new_logp)
-            stats["residual"] = L.shared_residual(coef, group[mb])
-            stats["residual_ha"] = L.residual_ha(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
-            if not torch.isfinite(loss):
-                raise FloatingPointError("loss is not finite")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            stats["loss"] = loss.item()
-            logs.append(stats)
+            logs.append(optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg))
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
     out["steps"] = logs  # per optimizer step, in order
@@ -226,11 +213,85 @@ def summary_line(summary, cfg):
             f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
 
 
+def optimizer_step(model, opt, batch, adv, mb, cfg):
+    """One optimizer step on mini-batch ``mb`` (indices into the batch): this
+    rank's share of it (dist_utils.shard), in micro-batches of --micro_batch
+    rollouts whose gradients accumulate. With --norm=global every micro-batch
+    uses the step's denominators and DFPO weights, so the update is the same
+    however the step is split; with --norm=local each uses its own and the
+    losses are averaged (see dist_utils.py)."""
+    rank, world = D.rank_world()
+    mask, group, old = batch["mask"], batch["group"], batch["logprobs"]
+    mine = D.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
+    parts = [mine[p] for p in D.micro_batches(len(mine), cfg.micro_batch)]
+    glob = cfg.norm == "global"
+    step_counts = lambda rows, m=1: L.step_counts(mask[rows], adv[rows], cfg.loss, max_len=batch["max_len"],
+                                                  micro_batches=m)
+    counts = step_counts(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
+
+    def logprobs(net, rows, hidden=False):
+        with amp(cfg, mask.device.type):
+            return completion_logprobs(net, [batch["prompts"][i] for i in rows.tolist()],
+                                       batch["tokens"][rows], mask[rows], PAD, cfg.temperature,
+                                       return_hidden=hidden)
+
+    weights = None  # DFPO's w~ is a per-group statistic: from the whole step once it is split
+    if cfg.loss in ("dfpo_min", "dfpo_orth") and glob and (world > 1 or len(parts) > 1):
+        with torch.no_grad():
+            ratio = torch.cat([L.sequence_ratio(logprobs(getattr(model, "module", model), mb[p]),
+                                                old[mb[p]], mask[mb[p]]) for p in parts])
+        ratio = D.all_reduce_rows(ratio, torch.cat(parts), len(mb))
+        weights = L.dfpo_weights(ratio, adv[mb], group[mb], cfg.loss,
+                                 L.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+    opt.zero_grad(set_to_none=True)
+    coef = torch.zeros(len(mb), mask.shape[1], device=mask.device)
+    acc = {}
+    for j, p in enumerate(parts):
+        rows = mb[p]
+        last = j == len(parts) - 1  # DDP all-reduces the gradients on the last backward only
+        with contextlib.nullcontext() if last else getattr(model, "no_sync", contextlib.nullcontext)():
+            new_logp, h = logprobs(model, rows, hidden=True)
+            entropy = token_entropy(getattr(model, "module", model), h, cfg.temperature) \
+                if cfg.entropy_coef else None
+            loss, stats = L.policy_loss(new_logp, old[rows], mask[rows], adv[rows], group[rows],
+                                        cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high,
+                                        counts if glob else step_counts(rows),
+                                        dual_clip=cfg.dual_clip, beta=cfg.beta,
+                                        ref_logp=batch["ref_logprobs"][rows] if cfg.beta else None,
+                                        entropy_coef=cfg.entropy_coef, entropy=entropy,
+                                        weights=None if weights is None else weights[p])
+            if not torch.isfinite(loss):
+                raise FloatingPointError("loss is not finite")
+            # this part's term of the step's loss; DDP averages over ranks, so x world
+            term = loss if glob else loss / (len(parts) * world)
+            coef[p] = L.coefficients(term, new_logp).detach().float()
+            (term * world).backward()
+        for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
+            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    keys = sorted(acc)
+    total = D.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
+    out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
+    coef = D.all_reduce_sum(coef)  # every coefficient of the step, on every rank
+    out["residual"] = L.shared_residual(coef, group[mb])
+    out["residual_ha"] = L.residual_ha(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
+    return out
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(cfg):
+    # ---- data parallel: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE; without it one process
+    rank, local_rank, world = D.env_world()
+    D.check_world(cfg, world)
     device = resolve_device(cfg.device)
-    torch.manual_seed(cfg.seed)
+    master = rank == 0  # evaluates, logs, writes metrics and checkpoints
+    if world > 1:
+        backend = D.setup_device(device, local_rank, world)
+        dist.init_process_group(backend, rank=rank, world_size=world, timeout=D.TIMEOUT)
+    # ----
+    torch.manual_seed(cfg.seed)  # the same initial model on every rank
     random.seed(cfg.seed)
     os.makedirs(cfg.out_dir, exist_ok=True)
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
@@ -249,33 +310,40 @@ def main(cfg):
         sft_steps = cfg.sft_steps
     if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
         model.forward = torch.compile(model.forward, dynamic=True)
-    resolved = dict(vars(cfg), device=device, task_name=task.name, params=model.num_params(),
-                    sft_steps_run=sft_steps, torch=torch.__version__)
-    with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
-        json.dump(resolved, f, indent=1)
-    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+    raw = model  # sampling, evaluation and checkpoints use the plain module
+    if world > 1:  # gradients are all-reduced (averaged) in backward; rl_update accounts for it
+        model = DDP(model, device_ids=[local_rank] if device == "cuda" else None)
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
+                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
+    if master:
+        with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
+            json.dump(resolved, f, indent=1)
+        print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
 
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    draw = toy_tasks.train_sampler(task, held_out, cfg.seed)
-    sol_rng = random.Random(cfg.seed + 1)
-    gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "w")
+    draw = toy_tasks.train_sampler(task, held_out, cfg.seed + rank)  # a problem stream per rank
+    sol_rng = random.Random(cfg.seed + 1 + rank)
+    gen = torch.Generator(device=device).manual_seed(cfg.seed + rank)
+    metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "w") if master else None
 
     def log(d):
-        metrics.write(json.dumps(d) + "\n")
-        metrics.flush()
+        if master:
+            metrics.write(json.dumps(d) + "\n")
+            metrics.flush()
 
     t0 = time.time()
     summary = {}
     # ---- phase 1: SFT warm start
     if sft_steps > 0:
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-        bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True)
+        bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True, disable=not master)
+        n_sft = len(D.shard(torch.arange(cfg.sft_batch), rank, world))  # this rank's share
         for step in bar:
-            prompts, tokens, mask = sft_batch(task, draw, cfg.sft_batch, sol_rng, device, cfg.sft_flawed)
+            prompts, tokens, mask = sft_batch(task, draw, n_sft, sol_rng, device, cfg.sft_flawed)
             with amp(cfg, device):
                 logp = completion_logprobs(model, prompts, tokens, mask, PAD)
-            loss = -(logp.sum() / mask.sum())
+            # mean over all ranks' tokens; x world undoes DDP's average
+            loss = -(logp.sum() / D.all_reduce_sum(mask.sum())) * world
             if not torch.isfinite(loss):
                 raise FloatingPointError(f"SFT loss is not finite at step {step}")
             opt.zero_grad(set_to_none=True)
@@ -284,43 +352,46 @@ def main(cfg):
             bar.set_postfix(loss=f"{loss.item():.3f}")
             log({"phase": "sft", "step": step, "loss": loss.item()})
         bar.close()
-        save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), model, cfg, "warm_start", sft_steps)
+        if master:
+            save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), raw, cfg, "warm_start", sft_steps)
 
     # ---- phase 2: RL
-    acc0 = evaluate(model, task, held_out, cfg, device)
+    acc0 = evaluate(raw, task, held_out, cfg, device) if master else float("nan")
     summary["warm_start_acc"] = acc0
-    diag0 = eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {"_ref": None}
+    diag0 = eval_diagnostics(raw, task, held_out, cfg) if cfg.diagnostics and master else {"_ref": None}
     ref = diag0.pop("_ref")
     log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
-    print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
+    if master:
+        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ref_model = None
     if cfg.beta:  # the frozen reference policy of --beta: the warm start
-        ref_model = GPT(model.cfg).to(device)
-        ref_model.load_state_dict(model.state_dict())
+        ref_model = GPT(raw.cfg).to(device)
+        ref_model.load_state_dict(raw.state_dict())
         ref_model.eval().requires_grad_(False)
-    bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
+    bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True, disable=not master)
     acc, tax_sum, tax_interior_sum = acc0, 0.0, 0.0
     for step in bar:
         model.train()
-        batch = rollouts(model, task, draw, cfg, gen, device)
+        batch = rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // world)
         batch["max_len"] = task.max_new_tokens
+        batch = D.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
         if ref_model is not None:
             with torch.no_grad(), amp(cfg, device):
                 batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
                                                             batch["mask"], PAD, cfg.temperature).float()
         r, g = batch["rewards"], batch["group"]
         zero_var = L.zero_variance_fraction(r, g)
-        if cfg.diagnostics:  # the learning tax: KL at histories the whole group shares
+        if cfg.diagnostics and master:  # the learning tax: KL at histories the whole group shares
             hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
             inner = diagnostics.before_divergence(hist, batch["tokens"], batch["mask"], g)
-            before = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+            before = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
         try:
             stats = rl_update(model, opt, batch, cfg, gen)
         except FloatingPointError:
             raise FloatingPointError(f"RL loss is not finite at step {step}") from None
-        if cfg.diagnostics:
-            after = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+        if cfg.diagnostics and master:
+            after = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
             kl = diagnostics.kl(before, after)
             stats["tax"] = float(kl.mean())  # includes the divergence point (intended learning)
             stats["tax_interior"] = float(kl[inner].mean()) if bool(inner.any()) else 0.0
@@ -333,26 +404,30 @@ def main(cfg):
         if step == 1:
             summary["mixed_at_start"] = rec["mixed"]
             hint = weak_start_hint(rec["mixed"], cfg)
-            if hint:
+            if hint and master:
                 tqdm.write(hint)
-        if step % cfg.eval_every == 0 or step == cfg.rl_steps:
-            acc = evaluate(model, task, held_out, cfg, device)
+        if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
+            acc = evaluate(raw, task, held_out, cfg, device)
             rec["eval_acc"] = acc
             if cfg.diagnostics:
-                d = eval_diagnostics(model, task, held_out, cfg, ref)
+                d = eval_diagnostics(raw, task, held_out, cfg, ref)
                 d.pop("_ref")
                 rec.update(d)
             tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
                        f"mixed {rec['mixed']:.2f}  residual_ha {rec['residual_ha']:.3f}  "
                        f"[{time.time() - t0:.0f}s]")
-            save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", step)
+            save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), raw, cfg, "rl", step)
         log(rec)
         bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{acc:.2f}")
     bar.close()
-    if cfg.rl_steps == 0:
-        save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", 0)
+    if cfg.rl_steps == 0 and master:
+        save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), raw, cfg, "rl", 0)
     summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
     log({"phase": "summary", "step": cfg.rl_steps, **summary})
+    if world > 1:  # ---- data parallel teardown
+        dist.destroy_process_group()
+    if not master:
+        return summary
     metrics.close()
     print(summary_line(summary, cfg))
     print(f"plot the curves: python plot.py {cfg.out_dir}")
@@ -360,11 +435,12 @@ def main(cfg):
 
 
 if __name__ == "__main__":
+    quiet = os.environ.get("LOCAL_RANK", "0") != "0"  # under torchrun one line per node
     try:
         cfg = parse_args(sys.argv[1:], Config, doc=__doc__)
         main(cfg)
     except CliError as e:
-        fail(str(e))
+        sys.exit(2) if quiet else fail(str(e))
     except FloatingPointError as e:
         fail(str(e))
     except KeyboardInterrupt:

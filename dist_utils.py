@@ -1,0 +1,173 @@
+"""dist_utils.py: one optimizer step, however it is split over processes and micro-batches.
+
+What it teaches
+---------------
+A copy of a token that a whole group emits after one history cancels only if
+every copy gets the same weight (loss.py). Splitting a step must therefore not
+change any weight. The step's loss is a sum over its rollouts,
+
+    loss = sum_{i in step} sum_t norm_i(D) * l_{i,t}(w~_i),
+
+with denominators D = (N, sum L, sum L over positives, L_max) and, for DFPO,
+per-group weights w~_i. Cut the rows into any parts p (micro-batches, ranks):
+sum_p loss_p is the same number, and so is its gradient, *if every part uses
+the step's D and w~*, not its own. Where a part uses its own (``--norm=local``,
+the per-rank / per-micro-batch normalisation some engines shipped), a shared
+token's copies in different parts get different weights and stop cancelling.
+
+The order of the cuts (train.rl_update):
+
+  1. every rank samples B / world whole groups (its own problem stream), and
+     ``gather_rollouts`` all-gathers them, so every rank holds the same global
+     batch, rank 0's groups first, as a single process would;
+  2. rank 0's scheduler cuts the global batch into mini-batches
+     (batching.py) and ``broadcast_cut`` sends the cut to every rank;
+  3. each mini-batch is split across ranks (``shard``: contiguous,
+     torch.tensor_split sizes), then each rank's share into micro-batches of
+     ``--micro_batch`` rollouts (``micro_batches``).
+
+What crosses ranks, and why:
+
+  * the rollouts (step 1): so that every rank computes advantages, the cut and
+    D from the whole batch. The denominators therefore need no all-reduce of
+    their own: each rank computes ``loss.step_counts`` on the whole mini-batch,
+    which *is* the all-reduced count. Advantages are per group, and groups are
+    never split across ranks at sampling time;
+  * DFPO's sequence ratios w_i (``all_reduce_rows``): they depend on the
+    current parameters, so each rank computes them for its rows in a no-grad
+    pass, the sum over ranks fills the mini-batch's vector, and every rank
+    then applies Min-Replace / Adv-Orthogonal over whole groups;
+  * the gradients (DDP's all-reduce). DDP *averages*: grad = (1/world)
+    sum_r grad loss_r. Each rank's loss is its share of the step's sum, so
+    train.py multiplies it by world before backward, and the average becomes
+    the sum. Micro-batch losses are added up as they are (not divided by
+    the number of micro-batches): their denominators are the step's already;
+  * the logged loss, stats and coefficients (one small all-reduce per step).
+
+A single process (no torchrun) is world = 1: every function here is then the
+identity or a no-op, and the step is the plain one.
+"""
+
+import datetime
+import os
+
+import torch
+import torch.distributed as dist
+
+from config import CliError
+from toy_tasks import PAD
+
+TIMEOUT = datetime.timedelta(seconds=600)  # a rank that waits longer on a peer fails, not hangs
+
+
+def env_world():
+    """(rank, local_rank, world) the nanoGPT way: torchrun sets RANK, LOCAL_RANK
+    and WORLD_SIZE; without them this is one process (0, 0, 1)."""
+    if int(os.environ.get("RANK", -1)) == -1:
+        return 0, 0, 1
+    try:
+        return int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
+    except (KeyError, ValueError):
+        raise CliError("RANK is set but LOCAL_RANK / WORLD_SIZE are missing or not integers; "
+                       "start with torchrun") from None
+
+
+def rank_world():
+    """(rank, world) of the running process group, (0, 1) without one."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def check_world(cfg, world):
+    """Flags that cannot work with ``world`` processes (one line each)."""
+    if world == 1:
+        return
+    if cfg.prompts_per_step % world:
+        raise CliError(f"--prompts_per_step={cfg.prompts_per_step} is not divisible by the "
+                       f"{world} processes (each samples whole groups)")
+    whole = cfg.batching in ("query", "query_balanced")
+    smallest = (cfg.prompts_per_step // cfg.minibatches) * cfg.group_size if whole else \
+        cfg.prompts_per_step * cfg.group_size // cfg.minibatches
+    if smallest < world:
+        raise CliError(f"--minibatches={cfg.minibatches} leaves mini-batches of {smallest} "
+                       f"rollouts, fewer than the {world} processes")
+
+
+def setup_device(device, local_rank, world):
+    """The device and backend of this rank: nccl on CUDA (one GPU per local rank),
+    gloo on CPU. ``device`` stays "cuda" (the current device is set)."""
+    if device == "cuda":
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", local_rank + 1))
+        if local_world > torch.cuda.device_count():
+            raise CliError(f"{local_world} processes on this node but {torch.cuda.device_count()} "
+                           f"GPUs visible; one GPU per process")
+        torch.cuda.set_device(local_rank)
+        return "nccl"
+    return "gloo"
+
+
+def all_reduce_sum(x):
+    """Sum of a tensor over ranks (in place; identity for one process)."""
+    if rank_world()[1] > 1:
+        dist.all_reduce(x)
+    return x
+
+
+def gather_rollouts(batch):
+    """Every rank's rollouts, concatenated in rank order, on every rank.
+    Group ids are offset so that groups stay distinct; completions are padded
+    to the longest one (PAD, mask False, log-prob 0). Identity for one process."""
+    rank, world = rank_world()
+    if world == 1:
+        return batch
+    device = batch["tokens"].device
+    mine = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
+    parts = [None] * world
+    dist.all_gather_object(parts, mine)
+    T = max(p["tokens"].shape[1] for p in parts)
+    pad = lambda x, v: torch.nn.functional.pad(x, (0, T - x.shape[1]), value=v)
+    out, offset = {}, 0
+    groups = []
+    for p in parts:
+        groups.append(p["group"] + offset)
+        offset += int(p["group"].max()) + 1
+    out["tokens"] = torch.cat([pad(p["tokens"], PAD) for p in parts]).to(device)
+    out["mask"] = torch.cat([pad(p["mask"], False) for p in parts]).to(device)
+    out["logprobs"] = torch.cat([pad(p["logprobs"], 0.0) for p in parts]).to(device)
+    out["rewards"] = torch.cat([p["rewards"] for p in parts]).to(device)
+    out["group"] = torch.cat(groups).to(device)
+    out["prompts"] = [q for p in parts for q in p["prompts"]]
+    for k in batch:  # anything else (e.g. max_len) is the same on every rank
+        out.setdefault(k, batch[k])
+    return out
+
+
+def broadcast_cut(mbs):
+    """Rank 0's mini-batch cut (a list of index tensors) on every rank."""
+    rank, world = rank_world()
+    if world == 1:
+        return mbs
+    box = [[mb.cpu() for mb in mbs] if rank == 0 else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def shard(mb, rank, world):
+    """This rank's contiguous share of a mini-batch's rows (tensor_split sizes)."""
+    return torch.tensor_split(mb, world)[rank]
+
+
+def micro_batches(n, k):
+    """Positions 0..n-1 cut into consecutive micro-batches of k (the last may be
+    smaller); k = 0 means one micro-batch."""
+    k = n if k <= 0 else k
+    return [torch.arange(s, min(s + k, n)) for s in range(0, n, k)]
+
+
+def all_reduce_rows(values, rows, n):
+    """A [n, ...] tensor holding ``values`` at positions ``rows`` (this rank's
+    rows of a mini-batch), summed over ranks: every rank gets the whole one."""
+    full = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
+    full[rows] = values
+    return all_reduce_sum(full)
