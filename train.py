@@ -30,6 +30,7 @@ metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
 
 import contextlib
 import json
+from dataclasses import fields, replace
 import os
 import random
 import sys
@@ -42,37 +43,68 @@ import batching
 import diagnostics
 import loss as L
 import toy_tasks
-from config import Config, CliError, parse_args, fail
+import checkpoint as C
+from checkpoint import load_checkpoint, save_checkpoint  # noqa: F401  (train.load_checkpoint)
+from config import Config, CliError, parse_args, fail, validate
 from model import GPT, GPTConfig, completion_logprobs, token_logprobs, left_pad
 from sampler import sample
 from toy_tasks import EOS, PAD
 
 
 # ----------------------------------------------------------------------------- checkpoints
+# (checkpoint.py: atomic writes, the schema, the resume state; re-exported here)
 
-def save_checkpoint(path, model, cfg, kind, step):
-    """Write atomically: a temp file in the same folder, then os.replace."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save({"kind": kind, "step": step, "model_cfg": vars(model.cfg),
-                "task": {"task": cfg.task, "digits": cfg.digits, "scratchpad": cfg.scratchpad},
-                "model": model.state_dict(), "config": vars(cfg)}, tmp)
-    os.replace(tmp, path)
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt", "warm_start.pt")
+KEEP = ("out_dir", "resume", "overwrite")  # flags a resumed run may change
 
 
-def load_checkpoint(path, device="cpu"):
-    """Load and validate a checkpoint; raise CliError with one line if it is bad."""
-    if not os.path.isfile(path):
-        raise CliError(f"checkpoint {path!r} does not exist")
+def holds_run(out_dir):
+    """The files of a run already in out_dir."""
+    return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+
+
+def resumed_config(cfg):
+    """The config of the run in cfg.out_dir. A flag that differs from both the default
+    and that run's value is an error: --resume continues the run as it was configured."""
+    path = os.path.join(cfg.out_dir, "config.json")
     try:
-        ck = torch.load(path, map_location=device, weights_only=True)
-        mcfg = GPTConfig(**ck["model_cfg"])
-        model = GPT(mcfg).to(device)
-        model.load_state_dict(ck["model"])
-        ck["task"]["task"], ck["kind"]
-    except Exception as e:  # truncated, corrupt, or not one of ours
-        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project "
-                       f"({type(e).__name__})") from None
-    return model, ck
+        saved = json.load(open(path))
+        assert isinstance(saved, dict)
+    except (OSError, ValueError, AssertionError):
+        raise CliError(f"--resume: {path} is missing or not a config of this project") from None
+    values = {}
+    for f in fields(Config):
+        mine, default = getattr(cfg, f.name), f.default
+        if f.name in KEEP or f.name not in saved:
+            values[f.name] = mine
+        elif mine == saved[f.name] or mine == default:
+            values[f.name] = saved[f.name]
+        else:
+            raise CliError(f"--resume continues the run as configured in {path}, where "
+                           f"{f.name}={saved[f.name]}; drop --{f.name}={mine}")
+    new = Config(**values)
+    validate(new)
+    return new
+
+
+def init_from_checks(cfg, model, ck):
+    """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
+    are ignored (a warning), size flags that contradict the checkpoint are an error."""
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"checkpoint was trained on task {t}, not on "
+                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    for k in ("n_layer", "n_head", "n_embd"):
+        mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
+        if mine != theirs and mine != getattr(Config, k):
+            raise CliError(f"--{k}={mine} contradicts --init_from={cfg.init_from} ({k}={theirs}); "
+                           f"model sizes come from the checkpoint")
+    ignored = [k for k in ("sft_steps", "sft_batch", "sft_lr", "sft_flawed")
+               if getattr(cfg, k) != getattr(Config, k)]
+    if ignored:
+        print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
+              file=sys.stderr)
+    return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -179,109 +211,133 @@ def rl_update(model, opt, batch, cfg, gen):
 # ----------------------------------------------------------------------------- main
 
 def main(cfg):
+    # ---- everything that can be checked is checked before anything is written
     device = resolve_device(cfg.device)
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
+    if found and not (cfg.resume or cfg.overwrite):
+        raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
+                       f"continue it with --resume or replace it with --overwrite")
+    if cfg.resume and "config.json" not in found:
+        raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
+    state, metrics_path = None, os.path.join(cfg.out_dir, "metrics.jsonl")
+    if cfg.resume:
+        cfg = resumed_config(cfg)
+        if "ckpt.pt" in found:
+            model, ck = load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
+            if "resume" not in ck:
+                raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
+            state = ck["resume"]
+            have = os.path.getsize(metrics_path) if os.path.exists(metrics_path) else 0
+            if have < state["metrics_bytes"]:
+                raise CliError(f"--resume: {metrics_path} is shorter ({have} bytes) than its "
+                               f"checkpoint says ({state['metrics_bytes']})")
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-
     if cfg.init_from:
-        model, ck = load_checkpoint(cfg.init_from, device)
-        t = ck["task"]
-        if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-            raise CliError(f"checkpoint was trained on task {t}, not on "
-                           f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+        init_model, ck = load_checkpoint(cfg.init_from, device)
+        cfg = init_from_checks(cfg, init_model, ck)
         sft_steps = 0
     else:
-        mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                         n_embd=cfg.n_embd, block_size=64)
-        model = GPT(mcfg).to(device)
+        mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
+                         n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
+        init_model = GPT(mcfg).to(device)
         sft_steps = cfg.sft_steps
+    if state is None:
+        model = init_model
     if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
         model.forward = torch.compile(model.forward, dynamic=True)
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=model.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__)
-    with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
-        json.dump(resolved, f, indent=1)
+
+    # ---- now write: clear stale temp files, replace (--overwrite) or continue (--resume)
+    C.clear_stale_temps(cfg.out_dir)
+    if cfg.overwrite:
+        for f in found:
+            os.remove(os.path.join(cfg.out_dir, f))
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if not cfg.resume:
+        C.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
     print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+    if cfg.resume:
+        os.truncate(metrics_path, state["metrics_bytes"]) if state else open(metrics_path, "w").close()
+        print(f"resuming after {state['phase']} step {state['step']}" if state else
+              "resuming from the start: the run had written no checkpoint")
 
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
     draw = toy_tasks.train_sampler(task, held_out, cfg.seed)
     sol_rng = random.Random(cfg.seed + 1)
     gen = torch.Generator(device=device).manual_seed(cfg.seed)
-    metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "w")
+    metrics = open(metrics_path, "a")
 
     def log(d):
         metrics.write(json.dumps(d) + "\n")
         metrics.flush()
 
+    def save(name, kind, phase, step, opt):
+        st = C.capture(phase, step, opt, gen, draw, sol_rng, sums, metrics.tell())
+        save_checkpoint(os.path.join(cfg.out_dir, name), model, cfg, kind, step, st)
+
     t0 = time.time()
-    summary = {}
+    sums = {"acc0": None, "acc": None, "mixed_at_start": None, "tax_sum": 0.0}
+    phase, done = (state["phase"], state["step"]) if state else ("sft", 0)
     # ---- phase 1: SFT warm start
-    if sft_steps > 0:
+    if phase == "sft" and sft_steps > 0:
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-        bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True)
+        if state:
+            sums = C.restore(state, opt, gen, draw, sol_rng)
+        bar = tqdm(range(done + 1, sft_steps + 1), desc="sft", dynamic_ncols=True)
         for step in bar:
             prompts, tokens, mask = sft_batch(task, draw, cfg.sft_batch, sol_rng, device, cfg.sft_flawed)
             with amp(cfg, device):
                 logp = completion_logprobs(model, prompts, tokens, mask, PAD)
             loss = -(logp.sum() / mask.sum())
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"SFT loss is not finite at step {step}")
+                raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
+                                         f"(try a smaller --sft_lr)")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             bar.set_postfix(loss=f"{loss.item():.3f}")
             log({"phase": "sft", "step": step, "loss": loss.item()})
+            if step == sft_steps:
+                save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), model, cfg, "warm_start", step)
+            if step % cfg.ckpt_every == 0 or step == sft_steps:
+                save("ckpt.pt", "sft", "sft", step, opt)
         bar.close()
-        save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), model, cfg, "warm_start", sft_steps)
 
     # ---- phase 2: RL
-    acc0 = evaluate(model, task, held_out, cfg, device)
-    summary["warm_start_acc"] = acc0
-    log({"phase": "rl", "step": 0, "eval_acc": acc0,
-         **(eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {})})
-    print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
-    acc, tax_sum = acc0, 0.0
-    for step in bar:
-        model.train()
-        batch = rollouts(model, task, draw, cfg, gen, device)
-        batch["max_len"] = task.max_new_tokens
-        r, g = batch["rewards"], batch["group"]
-        zero_var = L.zero_variance_fraction(r, g)
-        if cfg.diagnostics:
-            hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
-            before = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+    if phase == "rl":
+        sums = C.restore(state, opt, gen, draw, sol_rng)
+    else:
+        done = 0
         try:
-            stats = rl_update(model, opt, batch, cfg, gen)
-        except FloatingPointError:
-            raise FloatingPointError(f"RL loss is not finite at step {step}") from None
-        if cfg.diagnostics:
-            after = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
-            stats["tax"] = float(diagnostics.kl(before, after).mean())
-            tax_sum += stats["tax"]
-            stats["tax_sum"] = tax_sum
-        rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
-               "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-               **stats["mb_stats"]}
-        if step == 1:
-            summary["mixed_at_start"] = rec["mixed"]
-        if step % cfg.eval_every == 0 or step == cfg.rl_steps:
-            acc = evaluate(model, task, held_out, cfg, device)
-            rec["eval_acc"] = acc
-            if cfg.diagnostics:
-                rec.update(eval_diagnostics(model, task, held_out, cfg))
-            tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
-                       f"mixed {rec['mixed']:.2f}  residual {rec['residual']:.3f}  "
-                       f"[{time.time() - t0:.0f}s]")
-            save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", step)
+            acc0 = evaluate(model, task, held_out, cfg, device)
+            log({"phase": "rl", "step": 0, "eval_acc": acc0,
+                 **(eval_diagnostics(model, task, held_out, cfg) if cfg.diagnostics else {})})
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
+        sums.update(acc0=acc0, acc=acc0)
+        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
+        if cfg.rl_steps == 0:
+            save("ckpt.pt", "rl", "rl", 0, opt)
+    bar = tqdm(range(done + 1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True)
+    for step in bar:
+        try:
+            rec = rl_step(model, opt, task, draw, cfg, gen, device, held_out, sums, step, t0)
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
+                                     f"the last good checkpoint is kept") from None
         log(rec)
-        bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{acc:.2f}")
+        if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
+            save("ckpt.pt", "rl", "rl", step, opt)
+        bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{sums['acc']:.2f}")
     bar.close()
-    if cfg.rl_steps == 0:
-        save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), model, cfg, "rl", 0)
+    acc, acc0 = sums["acc"], sums["acc0"]
+    summary = {"warm_start_acc": acc0}
+    if sums["mixed_at_start"] is not None:
+        summary["mixed_at_start"] = sums["mixed_at_start"]
     summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
     log({"phase": "summary", "step": cfg.rl_steps, **summary})
     metrics.close()
@@ -289,6 +345,38 @@ def main(cfg):
           f"mixed groups at RL start {summary.get('mixed_at_start', float('nan')):.2f}; "
           f"{summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
     return summary
+
+
+def rl_step(model, opt, task, draw, cfg, gen, device, held_out, sums, step, t0):
+    """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
+    model.train()
+    batch = rollouts(model, task, draw, cfg, gen, device)
+    batch["max_len"] = task.max_new_tokens
+    r, g = batch["rewards"], batch["group"]
+    zero_var = L.zero_variance_fraction(r, g)
+    if cfg.diagnostics:
+        hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
+        before = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+    stats = rl_update(model, opt, batch, cfg, gen)
+    C.check_finite(model, "after the update")
+    if cfg.diagnostics:
+        after = diagnostics.policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+        stats["tax"] = float(diagnostics.kl(before, after).mean())
+        sums["tax_sum"] += stats["tax"]
+        stats["tax_sum"] = sums["tax_sum"]
+    rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
+           "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
+           **stats["mb_stats"]}
+    if step == 1:
+        sums["mixed_at_start"] = rec["mixed"]
+    if step % cfg.eval_every == 0 or step == cfg.rl_steps:
+        sums["acc"] = rec["eval_acc"] = evaluate(model, task, held_out, cfg, device)
+        if cfg.diagnostics:
+            rec.update(eval_diagnostics(model, task, held_out, cfg))
+        tqdm.write(f"rl step {step}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
+                   f"mixed {rec['mixed']:.2f}  residual {rec['residual']:.3f}  "
+                   f"[{time.time() - t0:.0f}s]")
+    return rec
 
 
 if __name__ == "__main__":
@@ -299,5 +387,7 @@ if __name__ == "__main__":
         fail(str(e))
     except FloatingPointError as e:
         fail(str(e))
+    except OSError as e:  # a disk that fills up, a folder that vanishes
+        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
     except KeyboardInterrupt:
         fail("interrupted")
