@@ -44,7 +44,7 @@ import torch
 import loss as L
 import toy_tasks
 import train
-from config import Config
+from config import CliError, Config, check_out_dir, fail
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
@@ -221,22 +221,33 @@ def bench_rl_step(model, P, device):
 
 
 def parse(argv):
+    """--quick, --device, --out: checked before any measurement (CliError, one line)."""
     opts = {"quick": False, "device": "auto", "out": ""}
+    usage = "usage: python bench.py [--quick] [--device=cpu|cuda|auto] [--out=FILE]"
     for a in argv:
+        if a in ("-h", "--help"):
+            print(__doc__.strip())
+            sys.exit(0)
         key, eq, val = a[2:].partition("=")
-        if a == "--quick":
-            opts["quick"] = True
-        elif a.startswith("--") and eq and key in ("device", "out"):
-            opts[key] = val
+        if not a.startswith("--") or key not in opts:
+            raise CliError(f"unknown argument {a!r}; {usage}")
+        if key == "quick":
+            if val.lower() not in (("true", "1", "yes", "false", "0", "no") if eq else ("",)):
+                raise CliError(f"--quick takes true or false, got {val!r}")
+            opts["quick"] = val.lower() in ("", "true", "1", "yes")
+        elif not eq:
+            raise CliError(f"--{key} needs a value: --{key}=VALUE; {usage}")
         else:
-            sys.exit(f"error: unknown argument {a!r}; usage: python bench.py [--quick] "
-                     f"[--device=cpu|cuda|auto] [--out=FILE]")
+            opts[key] = val
     if opts["device"] not in ("auto", "cpu", "cuda"):
-        sys.exit(f"error: unknown device {opts['device']!r}; choose cpu, cuda or auto")
-    try:
-        opts["device"] = train.resolve_device(opts["device"])
-    except Exception as e:  # CliError: cuda asked for but not available
-        sys.exit(f"error: {e}")
+        raise CliError(f"unknown device {opts['device']!r}; choose cpu, cuda or auto")
+    opts["device"] = train.resolve_device(opts["device"])
+    if opts["out"]:
+        if os.path.isdir(opts["out"]):
+            raise CliError(f"--out={opts['out']} is a folder; give a file name")
+        check_out_dir(os.path.dirname(opts["out"]) or ".", "--out")
+        if not os.path.isdir(os.path.dirname(opts["out"]) or "."):
+            raise CliError(f"--out={opts['out']}: its folder does not exist")
     return opts
 
 
@@ -259,5 +270,15 @@ def main(argv):
         out.close()
 
 
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
+    try:
+        main(argv)
+    except CliError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli(sys.argv[1:])

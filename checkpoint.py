@@ -173,7 +173,8 @@ def validate(ck):
         raise ValueError(f"unknown kind {kind!r}")
     if _need(ck, "step", int) < 0:
         raise ValueError(f"negative step {ck['step']}")
-    _need(ck, "config", dict)
+    if not isinstance(_need(ck, "config", dict).get("seed", 0), int):
+        raise ValueError("config seed is not an integer")
     t = _need(ck, "task", dict)
     name, digits, pad = (_need(t, "task", str, "task"), _need(t, "digits", int, "task"),
                          _need(t, "scratchpad", bool, "task"))

@@ -69,7 +69,7 @@ def resumed_config(cfg):
     path = os.path.join(cfg.out_dir, "config.json")
     try:
         saved = json.load(open(path))
-        assert isinstance(saved, dict)
+        assert isinstance(saved, dict) and {"task", "seed", "out_dir"} <= set(saved)
     except (OSError, ValueError, AssertionError):
         raise CliError(f"--resume: {path} is missing or not a config of this project") from None
     values = {}
@@ -379,10 +379,10 @@ def rl_step(model, opt, task, draw, cfg, gen, device, held_out, sums, step, t0):
     return rec
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
     try:
-        cfg = parse_args(sys.argv[1:], Config, doc=__doc__)
-        main(cfg)
+        return main(parse_args(argv, Config, doc=__doc__))
     except CliError as e:
         fail(str(e))
     except FloatingPointError as e:
@@ -391,3 +391,7 @@ if __name__ == "__main__":
         fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
     except KeyboardInterrupt:
         fail("interrupted")
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

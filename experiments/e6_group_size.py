@@ -101,8 +101,7 @@ def setting(model, m64, task, draw, gen, B, G, opts):
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
     t0 = time.time()
-    Gs = [int(x) for x in str(opts["group_sizes"]).split(",")]
-    Bs = [int(x) for x in str(opts["prompt_counts"]).split(",")]
+    Gs, Bs = opts["group_sizes"], opts["prompt_counts"]  # lists of ints (common.parse)
     sweeps = {"G": [(opts["prompts"], G) for G in Gs], "B": [(B, opts["group_size"]) for B in Bs]}
     per_seed = []
     for seed in opts["seeds"]:
@@ -152,4 +151,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.cli(main)
