@@ -24,8 +24,13 @@ the mean token entropy, pass@1 and pass@k, and on a task with several correct
 answers the log-odds between two of them and the entropy over all of them.
 
 Usage: ``python train.py --key=value ...``; ``python train.py --help`` lists
-every flag. Writes to --out_dir: config.json (the resolved config),
-metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt.
+every flag. Writes to --out_dir: config.json (the resolved config: what
+actually ran), metrics.jsonl (one JSON object per line), warm_start.pt (the
+end of SFT) and ckpt.pt (every --ckpt_every steps of either phase, with the
+state that ``--resume`` continues from exactly: checkpoint.py). An --out_dir
+that holds another run is refused unless --resume or --overwrite is given.
+Every input is checked before anything is written; a NaN or inf loss, logit
+or weight stops the run with one line naming the phase and step.
 """
 
 import contextlib
