@@ -239,17 +239,16 @@ def main(cfg):
                                f"checkpoint says ({state['metrics_bytes']})")
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
-    if cfg.init_from:
-        init_model, ck = load_checkpoint(cfg.init_from, device)
-        cfg = init_from_checks(cfg, init_model, ck)
-        sft_steps = 0
+    sft_steps = 0 if cfg.init_from else cfg.sft_steps
+    if state is not None:
+        pass  # the model is ckpt.pt's
+    elif cfg.init_from:
+        model, ck = load_checkpoint(cfg.init_from, device)
+        cfg = init_from_checks(cfg, model, ck)
     else:
         mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
                          n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
-        init_model = GPT(mcfg).to(device)
-        sft_steps = cfg.sft_steps
-    if state is None:
-        model = init_model
+        model = GPT(mcfg).to(device)
     if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
         model.forward = torch.compile(model.forward, dynamic=True)
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=model.num_params(),

@@ -353,3 +353,28 @@ def test_config_json_states_what_ran_with_init_from(tmp_path, capsys):
     assert (conf["n_layer"], conf["n_embd"], conf["n_head"]) == (1, 16, 2)
     assert conf["sft_steps_run"] == 0 and conf["params"] == m.num_params()
     assert "warning: --sft_steps" in capsys.readouterr().err
+
+
+def test_interrupted_init_from_run_resumes_to_the_same_bits(tmp_path, mixed, monkeypatch):
+    """An RL-only run (--init_from) stopped inside RL step 4 resumes from its step-3
+    checkpoint without the --init_from file, and ends as the uninterrupted run."""
+    m, good = build(tmp_path)
+    train.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
+    flags = TINY + [f"--init_from={good}", "--diagnostics"]
+    ref, d = str(tmp_path / "ref"), str(tmp_path / "run")
+    train.main(parse_args(flags + [f"--out_dir={ref}"]))
+    real, calls = train.rollouts, []
+
+    def stop_at_4(*a, **k):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(train, "rollouts", stop_at_4)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(parse_args(flags + [f"--out_dir={d}"]))
+    monkeypatch.setattr(train, "rollouts", real)
+    os.remove(good)  # the resumed run needs only its own folder
+    train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
+    assert lines(d) == lines(ref)
+    assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
