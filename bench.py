@@ -57,7 +57,7 @@ import dist_utils as D
 import loss as L
 import toy_tasks
 import train
-from config import Config
+from config import CliError, Config, check_out_dir, fail
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
@@ -302,22 +302,33 @@ def bench_ddp(P, device, size, quick):
 
 
 def parse(argv):
+    """--quick, --ddp, --device, --out: checked before any measurement (CliError, one line)."""
     opts = {"quick": False, "device": "auto", "out": "", "ddp": None, "ddp_worker": False}
+    usage = "usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
     for a in argv:
+        if a in ("-h", "--help"):
+            print(__doc__.strip())
+            sys.exit(0)
         key, eq, val = a[2:].partition("=")
-        if a in ("--quick", "--ddp", "--ddp_worker"):
-            opts[a[2:]] = True
-        elif a.startswith("--") and eq and key in ("device", "out"):
-            opts[key] = val
+        if not a.startswith("--") or key not in opts:
+            raise CliError(f"unknown argument {a!r}; {usage}")
+        if key in ("quick", "ddp", "ddp_worker"):
+            if val.lower() not in (("true", "1", "yes", "false", "0", "no") if eq else ("",)):
+                raise CliError(f"--{key} takes true or false, got {val!r}")
+            opts[key] = val.lower() in ("", "true", "1", "yes")
+        elif not eq:
+            raise CliError(f"--{key} needs a value: --{key}=VALUE; {usage}")
         else:
-            sys.exit(f"error: unknown argument {a!r}; usage: python bench.py [--quick] [--ddp] "
-                     f"[--device=cpu|cuda|auto] [--out=FILE]")
+            opts[key] = val
     if opts["device"] not in ("auto", "cpu", "cuda"):
-        sys.exit(f"error: unknown device {opts['device']!r}; choose cpu, cuda or auto")
-    try:
-        opts["device"] = train.resolve_device(opts["device"])
-    except Exception as e:  # CliError: cuda asked for but not available
-        sys.exit(f"error: {e}")
+        raise CliError(f"unknown device {opts['device']!r}; choose cpu, cuda or auto")
+    opts["device"] = train.resolve_device(opts["device"])
+    if opts["out"]:
+        if os.path.isdir(opts["out"]):
+            raise CliError(f"--out={opts['out']} is a folder; give a file name")
+        check_out_dir(os.path.dirname(opts["out"]) or ".", "--out")
+        if not os.path.isdir(os.path.dirname(opts["out"]) or "."):
+            raise CliError(f"--out={opts['out']}: its folder does not exist")
     return opts
 
 
@@ -346,5 +357,15 @@ def main(argv):
         out.close()
 
 
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
+    try:
+        main(argv)
+    except CliError as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    cli(sys.argv[1:])

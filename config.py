@@ -4,7 +4,10 @@ Flags are ``--key=value`` (as in nanoGPT's configurator and TRL's scripts).
 A bad flag, value or combination exits with one line on stderr and status 2.
 """
 
+import math
+import os
 import sys
+import tempfile
 from dataclasses import dataclass, field, fields
 
 
@@ -65,6 +68,9 @@ class Config:
     bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
     compile: bool = _f(False, "torch.compile the model's forward pass")
     out_dir: str = _f("out", "where config.json, metrics.jsonl and checkpoints go")
+    resume: bool = _f(False, "continue the run in --out_dir from its last checkpoint (ckpt.pt)")
+    overwrite: bool = _f(False, "replace the run in --out_dir (its files are deleted)")
+    ckpt_every: int = _f(50, "steps between checkpoints (SFT and RL; also at each phase's end)")
     init_from: str = _f("", "start from this checkpoint (skips SFT)")
     eval_every: int = _f(50, "RL steps between held-out evaluations")
     eval_size: int = _f(256, "held-out problems (disjoint from training, fixed by seed)")
@@ -73,7 +79,7 @@ class Config:
 
 
 COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
-          "group_size", "minibatches", "epochs", "eval_every", "eval_size", "pass_k")
+          "group_size", "minibatches", "epochs", "eval_every", "eval_size", "pass_k", "ckpt_every")
 
 
 def _convert(name, typ, raw):
@@ -165,12 +171,25 @@ def parse_args(argv, cls=Config, doc="", check=True):
 TASK_DEFAULTS = {
     "chain": {},
 }
+
+
+def default_of(name, task):
+    """The value flag ``name`` takes when not given, for ``--task=task``."""
+    return TASK_DEFAULTS.get(task, {}).get(name, Config.__dataclass_fields__[name].default)
+
+
 # Flags a task has no use for: giving one is an error, not a silent no-op.
 TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "primes": ("digits",)}
 
 
 def validate(cfg):
     """Names, counts and combinations that cannot work."""
+    for f in fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(v, float) and not math.isfinite(v):
+            raise CliError(f"--{f.name} must be a finite number, got {v}")
+    if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
+        raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20")
     import batching
     import loss
     import toy_tasks
@@ -250,3 +269,68 @@ def validate(cfg):
         raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
                        f"exceeds the {cfg.prompts_per_step} groups of a batch")
 
+    if not 0 <= cfg.seed < 2 ** 63:
+        raise CliError(f"--seed must be in [0, 2**63), got {cfg.seed}")
+    if cfg.temperature > 10:
+        raise CliError(f"--temperature={cfg.temperature} is not a sane sampling temperature; use (0, 10]")
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    import checkpoint
+    need = checkpoint.longest_prompt(task) + task.max_new_tokens
+    if need > BLOCK_SIZE:
+        raise CliError(f"--task={cfg.task} --digits={cfg.digits} --scratchpad={cfg.scratchpad} needs "
+                       f"{need} tokens of prompt + completion, more than the block size {BLOCK_SIZE}")
+    gib, have = memory_estimate(cfg) / 2 ** 30, available_memory() / 2 ** 30
+    if gib > have:
+        raise CliError(f"this model and batch need about {gib:.1f} GiB, more than the {have:.1f} GiB here; "
+                       f"use smaller --n_layer/--n_embd/--prompts_per_step/--group_size")
+    if cfg.resume and cfg.overwrite:
+        raise CliError("--resume continues the run in --out_dir and --overwrite replaces it: give one")
+    check_out_dir(cfg.out_dir, "--out_dir")
+
+
+BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds it so)
+
+
+def memory_estimate(cfg):
+    """Bytes a run needs, roughly: fp32 weights, grads and AdamW's two moments (16 B a
+    parameter) plus the activations of one rollout batch (about 20 floats per layer,
+    token and width, kept for the backward pass)."""
+    params = 12 * cfg.n_layer * cfg.n_embd ** 2 + cfg.n_embd * (2 * 32 + BLOCK_SIZE)
+    acts = cfg.prompts_per_step * cfg.group_size * BLOCK_SIZE * cfg.n_layer * cfg.n_embd * 20 * 4
+    return 16 * params + acts
+
+
+def available_memory():
+    """Physical memory of this machine, or of its largest CUDA device if that is larger."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        ram = 2 ** 40
+    try:
+        import torch
+        if torch.cuda.is_available():
+            ram = max(ram, max(torch.cuda.get_device_properties(i).total_memory
+                               for i in range(torch.cuda.device_count())))
+    except Exception:
+        pass
+    return ram
+
+
+def check_out_dir(path, flag):
+    """A folder we may write in: an existing folder, or one whose nearest existing
+    parent is a folder where a file can be created (probed with a temp file that
+    vanishes at once). Creates nothing."""
+    if not path:
+        raise CliError(f"{flag} is empty")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CliError(f"{flag}={path} is a file, not a folder")
+    d = os.path.abspath(path)
+    while not os.path.exists(d):
+        d = os.path.dirname(d)
+    if not os.path.isdir(d):
+        raise CliError(f"{flag}={path}: {d} is a file, not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        raise CliError(f"{flag}={path}: cannot write in {d} ({e.strerror or type(e).__name__})") from None

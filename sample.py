@@ -44,10 +44,13 @@ def parse_problem(task_name, prompt):
 def main(cfg):
     if not cfg.init_from:
         raise CliError("--init_from=CKPT is required")
-    if cfg.num_samples < 1 or cfg.num_prompts < 1:
-        raise CliError("--num_samples and --num_prompts must be at least 1")
-    if cfg.temperature < 0:
-        raise CliError(f"--temperature must be >= 0, got {cfg.temperature}")
+    for name in ("num_samples", "num_prompts"):
+        if not 1 <= getattr(cfg, name) <= 4096:
+            raise CliError(f"--{name} must be in 1..4096, got {getattr(cfg, name)}")
+    if not 0 <= cfg.temperature <= 10:  # also refuses nan
+        raise CliError(f"--temperature must be in [0, 10] (0 is greedy), got {cfg.temperature}")
+    if not 0 <= cfg.seed < 2 ** 63:
+        raise CliError(f"--seed must be in [0, 2**63), got {cfg.seed}")
     model, ck = load_checkpoint(cfg.init_from)
     t = ck["task"]
     task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])
@@ -59,14 +62,18 @@ def main(cfg):
         problems = [parse_problem(t["task"], cfg.prompt)]
         prompts = [cfg.prompt]
     else:
-        problems = toy_tasks.eval_problems(task, cfg.num_prompts, ck["config"].get("seed", 0))
+        seed = ck["config"].get("seed", 0)
+        problems = toy_tasks.eval_problems(task, cfg.num_prompts, seed if isinstance(seed, int) else 0)
         prompts = [task.prompt(p) for p in problems]
     ids = [toy_tasks.encode(p) for p in prompts]
     if max(len(i) for i in ids) + task.max_new_tokens > model.cfg.block_size:
         raise CliError(f"prompt is too long for this model (block_size={model.cfg.block_size})")
     gen = torch.Generator().manual_seed(cfg.seed)
     n = 1 if cfg.temperature == 0 else cfg.num_samples
-    out = sample(model, ids, n, task.max_new_tokens, cfg.temperature, generator=gen)
+    try:
+        out = sample(model, ids, n, task.max_new_tokens, cfg.temperature, generator=gen)
+    except FloatingPointError as e:
+        raise CliError(f"checkpoint {cfg.init_from!r}: {e}") from None
     print(f"checkpoint {cfg.init_from}: task {task.name}, {ck['kind']} step {ck['step']}")
     for row, toks in enumerate(out["tokens"].tolist()):
         prob, text = problems[row // n], toy_tasks.decode(toks)
@@ -74,8 +81,13 @@ def main(cfg):
         print(f"{prompts[row // n]}{text}    reward {r}")
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
     try:
-        main(parse_args(sys.argv[1:], SampleConfig, doc=__doc__, check=False))
+        main(parse_args(argv, SampleConfig, doc=__doc__, check=False))
     except CliError as e:
         fail(str(e))
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

@@ -24,6 +24,8 @@ Mechanics
 * A row that has emitted EOS keeps being computed (it is cheap and keeps the
   batch rectangular) but its later tokens are PAD and masked out. The loop
   ends when every row is done, checked once every few steps, not per row.
+* A NaN or inf logit (a diverged model) raises FloatingPointError; the check
+  rides on the every-few-steps sync of ``done``, so it costs no extra one.
 * Randomness comes only from the ``torch.Generator`` passed in, and every row
   draws at every step, so the cached and the full-recompute paths consume the
   same random numbers: given a seed both return the same samples.
@@ -67,6 +69,7 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
                      lens[:, None] + torch.arange(max_new_tokens, device=device)[None]], 1)
     logp_out = torch.zeros(N, max_new_tokens, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
+    bad = torch.zeros((), dtype=torch.bool, device=device)  # a NaN or inf logit was seen
     cache = model.new_cache(N, total, device) if use_cache else None
 
     if use_cache:
@@ -77,11 +80,14 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
             logits = model(seq[:, :Lp + t], key_valid[:, :Lp + t])[:, -1]
         z = logits.float() / (temperature if temperature > 0 else 1.0)
         logp = F.log_softmax(z, -1)
+        bad |= ~torch.isfinite(logp).all()  # no sync here: checked with `done` below
         if temperature > 0:
             if top_k:
                 kth = torch.topk(z, min(top_k, z.shape[-1]), -1).values[:, -1:]
                 z = z.masked_fill(z < kth, float("-inf"))
-            nxt = torch.multinomial(F.softmax(z, -1), 1, generator=generator).squeeze(1)
+            p = F.softmax(z, -1)
+            p = torch.where(torch.isfinite(p), p, 1.0)  # keeps multinomial alive until the check
+            nxt = torch.multinomial(p, 1, generator=generator).squeeze(1)
         else:
             nxt = logits.argmax(-1)
         logp_out[:, t] = logp.gather(1, nxt[:, None])[:, 0].masked_fill_(done, 0.0)
@@ -89,11 +95,17 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
         seq[:, Lp + t] = nxt
         done |= nxt == EOS
         T = t + 1
-        if (t + 1) % check_every == 0 and bool(done.all()):
-            break
+        if (t + 1) % check_every == 0:
+            stop, diverged = torch.stack([done.all(), bad]).tolist()
+            if stop or diverged:
+                break
         if use_cache and t + 1 < max_new_tokens:
             logits = model.step(seq[:, Lp + t:Lp + t + 1], pos[:, Lp + t:Lp + t + 1],
                                 key_valid[:, :Lp + t + 1], cache, Lp + t)
+    if bool(bad):
+        model.train(was_training)
+        raise FloatingPointError(f"logits or sampling probabilities are not finite "
+                                 f"(by new token {T})")
     tokens = seq[:, Lp:Lp + T]
     mask = tokens != PAD
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-PAD columns

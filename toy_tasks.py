@@ -417,7 +417,8 @@ def eval_problems(task, n, seed):
 
 
 def train_sampler(task, held_out, seed):
-    """A function () -> problem drawing training problems, never a held-out one."""
+    """A function () -> problem drawing training problems, never a held-out one.
+    ``draw.rng`` is its random.Random, so that a resumed run continues the stream."""
     rng, banned = random.Random(seed), set(held_out)
 
     def draw():
@@ -425,4 +426,5 @@ def train_sampler(task, held_out, seed):
             p = task.sample(rng)
             if p not in banned:
                 return p
+    draw.rng = rng  # the stream's state, saved in a resumable checkpoint (checkpoint.py)
     return draw

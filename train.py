@@ -30,9 +30,13 @@ answers the log-odds between two of them and the entropy over all of them.
 
 Usage: ``python train.py --key=value ...``, or ``torchrun --standalone
 --nproc_per_node=N train.py --key=value ...``; ``python train.py --help`` lists
-every flag. Writes to --out_dir: config.json (the resolved config),
-metrics.jsonl (one JSON object per line), warm_start.pt and ckpt.pt;
-``python plot.py OUT_DIR`` draws the curves.
+every flag. ``python plot.py OUT_DIR`` draws the curves. Writes to --out_dir: config.json (the resolved config: what
+actually ran), metrics.jsonl (one JSON object per line), warm_start.pt (the
+end of SFT) and ckpt.pt (every --ckpt_every steps of either phase, with the
+state that ``--resume`` continues from exactly: checkpoint.py). An --out_dir
+that holds another run is refused unless --resume or --overwrite is given.
+Every input is checked before anything is written; a NaN or inf loss, logit
+or weight stops the run with one line naming the phase and step.
 """
 
 import contextlib
@@ -48,41 +52,16 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tqdm import tqdm
 
 import batching
+import checkpoint as C
 import diagnostics
 import dist_utils as D
 import loss as L
 import toy_tasks
+from checkpoint import load_checkpoint, save_checkpoint  # noqa: F401  (train.load_checkpoint)
 from config import Config, CliError, parse_args, fail
-from model import GPT, GPTConfig, completion_logprobs, token_logprobs, left_pad
+from model import GPT, GPTConfig, completion_logprobs, token_logprobs, left_pad  # noqa: F401
 from sampler import sample
 from toy_tasks import EOS, PAD
-
-
-# ----------------------------------------------------------------------------- checkpoints
-
-def save_checkpoint(path, model, cfg, kind, step):
-    """Write atomically: a temp file in the same folder, then os.replace."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    torch.save({"kind": kind, "step": step, "model_cfg": vars(model.cfg),
-                "task": {"task": cfg.task, "digits": cfg.digits, "scratchpad": cfg.scratchpad},
-                "model": model.state_dict(), "config": vars(cfg)}, tmp)
-    os.replace(tmp, path)
-
-
-def load_checkpoint(path, device="cpu"):
-    """Load and validate a checkpoint; raise CliError with one line if it is bad."""
-    if not os.path.isfile(path):
-        raise CliError(f"checkpoint {path!r} does not exist")
-    try:
-        ck = torch.load(path, map_location=device, weights_only=True)
-        mcfg = GPTConfig(**ck["model_cfg"])
-        model = GPT(mcfg).to(device)
-        model.load_state_dict(ck["model"])
-        ck["task"]["task"], ck["kind"]
-    except Exception as e:  # truncated, corrupt, or not one of ours
-        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project "
-                       f"({type(e).__name__})") from None
-    return model, ck
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -287,56 +266,90 @@ def main(cfg):
     D.check_world(cfg, world)
     device = resolve_device(cfg.device)
     master = rank == 0  # evaluates, logs, writes metrics and checkpoints
+    # ---- everything that can be checked is checked before anything is written
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    found = C.holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
+    if found and not (cfg.resume or cfg.overwrite):
+        raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
+                       f"continue it with --resume or replace it with --overwrite")
+    if cfg.resume and "config.json" not in found:
+        raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
+    state, metrics_path = None, os.path.join(cfg.out_dir, "metrics.jsonl")
+    if cfg.resume:
+        cfg = C.resumed_config(cfg)
+        if "ckpt.pt" in found:
+            model, ck = load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
+            if "resume" not in ck:
+                raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
+            state = ck["resume"]
+            have = os.path.getsize(metrics_path) if os.path.exists(metrics_path) else 0
+            if have < state["metrics_bytes"]:
+                raise CliError(f"--resume: {metrics_path} is shorter ({have} bytes) than its "
+                               f"checkpoint says ({state['metrics_bytes']})")
+    torch.manual_seed(cfg.seed)  # the same initial model on every rank
+    random.seed(cfg.seed)
+    sft_steps = 0 if cfg.init_from else cfg.sft_steps
+    if state is not None:
+        pass  # the model is ckpt.pt's
+    elif cfg.init_from:
+        model, ck = load_checkpoint(cfg.init_from, device)
+        cfg = C.init_from_checks(cfg, model, ck)
+    else:
+        mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
+                         n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
+        model = GPT(mcfg).to(device)
     if world > 1:
         backend = D.setup_device(device, local_rank, world)
         dist.init_process_group(backend, rank=rank, world_size=world, timeout=D.TIMEOUT)
-    # ----
-    torch.manual_seed(cfg.seed)  # the same initial model on every rank
-    random.seed(cfg.seed)
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-
-    if cfg.init_from:
-        model, ck = load_checkpoint(cfg.init_from, device)
-        t = ck["task"]
-        if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-            raise CliError(f"checkpoint was trained on task {t}, not on "
-                           f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
-        sft_steps = 0
-    else:
-        mcfg = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer, n_head=cfg.n_head,
-                         n_embd=cfg.n_embd, block_size=64)
-        model = GPT(mcfg).to(device)
-        sft_steps = cfg.sft_steps
     if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
         model.forward = torch.compile(model.forward, dynamic=True)
     raw = model  # sampling, evaluation and checkpoints use the plain module
-    if world > 1:  # gradients are all-reduced (averaged) in backward; rl_update accounts for it
+    if world > 1:  # gradients are all-reduced (averaged) in backward; optimizer_step accounts for it
         model = DDP(model, device_ids=[local_rank] if device == "cuda" else None)
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
+
+    # ---- now write: clear stale temp files, replace (--overwrite) or continue (--resume)
     if master:
-        with open(os.path.join(cfg.out_dir, "config.json"), "w") as f:
-            json.dump(resolved, f, indent=1)
+        C.clear_stale_temps(cfg.out_dir)
+        if cfg.overwrite:
+            for f in found:
+                os.remove(os.path.join(cfg.out_dir, f))
+        os.makedirs(cfg.out_dir, exist_ok=True)
+        if not cfg.resume:
+            C.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
         print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+        if cfg.resume:
+            os.truncate(metrics_path, state["metrics_bytes"]) if state else open(metrics_path, "w").close()
+            print(f"resuming after {state['phase']} step {state['step']}" if state else
+                  "resuming from the start: the run had written no checkpoint")
 
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
     draw = toy_tasks.train_sampler(task, held_out, cfg.seed + rank)  # a problem stream per rank
     sol_rng = random.Random(cfg.seed + 1 + rank)
     gen = torch.Generator(device=device).manual_seed(cfg.seed + rank)
-    metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "w") if master else None
+    metrics = open(metrics_path, "a") if master else None
 
     def log(d):
         if master:
             metrics.write(json.dumps(d) + "\n")
             metrics.flush()
 
+    def save(name, kind, phase, step, opt):
+        if master:
+            st = C.capture(phase, step, opt, gen, draw, sol_rng, sums, metrics.tell())
+            save_checkpoint(os.path.join(cfg.out_dir, name), raw, cfg, kind, step, st)
+
     t0 = time.time()
-    summary = {}
+    sums = {"acc0": None, "acc": None, "mixed_at_start": None, "tax_sum": 0.0, "tax_interior_sum": 0.0,
+            "diag_ref": None}
+    phase, done = (state["phase"], state["step"]) if state else ("sft", 0)
     # ---- phase 1: SFT warm start
-    if sft_steps > 0:
+    if phase == "sft" and sft_steps > 0:
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-        bar = tqdm(range(1, sft_steps + 1), desc="sft", dynamic_ncols=True, disable=not master)
+        if state:
+            sums = C.restore(state, opt, gen, draw, sol_rng)
+        bar = tqdm(range(done + 1, sft_steps + 1), desc="sft", dynamic_ncols=True, disable=not master)
         n_sft = len(D.shard(torch.arange(cfg.sft_batch), rank, world))  # this rank's share
         for step in bar:
             prompts, tokens, mask = sft_batch(task, draw, n_sft, sol_rng, device, cfg.sft_flawed)
@@ -345,103 +358,140 @@ def main(cfg):
             # mean over all ranks' tokens; x world undoes DDP's average
             loss = -(logp.sum() / D.all_reduce_sum(mask.sum())) * world
             if not torch.isfinite(loss):
-                raise FloatingPointError(f"SFT loss is not finite at step {step}")
+                raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
+                                         f"(try a smaller --sft_lr)")
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             bar.set_postfix(loss=f"{loss.item():.3f}")
             log({"phase": "sft", "step": step, "loss": loss.item()})
+            if step == sft_steps and master:
+                save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), raw, cfg, "warm_start", step)
+            if step % cfg.ckpt_every == 0 or step == sft_steps:
+                save("ckpt.pt", "sft", "sft", step, opt)
         bar.close()
-        if master:
-            save_checkpoint(os.path.join(cfg.out_dir, "warm_start.pt"), raw, cfg, "warm_start", sft_steps)
 
     # ---- phase 2: RL
-    acc0 = evaluate(raw, task, held_out, cfg, device) if master else float("nan")
-    summary["warm_start_acc"] = acc0
-    diag0 = eval_diagnostics(raw, task, held_out, cfg) if cfg.diagnostics and master else {"_ref": None}
-    ref = diag0.pop("_ref")
-    log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
-    if master:
-        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ref_model = None
     if cfg.beta:  # the frozen reference policy of --beta: the warm start
         ref_model = GPT(raw.cfg).to(device)
-        ref_model.load_state_dict(raw.state_dict())
+        ref_model.load_state_dict(raw.state_dict() if phase != "rl" else
+                                  load_checkpoint(warm_start_path(cfg), device)[0].state_dict())
         ref_model.eval().requires_grad_(False)
-    bar = tqdm(range(1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True, disable=not master)
-    acc, tax_sum, tax_interior_sum = acc0, 0.0, 0.0
+    if phase == "rl":
+        sums = C.restore(state, opt, gen, draw, sol_rng)
+    else:
+        done = 0
+        if master:
+            try:
+                acc0 = evaluate(raw, task, held_out, cfg, device)
+                diag0 = eval_diagnostics(raw, task, held_out, cfg) if cfg.diagnostics else {"_ref": None}
+            except FloatingPointError as e:
+                raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
+            sums["diag_ref"] = diag0.pop("_ref")
+            log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
+            sums.update(acc0=acc0, acc=acc0)
+            print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
+        if cfg.rl_steps == 0:
+            save("ckpt.pt", "rl", "rl", 0, opt)
+    bar = tqdm(range(done + 1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True, disable=not master)
     for step in bar:
-        model.train()
-        batch = rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // world)
-        batch["max_len"] = task.max_new_tokens
-        batch = D.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
-        if ref_model is not None:
-            with torch.no_grad(), amp(cfg, device):
-                batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
-                                                            batch["mask"], PAD, cfg.temperature).float()
-        r, g = batch["rewards"], batch["group"]
-        zero_var = L.zero_variance_fraction(r, g)
-        if cfg.diagnostics and master:  # the learning tax: KL at histories the whole group shares
-            hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
-            inner = diagnostics.before_divergence(hist, batch["tokens"], batch["mask"], g)
-            before = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
         try:
-            stats = rl_update(model, opt, batch, cfg, gen)
-        except FloatingPointError:
-            raise FloatingPointError(f"RL loss is not finite at step {step}") from None
-        if cfg.diagnostics and master:
-            after = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
-            kl = diagnostics.kl(before, after)
-            stats["tax"] = float(kl.mean())  # includes the divergence point (intended learning)
-            stats["tax_interior"] = float(kl[inner].mean()) if bool(inner.any()) else 0.0
-            tax_sum += stats["tax"]
-            tax_interior_sum += stats["tax_interior"]
-            stats["tax_sum"], stats["tax_interior_sum"] = tax_sum, tax_interior_sum
-        rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
-               "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-               **stats["mb_stats"]}
-        if step == 1:
-            summary["mixed_at_start"] = rec["mixed"]
-            hint = weak_start_hint(rec["mixed"], cfg)
-            if hint and master:
-                tqdm.write(hint)
-        if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
-            acc = evaluate(raw, task, held_out, cfg, device)
-            rec["eval_acc"] = acc
-            if cfg.diagnostics:
-                d = eval_diagnostics(raw, task, held_out, cfg, ref)
-                d.pop("_ref")
-                rec.update(d)
-            tqdm.write(f"rl step {step}: eval_acc {acc:.3f}  reward {rec['reward']:.3f}  "
-                       f"mixed {rec['mixed']:.2f}  residual_ha {rec['residual_ha']:.3f}  "
-                       f"[{time.time() - t0:.0f}s]")
-            save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), raw, cfg, "rl", step)
+            rec = rl_step(model, raw, opt, ref_model, task, draw, cfg, gen, device, held_out, sums, step,
+                          t0, master)
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
+                                     f"the last good checkpoint is kept") from None
         log(rec)
-        bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{acc:.2f}")
+        if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
+            save("ckpt.pt", "rl", "rl", step, opt)
+        if master:
+            bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{sums['acc']:.2f}")
     bar.close()
-    if cfg.rl_steps == 0 and master:
-        save_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), raw, cfg, "rl", 0)
-    summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
-    log({"phase": "summary", "step": cfg.rl_steps, **summary})
     if world > 1:  # ---- data parallel teardown
         dist.destroy_process_group()
     if not master:
-        return summary
+        return {}
+    acc, acc0 = sums["acc"], sums["acc0"]
+    summary = {"warm_start_acc": acc0}
+    if sums["mixed_at_start"] is not None:
+        summary["mixed_at_start"] = sums["mixed_at_start"]
+    summary.update(final_acc=acc, gain=acc - acc0, seconds=round(time.time() - t0, 1))
+    log({"phase": "summary", "step": cfg.rl_steps, **summary})
     metrics.close()
     print(summary_line(summary, cfg))
     print(f"plot the curves: python plot.py {cfg.out_dir}")
     return summary
 
 
-if __name__ == "__main__":
-    quiet = os.environ.get("LOCAL_RANK", "0") != "0"  # under torchrun one line per node
+def warm_start_path(cfg):
+    """The warm start of a run: its own warm_start.pt, or the --init_from checkpoint."""
+    return cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
+
+
+def rl_step(model, raw, opt, ref_model, task, draw, cfg, gen, device, held_out, sums, step, t0, master):
+    """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
+    model.train()
+    batch = rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // D.rank_world()[1])
+    batch["max_len"] = task.max_new_tokens
+    batch = D.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
+    if ref_model is not None:
+        with torch.no_grad(), amp(cfg, device):
+            batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
+                                                        batch["mask"], PAD, cfg.temperature).float()
+    r, g = batch["rewards"], batch["group"]
+    zero_var = L.zero_variance_fraction(r, g)
+    diag = cfg.diagnostics and master
+    if diag:  # the learning tax: KL at histories the whole group shares
+        hist = diagnostics.shared_histories(batch["tokens"], batch["mask"], g)
+        inner = diagnostics.before_divergence(hist, batch["tokens"], batch["mask"], g)
+        before = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
+    stats = rl_update(model, opt, batch, cfg, gen)
+    C.check_finite(raw, "after the update")
+    if diag:
+        after = diagnostics.policy_at(raw, batch["prompts"], batch["tokens"], batch["mask"], hist)
+        kl = diagnostics.kl(before, after)
+        stats["tax"] = float(kl.mean())  # includes the divergence point (intended learning)
+        stats["tax_interior"] = float(kl[inner].mean()) if bool(inner.any()) else 0.0
+        sums["tax_sum"] += stats["tax"]
+        sums["tax_interior_sum"] += stats["tax_interior"]
+        stats["tax_sum"], stats["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
+    rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
+           "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
+           **stats["mb_stats"]}
+    if step == 1:
+        sums["mixed_at_start"] = rec["mixed"]
+        hint = weak_start_hint(rec["mixed"], cfg)
+        if hint and master:
+            tqdm.write(hint)
+    if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
+        sums["acc"] = rec["eval_acc"] = evaluate(raw, task, held_out, cfg, device)
+        if cfg.diagnostics:
+            d = eval_diagnostics(raw, task, held_out, cfg, sums["diag_ref"])
+            d.pop("_ref")
+            rec.update(d)
+        tqdm.write(f"rl step {step}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
+                   f"mixed {rec['mixed']:.2f}  residual_ha {rec['residual_ha']:.3f}  "
+                   f"[{time.time() - t0:.0f}s]")
+    return rec
+
+
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2.
+    Under torchrun only local rank 0 prints it (one line per node)."""
+    quiet = os.environ.get("LOCAL_RANK", "0") != "0"
     try:
-        cfg = parse_args(sys.argv[1:], Config, doc=__doc__)
-        main(cfg)
+        return main(parse_args(argv, Config, doc=__doc__))
     except CliError as e:
         sys.exit(2) if quiet else fail(str(e))
     except FloatingPointError as e:
         fail(str(e))
+    except OSError as e:  # a disk that fills up, a folder that vanishes
+        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
     except KeyboardInterrupt:
         fail("interrupted")
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

@@ -4,9 +4,11 @@
   train.py's own code and returns its path, so every experiment starts from
   the same kind of policy as the default run;
 * ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=DIR`` and
-  ``--threads`` plus any extra ``--key=value`` an experiment declares. Full
-  runs write to ``results/`` (committed); ``--quick`` writes to the scratch
-  folder ``out/quick/`` (ignored by git) unless ``--out`` says otherwise;
+  ``--threads`` plus any extra ``--key=value`` an experiment declares, and
+  checks them all. Full runs write to ``results/`` (committed); ``--quick``
+  writes to the scratch folder ``out/quick/`` (ignored by git) unless ``--out``
+  says otherwise; ``cli(main)`` runs an experiment from the command line (bad
+  input: one ``error:`` line, exit status 2);
 * ``save(name, data, plot)`` writes ``<out>/<name>.json`` and, when
   matplotlib is installed, ``<out>/<name>.png``; ``replot`` redraws the PNG
   from the JSON (``--replot``); ``errbars``, ``caption`` and ``ci_note``
@@ -29,38 +31,56 @@ if ROOT not in sys.path:
 
 import config  # noqa: E402
 import train  # noqa: E402
-from config import CliError, Config, fail, parse_args  # noqa: E402
+from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
 
 
 def parse(argv, extra=None, doc=""):
-    """Experiment flags. ``extra`` maps name -> (default, help)."""
+    """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
+    before any work (CliError, one line): counts are >= 1 (--threads >= 0: 0 keeps
+    torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
+    as "2,4,8" are lists of counts, task names exist, and --out is a writable folder."""
+    import toy_tasks
     opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "replot": False}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
     for a in argv:
         if a in ("-h", "--help"):
             print(help_text(doc, extra))
             sys.exit(0)
-        key, eq, raw = a.lstrip("-").partition("=")
+        key, eq, raw = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:
-            fail(f"unknown flag {a!r} (see --help)")
+            raise CliError(f"unknown flag {a!r} (see --help)")
         default = opts[key]
+        if isinstance(default, bool):
+            if eq and raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
+                raise CliError(f"--{key} takes true or false, got {raw!r}")
+            opts[key] = raw.lower() in ("1", "true", "yes") if eq else True
+            continue
+        if not eq:
+            raise CliError(f"--{key} needs a value: --{key}=VALUE")
         try:
-            if isinstance(default, bool):
-                opts[key] = raw.lower() in ("", "1", "true", "yes") if eq else True
-            else:
-                opts[key] = type(default)(raw)
+            opts[key] = type(default)(raw)
         except ValueError:
-            fail(f"--{key} takes a {type(default).__name__}, got {raw!r}")
-    try:
-        opts["seeds"] = [int(s) for s in str(opts["seeds"]).split(",") if s != ""]
-    except ValueError:
-        fail(f"--seeds takes a comma-separated list of integers, got {opts['seeds']!r}")
-    if not opts["seeds"]:
-        fail("--seeds needs at least one seed")
+            raise CliError(f"--{key} takes {'an integer' if isinstance(default, int) else 'a number'}, "
+                           f"got {raw!r}") from None
+    for key, v in opts.items():
+        default = (extra or {}).get(key, (None,))[0]
+        if isinstance(v, bool):
+            continue
+        if isinstance(v, int) and v < (0 if key == "threads" else 1):
+            raise CliError(f"--{key} must be at least {0 if key == 'threads' else 1}, got {v}")
+        if isinstance(v, float) and not (math.isfinite(v) and (v > 0 if key.endswith("lr") else v >= 0)):
+            raise CliError(f"--{key} must be a finite number {'> 0' if key.endswith('lr') else '>= 0'}, got {v}")
+        if key in ("task", "hard_task") and v not in toy_tasks.TASKS:
+            raise CliError(f"--{key}: unknown task {v!r}; choose one of {', '.join(toy_tasks.TASKS)}")
+        if key == "seeds" or (isinstance(default, str) and "," in default):
+            opts[key] = int_list(key, v, 0 if key == "seeds" else 1)
+    if "digits" in opts and not 1 <= opts["digits"] <= 20:
+        raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
     if not opts["out"]:
         opts["out"] = default_out(opts["quick"])
+    check_out_dir(opts["out"], "--out")
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     if not opts["replot"]:
@@ -86,6 +106,30 @@ def help_text(doc, extra=None):
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
     width = max(len(r[0]) for r in rows) + 2
     return doc.strip() + "\n\nflags:\n" + "\n".join(f"  {f:<{width}}{h}" for f, h in rows)
+def int_list(key, raw, low):
+    """'2,4,8' -> [2, 4, 8]; each at least ``low``; at least one."""
+    try:
+        xs = [int(s) for s in str(raw).split(",") if s.strip() != ""]
+    except ValueError:
+        raise CliError(f"--{key} takes a comma-separated list of integers, got {raw!r}") from None
+    if not xs:
+        raise CliError(f"--{key} needs at least one value")
+    if min(xs) < low:
+        raise CliError(f"--{key} values must be at least {low}, got {min(xs)}")
+    return xs
+
+
+def cli(main):
+    """Run an experiment's main(argv) from the command line: bad input (the project's
+    CliError) and a diverged run get one 'error: ...' line and exit status 2."""
+    try:
+        return main(sys.argv[1:])
+    except CliError as e:
+        fail(str(e))
+    except FloatingPointError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted")
 
 
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
@@ -97,15 +141,16 @@ def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=10
     if not os.path.exists(path):
         unused = config.TASK_FLAGS_UNUSED.get(task, ())
         args = [f"--task={task}", f"--sft_steps={sft_steps}", "--rl_steps=0", f"--seed={seed}",
-                f"--out_dir={d}", "--device=cpu"] + [f"--{k}={v}" for k, v in flags.items()]
+                f"--out_dir={d}", "--device=cpu", "--overwrite"] + [f"--{k}={v}" for k, v in flags.items()]
         args += [f"--{k}={v}" for k, v in (("digits", digits), ("scratchpad", scratchpad)) if k not in unused]
         train.main(parse_args(args))
     return path
 
 
 def run(flags, out_dir):
-    """One train.py run in-process; returns its metrics lines."""
-    cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", "--device=cpu"])
+    """One train.py run in-process (it replaces an earlier run in out_dir); returns its
+    metrics lines."""
+    cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", "--device=cpu", "--overwrite"])
     train.main(cfg)
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
 

@@ -139,8 +139,7 @@ def main(argv):
     if opts["replot"]:
         return common.replot("e6_group_size", opts["out"], plot)
     t0 = time.time()
-    Gs = [int(x) for x in str(opts["group_sizes"]).split(",")]
-    Bs = [int(x) for x in str(opts["prompt_counts"]).split(",")]
+    Gs, Bs = opts["group_sizes"], opts["prompt_counts"]  # lists of ints (common.parse)
     sweeps = {"G": [(opts["prompts"], G) for G in Gs], "B": [(B, opts["group_size"]) for B in Bs]}
     per_seed = []
     for seed in opts["seeds"]:
@@ -171,4 +170,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    common.cli(main)

@@ -1,0 +1,357 @@
+"""checkpoint.py: atomic checkpoints, their schema, and what a run needs to resume exactly.
+
+What it teaches
+---------------
+1. **An atomic write.** A checkpoint is first written to a temp file in the
+   same folder (``ckpt.pt.tmp<pid>``); the file is flushed and ``fsync``-ed,
+   so its bytes are on disk, and only then ``os.replace``-d over the old one.
+   ``os.replace`` is atomic on one file system: a reader (or a run killed at
+   any instant) sees either the old checkpoint or the new one, never half of
+   one. The folder is fsync-ed as well, so that the rename itself survives a
+   power cut. On any failure the temp file is removed; temp files that a
+   killed process left behind are cleared when the next run starts.
+
+2. **What a resumable state holds.** The weights alone restart a *different*
+   run. To continue a run so that it is the same, to the bit, as one that
+   was never stopped, a checkpoint must also hold everything that decides the
+   next step:
+
+   * the optimizer state (AdamW's moments and step counts);
+   * the phase (``sft`` or ``rl``) and the last finished step;
+   * every random state: the torch generator that samples rollouts and
+     mini-batch cuts, torch's global generator, python's ``random``, the
+     problem stream (toy_tasks.train_sampler's ``random.Random``) and the SFT
+     solution generator;
+   * running sums (the learning tax's ``tax_sum``, the last evaluation, the
+     summary so far);
+   * how many bytes of ``metrics.jsonl`` belong to it: lines written after the
+     checkpoint are cut away on resume and written again, identically.
+
+3. **Validation.** ``load_checkpoint`` checks the whole schema (keys, types,
+   sizes against the task's block size and vocabulary, finite weights) and
+   turns each violation into one line (config.CliError), so that a corrupt or
+   foreign file never ends in a traceback.
+"""
+
+import json
+import os
+import random
+import re
+import sys
+from dataclasses import fields, replace
+
+import torch
+
+import toy_tasks
+from config import CliError, Config, default_of
+from config import validate as validate_config
+from model import GPT, GPTConfig
+
+KINDS = ("warm_start", "sft", "rl")
+TEMP = re.compile(r".+\.pt\.tmp(\d+)$")  # the temp files of atomic_save
+
+
+# ----------------------------------------------------------------------------- atomic writes
+
+def atomic_save(obj, path):
+    """torch.save ``obj`` to ``path`` atomically: temp file, flush, fsync, os.replace."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _quiet():
+            os.remove(tmp)
+        raise
+    with _quiet():  # the rename is durable once the folder's entry is
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def atomic_write_text(text, path):
+    """The same for a small text file (config.json)."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with _quiet():
+            os.remove(tmp)
+        raise
+
+
+def clear_stale_temps(folder):
+    """Remove the temp files of atomic_save whose process is gone; return their names."""
+    gone = []
+    if not os.path.isdir(folder):
+        return gone
+    for name in sorted(os.listdir(folder)):
+        m = TEMP.match(name) or re.match(r".+\.json\.tmp(\d+)$", name)
+        if m and not _alive(int(m.group(1))):
+            with _quiet():
+                os.remove(os.path.join(folder, name))
+                gone.append(name)
+    return gone
+
+
+def _alive(pid):
+    if pid == os.getpid():
+        return False  # ours, from an earlier attempt of this very process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+class _quiet:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, e, tb):
+        return typ is not None and issubclass(typ, OSError)
+
+
+# ----------------------------------------------------------------------------- finite weights
+
+def non_finite(model):
+    """Name of the first parameter with a NaN or inf, or None."""
+    for name, p in model.named_parameters():
+        if not bool(torch.isfinite(p).all()):
+            return name
+    return None
+
+
+def check_finite(model, where):
+    """Raise FloatingPointError naming ``where`` (phase and step) if a weight is not finite."""
+    bad = non_finite(model)
+    if bad is not None:
+        raise FloatingPointError(f"{where}: weight {bad} is not finite; the run diverged "
+                                 f"(try a smaller learning rate)")
+
+
+# ----------------------------------------------------------------------------- save / load
+
+def save_checkpoint(path, model, cfg, kind, step, state=None):
+    """Weights, model sizes, task and config (and, if given, a resume state), atomically.
+    Refuses non-finite weights: the last good checkpoint stays."""
+    bad = non_finite(model)
+    if bad is not None:
+        raise FloatingPointError(f"{kind} step {step}: weight {bad} is not finite; "
+                                 f"{os.path.basename(path)} not written")
+    ck = {"kind": kind, "step": step, "model_cfg": vars(model.cfg),
+          "task": {"task": cfg.task, "digits": cfg.digits, "scratchpad": cfg.scratchpad},
+          "model": model.state_dict(), "config": vars(cfg)}
+    if state is not None:
+        ck["resume"] = state
+    atomic_save(ck, path)
+
+
+def _need(ck, key, types, where="checkpoint"):
+    if key not in ck:
+        raise ValueError(f"{where} has no {key!r}")
+    v = ck[key]
+    if not isinstance(v, types) or (isinstance(v, bool) and types is not bool):
+        raise ValueError(f"{where}[{key!r}] is a {type(ck[key]).__name__}")
+    return ck[key]
+
+
+def validate(ck):
+    """Check the schema of a loaded checkpoint dict; raise ValueError (one line) on the
+    first violation. Returns (GPTConfig, Task)."""
+    if not isinstance(ck, dict):
+        raise ValueError(f"it holds a {type(ck).__name__}, not a dict")
+    kind = _need(ck, "kind", str)
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}")
+    if _need(ck, "step", int) < 0:
+        raise ValueError(f"negative step {ck['step']}")
+    if not isinstance(_need(ck, "config", dict).get("seed", 0), int):
+        raise ValueError("config seed is not an integer")
+    t = _need(ck, "task", dict)
+    name, digits, pad = (_need(t, "task", str, "task"), _need(t, "digits", int, "task"),
+                         _need(t, "scratchpad", bool, "task"))
+    if name not in toy_tasks.TASKS or not 1 <= digits <= 20:
+        raise ValueError(f"unknown task {name!r} with digits={digits}")
+    task = toy_tasks.make_task(name, digits, pad)
+    m = _need(ck, "model_cfg", dict)
+    fields = GPTConfig.__dataclass_fields__
+    if set(m) != set(fields):
+        raise ValueError(f"model_cfg has keys {sorted(m)}, expected {sorted(fields)}")
+    for k, v in m.items():
+        if k == "dropout":
+            if not isinstance(v, (int, float)) or not 0 <= v < 1:
+                raise ValueError(f"model_cfg dropout={v!r}")
+        elif not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 16:
+            raise ValueError(f"model_cfg {k}={v!r} is not a size")
+    mcfg = GPTConfig(**m)
+    if (mcfg.vocab_size, mcfg.n_out) != (toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT):
+        raise ValueError(f"vocabulary {mcfg.vocab_size}/{mcfg.n_out} is not this tokenizer's "
+                         f"{toy_tasks.VOCAB_SIZE}/{toy_tasks.N_OUT}")
+    if mcfg.n_embd % mcfg.n_head:
+        raise ValueError(f"n_embd={mcfg.n_embd} is not divisible by n_head={mcfg.n_head}")
+    need = longest_prompt(task) + task.max_new_tokens
+    if need > mcfg.block_size:
+        raise ValueError(f"block_size={mcfg.block_size} is too short for task {task.name} "
+                         f"(needs {need})")
+    sd = _need(ck, "model", dict)
+    with torch.device("meta"):
+        ref = GPT(mcfg).state_dict()
+    if set(sd) != set(ref):
+        extra, missing = sorted(set(sd) - set(ref)), sorted(set(ref) - set(sd))
+        raise ValueError(f"weights {'missing ' + missing[0] if missing else 'unexpected ' + extra[0]}")
+    for k, v in sd.items():
+        if not isinstance(v, torch.Tensor) or v.shape != ref[k].shape or not v.is_floating_point():
+            raise ValueError(f"weight {k} has shape {tuple(getattr(v, 'shape', ()))}, "
+                             f"expected {tuple(ref[k].shape)}")
+        if not bool(torch.isfinite(v).all()):
+            raise ValueError(f"weight {k} is not finite")
+    if "resume" in ck:
+        validate_state(ck["resume"])
+    return mcfg, task
+
+
+def validate_state(s):
+    """The resume state's schema (see the docstring)."""
+    if not isinstance(s, dict):
+        raise ValueError("resume state is not a dict")
+    phase = _need(s, "phase", str, "resume")
+    if phase not in ("sft", "rl"):
+        raise ValueError(f"resume phase {phase!r}")
+    for k in ("step", "metrics_bytes"):
+        if _need(s, k, int, "resume") < 0:
+            raise ValueError(f"resume {k} is negative")
+    _need(s, "optimizer", dict, "resume")
+    for k in ("torch_gen", "torch_global"):
+        if _need(s, k, torch.Tensor, "resume").dtype != torch.uint8:
+            raise ValueError(f"resume {k} is not a generator state")
+    for k in ("python_random",):
+        _need(s, k, tuple, "resume")
+    rngs = _need(s, "rngs", dict, "resume")
+    for k in ("problems", "solutions"):
+        _need(rngs, k, tuple, "resume rngs")
+    _need(s, "sums", dict, "resume")
+
+
+def longest_prompt(task, n=200):
+    """Longest prompt (tokens) among n problems drawn with a fixed seed, and the largest."""
+    rng = random.Random(0)
+    return max(len(task.prompt(task.sample(rng))) for _ in range(n))
+
+
+def load_checkpoint(path, device="cpu"):
+    """Load and validate a checkpoint -> (model, dict); raise CliError with one line if bad."""
+    if not path:
+        raise CliError("checkpoint path is empty")
+    if os.path.isdir(path):
+        raise CliError(f"checkpoint {path!r} is a folder, not a file")
+    if not os.path.isfile(path):
+        raise CliError(f"checkpoint {path!r} does not exist")
+    try:
+        ck = torch.load(path, map_location=device, weights_only=True)
+    except Exception as e:  # truncated, empty, foreign pickle
+        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project "
+                       f"({type(e).__name__})") from None
+    try:
+        mcfg, _ = validate(ck)
+    except (ValueError, TypeError, KeyError) as e:
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project: "
+                       f"{msg}") from None
+    model = GPT(mcfg).to(device)
+    model.load_state_dict(ck["model"])
+    return model, ck
+
+
+# ----------------------------------------------------------------------------- resume state
+
+def capture(phase, step, opt, gen, draw, sol_rng, sums, metrics_bytes):
+    """Everything that decides the steps after ``step`` (see the docstring)."""
+    return {"phase": phase, "step": step, "optimizer": opt.state_dict(),
+            "torch_gen": gen.get_state(), "torch_global": torch.get_rng_state(),
+            "python_random": random.getstate(),
+            "rngs": {"problems": draw.rng.getstate(), "solutions": sol_rng.getstate()},
+            "sums": dict(sums), "metrics_bytes": metrics_bytes}
+
+
+def restore(state, opt, gen, draw, sol_rng):
+    """Put a captured state back (the model's weights are loaded with the checkpoint)."""
+    if opt is not None:
+        opt.load_state_dict(state["optimizer"])
+    gen.set_state(state["torch_gen"].cpu())
+    torch.set_rng_state(state["torch_global"].cpu())
+    random.setstate(_tuples(state["python_random"]))
+    draw.rng.setstate(_tuples(state["rngs"]["problems"]))
+    sol_rng.setstate(_tuples(state["rngs"]["solutions"]))
+    return dict(state["sums"])
+
+
+def _tuples(x):
+    """random.setstate wants tuples all the way down."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+# ----------------------------------------------------------------------------- runs in an --out_dir
+
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt", "warm_start.pt")
+KEEP = ("out_dir", "resume", "overwrite")  # flags a resumed run may change
+
+
+def holds_run(out_dir):
+    """The files of a run already in out_dir."""
+    return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+
+
+def resumed_config(cfg):
+    """The config of the run in cfg.out_dir. A flag that differs from both the default
+    and that run's value is an error: --resume continues the run as it was configured."""
+    path = os.path.join(cfg.out_dir, "config.json")
+    try:
+        saved = json.load(open(path))
+        assert isinstance(saved, dict) and {"task", "seed", "out_dir"} <= set(saved)
+    except (OSError, ValueError, AssertionError):
+        raise CliError(f"--resume: {path} is missing or not a config of this project") from None
+    values = {}
+    for f in fields(Config):
+        mine, default = getattr(cfg, f.name), default_of(f.name, saved.get("task", cfg.task))
+        if f.name in KEEP or f.name not in saved:
+            values[f.name] = mine
+        elif mine == saved[f.name] or mine == default:
+            values[f.name] = saved[f.name]
+        else:
+            raise CliError(f"--resume continues the run as configured in {path}, where "
+                           f"{f.name}={saved[f.name]}; drop --{f.name}={mine}")
+    new = Config(**values)
+    validate_config(new)
+    return new
+
+
+def init_from_checks(cfg, model, ck):
+    """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
+    are ignored (a warning), size flags that contradict the checkpoint are an error."""
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"checkpoint was trained on task {t}, not on "
+                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    for k in ("n_layer", "n_head", "n_embd"):
+        mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
+        if mine != theirs and mine != default_of(k, cfg.task):
+            raise CliError(f"--{k}={mine} contradicts --init_from={cfg.init_from} ({k}={theirs}); "
+                           f"model sizes come from the checkpoint")
+    ignored = [k for k in ("sft_steps", "sft_batch", "sft_lr", "sft_flawed")
+               if getattr(cfg, k) != default_of(k, cfg.task)]
+    if ignored:
+        print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
+              file=sys.stderr)
+    return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
