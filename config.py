@@ -27,7 +27,7 @@ def _f(default, help):
 @dataclass
 class Config:
     # task
-    task: str = _f("add", "task: add | mul | primes (several correct answers)")
+    task: str = _f("add", "task: add | mul | primes (several correct answers) | chain (long, with style choices)")
     digits: int = _f(2, "operand digits for add and mul")
     scratchpad: bool = _f(False, "work the columns / partial products before the answer")
     # model
@@ -102,16 +102,17 @@ GROUPS = {
     "model": ("n_layer", "n_head", "n_embd"),
     "SFT warm start": ("sft_steps", "sft_batch", "sft_lr", "sft_flawed"),
     "RL": ("rl_steps", "prompts_per_step", "group_size", "temperature", "top_k", "lr", "grad_clip"),
-    "objective": ("loss", "clip", "clip_low", "clip_high"),
-    "schedule (mini-batches)": ("batching", "minibatches", "epochs"),
+    "objective": ("loss", "clip", "clip_low", "clip_high", "dual_clip", "beta", "entropy_coef"),
+    "schedule (mini-batches, micro-batches, processes)": ("batching", "minibatches", "epochs", "micro_batch",
+                                                          "norm"),
     "diagnostics and evaluation": ("diagnostics", "pass_k", "eval_every", "eval_size"),
-    "run": ("seed", "device", "bf16", "compile", "out_dir", "init_from"),
+    "run": ("seed", "device", "bf16", "compile", "out_dir", "init_from", "resume", "overwrite", "ckpt_every"),
 }
 
 EXAMPLES = """examples:
   python train.py                                        # the demo: SFT warm start, then GRPO
   python train.py --loss=dfpo_orth --minibatches=4 --epochs=2 --batching=query
-  python train.py --task=primes --diagnostics --out_dir=out-primes && python plot.py out-primes"""
+  python train.py --task=chain --diagnostics --out_dir=out-chain && python plot.py out-chain"""
 
 
 def usage(cls, doc="", groups=None, examples=""):

@@ -51,7 +51,7 @@ def plot(plt, data):
     """Share of the update mass per token category, and mean |Δ| per category."""
     summary, runs = data["summary"], [f"{l}_{o}" for o in OPTS for l in LOSSES]
     fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
-    cats = data.get("categories", list(cats))  # older results have no "style"
+    cats = data.get("categories", list(D.CATEGORIES))  # older results have no "style"
     colors = {"template": "0.6", "copy": "tab:blue", "compute": "tab:orange", "style": "tab:purple"}
     bottom = [0.0] * len(runs)
     for c in cats:
