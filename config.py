@@ -161,6 +161,12 @@ def parse_args(argv, cls=Config, doc="", check=True):
             if key in values:
                 raise CliError(f"--{key} does not apply to --task={task}")
         values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
+        import loss
+        if "clip" not in values and values.get("loss") in loss.NO_CLIP:
+            values["clip"] = "none"  # these objectives have no ratio clip; an explicit --clip is refused
+        if values.get("micro_batch", 1) < 1:
+            raise CliError(f"--micro_batch must be at least 1, got {values['micro_batch']} "
+                           f"(leave it out to take each mini-batch in one pass)")
     cfg = cls(**values)
     if check:
         validate(cfg)
@@ -240,7 +246,7 @@ def validate(cfg):
     if cfg.clip_high <= 0:
         raise CliError(f"--clip_high must be positive, got {cfg.clip_high}")
     if cfg.loss in loss.NO_CLIP and cfg.clip != "none":
-        raise CliError(f"--loss={cfg.loss} has no ratio clip; pass --clip=none")
+        raise CliError(f"--loss={cfg.loss} has no ratio clip; leave --clip out (or pass --clip=none)")
     if cfg.dual_clip:
         if cfg.dual_clip <= 1:
             raise CliError(f"--dual_clip must be above 1 (or 0: off), got {cfg.dual_clip}")

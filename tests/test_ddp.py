@@ -151,6 +151,7 @@ def test_world_checks():
 TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
 BAD = [
     ({}, ["--micro_batch=-1"], "--micro_batch must be at least 1"),
+    ({}, ["--micro_batch=0"], "--micro_batch must be at least 1"),
     ({}, ["--micro_batch=65"], "larger than a mini-batch"),
     ({}, ["--norm=mean"], "unknown norm"),
     (TORCHRUN_ENV, ["--prompts_per_step=3"], "not divisible by the 2 processes"),

@@ -295,7 +295,7 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, msg", [
     (["--loss=ppo"], "choose one of grpo, .*vespo"),
-    (["--loss=sapo"], "--loss=sapo has no ratio clip; pass --clip=none"),
+    (["--loss=sapo", "--clip=sym"], "--loss=sapo has no ratio clip; leave --clip out"),
     (["--dual_clip=1"], "must be above 1"),
     (["--dual_clip=3", "--clip=none"], "needs --clip=sym or --clip=higher"),
     (["--dual_clip=3", "--loss=gspo"], "not to --loss=gspo"),
@@ -308,3 +308,10 @@ def test_bad_switches_are_one_line_errors(argv, msg):
         parse_args(argv)
     parse_args(["--loss=sapo", "--clip=none", "--beta=0.04", "--entropy_coef=0.01"])
     parse_args(["--loss=dapo", "--dual_clip=3"])
+
+
+@pytest.mark.parametrize("name", L.NO_CLIP)
+def test_objectives_without_a_ratio_clip_default_to_clip_none(name):
+    from config import parse_args
+    assert parse_args([f"--loss={name}"]).clip == "none"
+    assert parse_args(["--loss=grpo"]).clip == "sym"
