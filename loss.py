@@ -96,47 +96,10 @@ equals grpo's. They differ only once the data are reused off-policy
 Groups whose rewards are all equal have A = 0: they add nothing to the
 gradient but still count in N and sum L.
 
-Engine objectives: which upstream code each row follows (TRL
-``GRPOTrainer._compute_loss``, verl ``core_algos.py``), and what differs here
------------------------------------------------------------------------------
-bnpo      TRL ``loss_type="bnpo"``: token mean over the *local* batch, divided by
-          the gradient-accumulation steps (here M = ``step_counts(micro_batches=M)``).
-cispo     verl ``compute_policy_loss_cispo``: sg(clamp(rho, 1-eps_low, 1+eps_high))
-          * A * log pi, token-mean. TRL clamps only above, at ``epsilon_high`` read
-          as an absolute cap (about 5); ``--clip=none`` here is that with no cap.
-sapo      TRL ``loss_type="sapo"`` and verl ``compute_policy_loss_sapo``: loss
-          -(4/tau) sigmoid(tau (rho - 1)) A per token, sequence-mean of token
-          means; tau_pos = 1.0, tau_neg = 1.05 (TRL's defaults; verl's are 1.0, 1.0).
-gmpo      verl ``compute_policy_loss_geo_mean`` (GMPO): per token log rho is
-          clipped to [-eps_low, eps_high] on the side where A would push it
-          further (min for A > 0, max for A < 0), g_i = exp(mean_t of that), loss
-          -A_i g_i averaged over sequences. The clip range is in log space.
-clip_cov  verl ``compute_policy_loss_clip_cov``: PPO-clipped token loss, but a
-          fraction (``cov_ratio``, verl 2e-4, at least one token) of the unclipped
-          tokens with 1 < (A - mean A)(log pi - mean log pi) < 5 get no gradient.
-          verl picks them at random among the candidates; here the largest
-          covariances are taken, so a step is reproducible.
-kl_cov    verl ``compute_policy_loss_kl_cov``: unclipped -rho A per token, plus
-          1.0 * |log rho| on the top ``cov_ratio`` tokens by that covariance.
-gpg       verl ``compute_policy_loss_gpg`` (-A log pi, token-mean) with verl's
-          ``compute_gpg_outcome_advantage`` (f_norm = 1): no ratio, so off-policy
-          it is the current policy's plain gradient.
-luspo     TRL ``loss_type="luspo"``: GSPO's clipped sequence ratio s_i, each
-          sequence's loss times its length L_i, mean over sequences.
-vespo     TRL ``loss_type="vespo"`` (``get_gamma_weights``): detached gamma weight
-          phi of the sequence's *product* ratio W_i, k = 2, lam = 3 for A >= 0 and
-          k = 3, lam = 2 for A < 0, token-mean; no clip. TRL clamps log W to
-          [log 1e-8, 20]; here it is clamped the same way.
-beta      TRL ``beta`` / verl ``use_kl_loss`` with ``kl_loss_type=low_var_kl``:
-          k3 = pi_ref/pi - log(pi_ref/pi) - 1 per token, weighted by the
-          objective's own aggregation (verl clamps k3 to [-10, 10]; not here).
-entropy   TRL ``entropy_coef`` (verl ``entropy_coeff``): minus the mean token
-          entropy of the step's completion tokens (TRL's definition: not
-          rescaled by the objective's aggregation).
-dual_clip verl ``clip_ratio_c`` (its default 3 is always on in verl; off here).
+The engine objectives (bnpo, cispo, sapo, gmpo, clip_cov, kl_cov, gpg,
+luspo, vespo) and the switches are implemented in loss_engines.py, whose
+docstring says which upstream function each one follows and what differs.
 """
-
-import math
 
 import torch
 
@@ -150,9 +113,6 @@ NO_CLIP = ("sapo", "kl_cov", "gpg", "vespo")  # no ratio clip: they need --clip=
 # gives the same update however a step is split (tests/test_ddp.py).
 SPLIT_DEPENDENT = ("bnpo", "clip_cov", "kl_cov")
 DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo")  # token PPO with an A < 0 side
-SAPO_TAU = (1.0, 1.05)                        # tau for A > 0, A <= 0 (TRL's defaults)
-VESPO = {"pos": (2.0, 3.0), "neg": (3.0, 2.0)}  # (k, lam) for A >= 0, A < 0 (TRL's defaults)
-COV = {"ratio": 2e-4, "lb": 1.0, "ub": 5.0, "kl_coef": 1.0}  # verl's clip_cov / kl_cov defaults
 
 
 # ----------------------------------------------------------------------------- groups
@@ -329,9 +289,9 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
         if bounds is not None:
             clip_frac = ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
-    elif loss in ENGINE:
-        total, clip_frac, stats = ENGINE[loss](new_logp, log_ratio, mask, adv, norm, bounds,
-                                               cov_ratio or COV["ratio"])
+    elif loss in loss_engines.ENGINE:
+        total, clip_frac, stats = loss_engines.ENGINE[loss](new_logp, log_ratio, mask, adv, norm, bounds,
+                                                            cov_ratio or loss_engines.COV["ratio"])
     else:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
@@ -437,96 +397,4 @@ def residual_ha(coef, adv, tokens, mask, group):
     return float(res[live].mean()) if bool(live.any()) else 0.0
 
 
-# ----------------------------------------------------------------------------- engine objectives
-# Each returns (loss, clip fraction, extra stats) from the per-token log-ratio
-# (masked), the advantages and the per-sequence aggregation weight ``norm``.
-
-def _frac(x, mask):
-    return (x & mask).float().sum() / mask.float().sum().clamp(min=1)
-
-
-def cov_scores(adv, logp, mask):
-    """(A_i - mean A)(log pi - mean log pi) per token, means over the batch's tokens."""
-    m = mask.float()
-    a = adv[:, None].expand_as(logp) * m
-    lp = logp.detach() * m
-    n = m.sum().clamp(min=1)
-    return (a - a.sum() / n) * (lp - lp.sum() / n) * m
-
-
-def cov_select(adv, logp, mask, ratio, lb=None, ub=None, exclude=None):
-    """The k = max(1, int(ratio * tokens)) tokens of largest covariance among the
-    candidates (inside (lb, ub) and not ``exclude``d, when given), as a mask."""
-    cov = cov_scores(adv, logp, mask)
-    cand = mask.clone()
-    if lb is not None:
-        cand &= (cov > lb) & (cov < ub)
-    if exclude is not None:
-        cand &= ~exclude
-    k = min(max(int(ratio * int(mask.sum())), 1), int(cand.sum()))
-    sel = torch.zeros_like(mask)
-    if k > 0:
-        idx = torch.where(cand, cov, torch.full_like(cov, -float("inf"))).flatten().topk(k).indices
-        sel.view(-1)[idx] = True
-    return sel
-
-
-def _cispo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    rho = log_ratio.detach().exp()
-    w = rho if bounds is None else rho.clamp(*bounds)
-    total = -((w * adv[:, None] * norm[:, None]) * new_logp * mask.float()).sum()
-    return total, _frac(w != rho, mask), {}
-
-
-def _sapo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    tau = torch.where(adv > 0, SAPO_TAU[0], SAPO_TAU[1])[:, None]
-    gate = torch.sigmoid(tau * (log_ratio.exp() - 1)) * 4 / tau
-    return -(gate * (adv * norm)[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
-
-
-def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    lr, clipped = log_ratio, torch.zeros_like(mask)
-    if bounds is not None:  # clip log rho on the side A pushes it: min for A > 0, max for A < 0
-        sgn = torch.sign(adv)[:, None]
-        c = log_ratio.clamp(bounds[0] - 1, bounds[1] - 1)
-        lr = sgn * torch.minimum(sgn * log_ratio, sgn * c)
-        clipped = sgn * c < sgn * log_ratio  # where the clipped side is taken: no gradient
-    lens = mask.sum(1)
-    g = ((lr * mask.float()).sum(1) / lens.clamp(min=1)).exp()
-    return -(adv * g * norm * lens).sum(), _frac(clipped, mask), {}
-
-
-def _clip_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    per_tok, clipped = ppo_term(log_ratio.exp(), adv[:, None], bounds)
-    sel = cov_select(adv, new_logp, mask, cov_ratio, COV["lb"], COV["ub"], exclude=clipped)
-    total = (per_tok * (~sel).float() * norm[:, None] * mask.float()).sum()
-    return total, _frac(clipped | sel, mask), {"cov_frac": float(_frac(sel, mask))}
-
-
-def _kl_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    sel = cov_select(adv, new_logp, mask, cov_ratio)
-    per_tok = -log_ratio.exp() * adv[:, None] + COV["kl_coef"] * log_ratio.abs() * sel.float()
-    return (per_tok * norm[:, None] * mask.float()).sum(), torch.tensor(0.0), \
-        {"cov_frac": float(_frac(sel, mask))}
-
-
-def _gpg(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    return -((adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
-
-
-def vespo_weight(log_ratio, mask, adv):
-    """phi(W) = exp(lam + k log W - lam W), W = prod_t rho_t per sequence, detached."""
-    log_w = (log_ratio.detach().clamp(-20, 20) * mask.float()).sum(1).clamp(math.log(1e-8), 20)
-    pos = adv >= 0
-    k = torch.where(pos, VESPO["pos"][0], VESPO["neg"][0])
-    lam = torch.where(pos, VESPO["pos"][1], VESPO["neg"][1])
-    return (lam + k * log_w - lam * log_w.exp()).exp()
-
-
-def _vespo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    phi = vespo_weight(log_ratio, mask, adv)
-    return -((phi * adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
-
-
-ENGINE = {"cispo": _cispo, "sapo": _sapo, "gmpo": _gmpo, "clip_cov": _clip_cov, "kl_cov": _kl_cov,
-          "gpg": _gpg, "vespo": _vespo}
+import loss_engines  # noqa: E402  (after the definitions it uses: loss_engines imports loss)

@@ -43,6 +43,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import loss as L  # noqa: E402
+import loss_engines as E  # noqa: E402
 
 REGIMES = ("on-policy", "off-policy", "clip binds", "split step")
 COV_RATIO = 0.02
@@ -130,9 +131,9 @@ def selection_hits_shared(b, name, adv):
         lr = (new - b["old"][idx]) * m
         if loss == "clip_cov":
             _, clipped = L.ppo_term(lr.exp(), a[:, None], L.clip_bounds("higher", 0.2, 0.28))
-            sel = L.cov_select(a, new, m, COV_RATIO, L.COV["lb"], L.COV["ub"], exclude=clipped)
+            sel = E.cov_select(a, new, m, COV_RATIO, E.COV["lb"], E.COV["ub"], exclude=clipped)
         else:
-            sel = L.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
+            sel = E.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
         ids = b["ids"][idx]
         for s in ids[sel].unique().tolist():
             if int((b["ids"] == s).sum()) >= 2 and int((ids[sel] == s).sum()) < int((b["ids"] == s).sum()):

@@ -85,7 +85,7 @@ def two_processes(tmp_path_factory):
 
 
 def test_two_processes_give_the_single_process_step(unsplit, two_processes):
-    params = torch.load(two_processes / "params.pt")
+    params = torch.load(two_processes / "params.pt", weights_only=True)
     assert set(params) == set(CASES)
     for (loss, clip, k), p in params.items():
         assert_same(p, unsplit[(loss, clip)])
