@@ -171,6 +171,7 @@ def rl_update(model, opt, batch, cfg, gen):
 
 
 MIXED_HINT_BELOW = 0.2  # fraction of mixed groups at the first RL step
+MIXED_START_STEPS = 10  # the summary's "mixed groups at RL start": mean over this many first steps
 
 
 def weak_start_hint(mixed, cfg):
@@ -187,7 +188,7 @@ def summary_line(summary, cfg):
     """The last line of a run, with no NaN in it (no RL step: no mixed fraction)."""
     acc0, acc = summary["warm_start_acc"], summary["final_acc"]
     mixed = summary.get("mixed_at_start")
-    mixed_txt = f"mixed groups at RL start {mixed:.2f}" if mixed is not None else "no RL steps run"
+    mixed_txt = (f"mixed groups in the first RL steps {mixed:.2f}" if mixed is not None else "no RL steps run")
     return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
             f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
 
@@ -460,8 +461,10 @@ def rl_step(model, raw, opt, ref_model, task, draw, cfg, gen, device, held_out, 
     rec = {"phase": "rl", "step": step, "reward": float(r.mean()), "mixed": 1.0 - zero_var,
            "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
            **stats["mb_stats"]}
+    if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
+        sums["mixed_start_sum"] = sums.get("mixed_start_sum", 0.0) + rec["mixed"]
+        sums["mixed_at_start"] = sums["mixed_start_sum"] / step
     if step == 1:
-        sums["mixed_at_start"] = rec["mixed"]
         hint = weak_start_hint(rec["mixed"], cfg)
         if hint and master:
             tqdm.write(hint)

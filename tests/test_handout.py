@@ -190,7 +190,7 @@ def test_summary_line_never_prints_nan():
     base = {"warm_start_acc": 0.5, "final_acc": 0.5, "seconds": 3.0}
     line = train.summary_line(base, cfg)
     assert "nan" not in line.lower() and "no RL steps run" in line
-    assert "mixed groups at RL start 0.75" in train.summary_line(dict(base, mixed_at_start=0.75), cfg)
+    assert "mixed groups in the first RL steps 0.75" in train.summary_line(dict(base, mixed_at_start=0.75), cfg)
 
 
 def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
