@@ -34,6 +34,10 @@ def parse_problem(task_name, prompt):
     body = prompt[:-1] if prompt.endswith("=") else None
     if body is None:
         return None
+    if task_name == "chain":  # 7+8*3-5=: single digits and operators, alternating
+        ok = len(body) % 2 == 1 and all(c in "123456789" for c in body[::2]) and \
+            all(c in "+-*" for c in body[1::2])
+        return tuple(int(c) if i % 2 == 0 else c for i, c in enumerate(body)) if ok else None
     sep = {"add": "+", "mul": "*"}.get(task_name)
     parts = body.split(sep) if sep else [body]
     if not all(p.isdigit() for p in parts) or len(parts) != (2 if sep else 1):

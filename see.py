@@ -50,7 +50,7 @@ class SeeConfig:
     prompts: int = _f(16, "B: prompts in the rollout batch the update is taken on")
     group_size: int = _f(8, "G: completions per prompt")
     optimizer: str = _f("sgd", "sgd (plain, first order) or adam (train.py's AdamW: its first step)")
-    lr: float = _f(0.5, "learning rate of the one update")
+    lr: float = _f(0.05, "learning rate of the one update (sgd: small enough to be first order)")
     seed: int = _f(0, "seed of the problems and the sampling")
     out: str = _f("see.png", "where the figure goes")
 
@@ -96,9 +96,11 @@ def draw(plt, batch, k, task, panels, cfg):
     p = batch["problems"][rows[0]]
     tok, mask = batch["tokens"], batch["mask"]
     sets = L.history_token_sets(tok, mask, batch["group"])
-    whole = {int(s) for s in sets[rows].unique() if int((sets[rows] == s).sum()) == len(rows)}
+    sign = torch.sign(batch["rewards"][rows] - batch["rewards"][rows].mean())
+    both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
+            {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
     T = int(mask[rows].sum(1).max())
-    fig, axes = plt.subplots(1, len(panels), figsize=(0.27 * T * len(panels) + 1.5, 0.42 * len(rows) + 1.6),
+    fig, axes = plt.subplots(1, len(panels), figsize=(0.36 * T * len(panels) + 2.5, 0.55 * len(rows) + 2.2),
                              squeeze=False)
     cmap = plt.get_cmap("RdBu")
     for ax, (name, (delta, adv, res)) in zip(axes[0], panels.items()):
@@ -109,7 +111,7 @@ def draw(plt, batch, k, task, panels, cfg):
             for x, ch in enumerate(text):
                 v = float(delta[i, x]) / scale
                 style = x < len(cats) and cats[x] == "style"
-                shared = int(sets[i, x]) in whole
+                shared = int(sets[i, x]) in both
                 ax.add_patch(plt.Rectangle((x, -y - 0.45), 0.92, 0.9, facecolor=cmap(0.5 + 0.5 * v),
                                            edgecolor="k", lw=2.2 if style else (1.0 if shared else 0.2),
                                            ls="--" if shared and not style else "-"))
@@ -121,10 +123,15 @@ def draw(plt, batch, k, task, panels, cfg):
         ax.set_ylim(-len(rows) + 0.3, 0.8)
         ax.axis("off")
         ax.set_title(f"{name}: colour ±{scale:.2g} nats, residual_ha {res:.3f}", fontsize=8)
-    fig.suptitle(f"One update ({cfg.optimizer}, lr {cfg.lr:g}) on {cfg.prompts} groups x {cfg.group_size}; "
-                 f"group of prompt {task.prompt(p)}  — blue: log pi up, red: down; "
-                 f"thick outline: style token; dashed: (history, token) shared by the whole group",
-                 fontsize=8)
+    fig.suptitle(f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}) on a batch of "
+                 f"{cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
+                 fontsize=10)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(-1, 1))
+    bar = fig.colorbar(sm, ax=list(axes[0]), orientation="horizontal", fraction=0.05, pad=0.02, aspect=60)
+    bar.set_label("Δ log π(token) as a fraction of the panel's largest |Δ| (nats in each title): "
+                  "blue boosted, red suppressed.  Thick outline: style token (reward-irrelevant).  "
+                  "Dashed: the same token after the same history in a positive and a negative rollout",
+                  fontsize=8)
     return fig
 
 

@@ -196,7 +196,7 @@ def main(argv):
         ax.set_yticklabels(names, fontsize=9)
         ax.set_title("residual_ha (max over seeds): 0 = exchangeable; the table's verdict in brackets, "
                      "! = mismatch", fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02)
+        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("residual_ha (0: every copy of a shared (history, token) has the same weight)", fontsize=8)
         fig.tight_layout()
         return fig
     common.save("scoreboard", data, out_dir, plot)

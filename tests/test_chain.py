@@ -203,3 +203,12 @@ def test_tax_interior_is_zero_for_an_unchanged_model_and_not_for_a_changed_one()
     with torch.no_grad():
         m.lm_head.weight.add_(0.5 * torch.randn_like(m.lm_head.weight))
     assert float(D.kl(before, D.policy_at(m, prompts, tok, mask, h)).min()) > 0
+
+
+def test_sample_py_parses_chain_prompts():
+    import sample
+    assert sample.parse_problem("chain", "7+8*3-5=") == (7, "+", 8, "*", 3, "-", 5)
+    p = sample.parse_problem("chain", "7+8*3-5=")
+    assert TASK.reward(p, "7+8=15,15*3=45,45-5=40") == 1.0
+    for bad in ["7+8*3-5", "7+88=", "7/8=", "+7=", "0+1+2+3="]:
+        assert sample.parse_problem("chain", bad) is None, bad
