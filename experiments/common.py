@@ -231,6 +231,37 @@ def paired(a, b):
     return {"diff": m, "half": h, "n": n, "sd": sd, "mde": mde, "per_seed": d}
 
 
+def contrast(a, b, predicted, seeds=None):
+    """The primary (or secondary) contrast of an experiment: paired(a, b) over the
+    seeds where both arms have a value, plus ``predicted`` (the sign the paper
+    predicts, fixed in the docstring before any result) and ``seeds``.
+
+    a, b: per-seed values in the order of ``seeds`` (None where undefined), or a
+    number b for a one-sample contrast against a reference (then diff = mean of
+    a - b and half its one-sample t interval). With no shared seed every number
+    is None and n = 0."""
+    seeds = list(range(len(a))) if seeds is None else list(seeds)
+    if not isinstance(b, (list, tuple)):
+        b = [b] * len(a)
+    if not len(seeds) == len(a) == len(b):
+        raise ValueError(f"contrast needs one value per seed: {len(seeds)} seeds, {len(a)} and {len(b)} values")
+    ok = lambda x: x is not None and x == x
+    keep = [(s, x, y) for s, x, y in zip(seeds, a, b) if ok(x) and ok(y)]
+    if not keep:
+        return {"diff": None, "half": None, "n": 0, "sd": None, "mde": None, "per_seed": [],
+                "seeds": [], "predicted": predicted}
+    out = paired([x for _, x, _ in keep], [y for _, _, y in keep])
+    return {**out, "seeds": [s for s, _, _ in keep], "predicted": predicted}
+
+
+def print_contrasts(contrasts, label="primary"):
+    """One line per contrast: diff ± half (n, 95 % t; smallest detectable; predicted)."""
+    num = lambda x: "n/a" if x is None or x != x else f"{x:.4g}"
+    for name, c in contrasts.items():
+        print(f"{label}: {name}: {num(c['diff'])} ± {num(c['half'])} (n={c['n']}, 95% t; "
+              f"smallest detectable {num(c['mde'])}; predicted {c['predicted']})")
+
+
 def errbars(pairs, floor=None, ceil=None):
     """[[below], [above]] half-widths for matplotlib's yerr/xerr from [mean, half]
     pairs, cut so that no bar crosses ``floor`` or ``ceil`` (a fraction, an

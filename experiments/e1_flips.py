@@ -17,6 +17,14 @@ stable, for A > 0 and A < 0 tokens, pooled over the batches of a seed; the
 A != 0 tokens); the same at eps = 0 (threshold-free); mean and 95 % CI over
 seeds. Also the Delta distributions (first seed) for the figure.
 
+Primary contrast (fixed before any result): the boosted share (Delta > eps) of
+A > 0 tokens minus the boosted share of A < 0 tokens, for AdamW and for SGD
+separately, paired by seed (both shares come from the same rollouts). [P2]
+finds the proportions "remarkably similar": predicted about 0. This script
+measures one update of a fresh optimizer at the warm start; the next version
+of this experiment will measure the same contrast inside real RL runs,
+optimizer state carried over, at several steps.
+
     python experiments/e1_flips.py --quick      # one seed
     python experiments/e1_flips.py              # seeds 0,1,2
 """
@@ -125,8 +133,10 @@ def main(argv):
             summary[o][k] = common.ci([r[o][k] for r in per_seed])
     data = {"experiment": "e1_flips", "config": opts, "per_seed": per_seed, "summary": summary,
             "deltas_first_seed": deltas, "wall_s": round(time.time() - t0, 1)}
-
-
+    seeds = [r["seed"] for r in per_seed]
+    data["primary"] = {f"{o}: boosted share A>0 - A<0": common.contrast(
+        [r[o]["pos"]["boosted"] for r in per_seed], [r[o]["neg"]["boosted"] for r in per_seed],
+        "about 0", seeds) for o in OPTS}
     data = common.clean(data)
     common.save("e1_flips", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[o, s, *(common.fmt(summary[o][s][k]) for k in KEYS)] for o in OPTS for s in ("pos", "neg")]
@@ -134,6 +144,7 @@ def main(argv):
     for o in OPTS:
         print(f"{o}: flipped {common.fmt(summary[o]['flipped'])} (eps={opts['eps']:g}), "
               f"{common.fmt(summary[o]['flipped_eps0'])} (eps=0)")
+    common.print_contrasts(data["primary"])
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e1_flips.json")
     return data
 

@@ -21,6 +21,16 @@ and opposes their self term (closed-form flips); sign agreement of Delta
 between (a)-(b), (a)-(c), (b)-(c), over all tokens and over A != 0 tokens.
 Per seed: mean over batches; then mean and 95 % CI over seeds.
 
+Primary contrast (fixed before any result): the sign agreement of Delta
+between the full-parameter and the unembedding-only SGD update, over tokens
+with A != 0 (full_vs_head_live), against [P2]'s about 0.7: a one-sample t
+interval over seeds of (agreement - 0.7), predicted about 0. Secondary: the
+share of the coupling mass on same-token pairs minus the share of pairs that
+are same-token (mass_same - pairs_same), paired by seed, predicted > 0. The
+next version of this experiment will restrict the secondary to low-confidence
+same-token pairs (their mass share against their pair share) and take both at
+several training steps.
+
     python experiments/e2_coupling.py --quick      # one seed
     python experiments/e2_coupling.py              # seeds 0,1,2
 """
@@ -132,8 +142,11 @@ def main(argv):
     bins = ["[0,.5)", "[.5,.9)", "[.9,1]"]
     data = {"experiment": "e2_coupling", "config": opts, "conf_bins": bins, "per_seed": per_seed,
             "summary": summary, "wall_s": round(time.time() - t0, 1)}
-
-
+    seeds = [r["seed"] for r in per_seed]
+    data["primary"] = {"sign agreement full vs head (A!=0) - 0.7": common.contrast(
+        [r["full_vs_head_live"] for r in per_seed], 0.7, "about 0", seeds)}
+    data["secondary"] = {"same-token share of coupling mass - of pairs": common.contrast(
+        [r["mass_same"] for r in per_seed], [r["pairs_same"] for r in per_seed], "> 0", seeds)}
     data = common.clean(data)
     common.save("e2_coupling", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[k, common.fmt(summary[k])] for k in SCALARS] + \
@@ -143,6 +156,8 @@ def main(argv):
     print("coupling mass by confidence (rows: token i, cols: partner j), same-token pairs:")
     for lab, r in zip(bins, summary["mass_by_conf_same"]):
         print(f"  {lab:8s} " + "  ".join(f"{x:.3f}" for x in r))
+    common.print_contrasts(data["primary"])
+    common.print_contrasts(data["secondary"], "secondary")
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e2_coupling.json")
     return data
 

@@ -21,6 +21,11 @@ over all A != 0 tokens) at eps = --eps and at eps = 0, and the boosted /
 suppressed / stable fractions per rollout sign; pooled over the batches of a
 seed, then mean and 95 % CI over seeds.
 
+Primary contrast (fixed before any result): the flipped fraction (at eps =
+--eps) of the full-network update ``full`` minus that of
+``no_opposite_same_token``, paired by seed (both on the same rollouts). [P2]
+says the mask removes most flips: predicted > 0.
+
     python experiments/e3_masked.py --quick      # one seed
     python experiments/e3_masked.py              # seeds 0,1,2
 """
@@ -108,14 +113,16 @@ def main(argv):
     summary = {v: {k: common.ci([r[v][k] for r in per_seed]) for k in per_seed[0][v]} for v in ROWS}
     data = {"experiment": "e3_masked", "config": opts, "variants": list(ROWS), "per_seed": per_seed,
             "summary": summary, "wall_s": round(time.time() - t0, 1)}
-
-
+    data["primary"] = {"flipped full - no_opposite_same_token": common.contrast(
+        [r["full"]["flipped"] for r in per_seed], [r["no_opposite_same_token"]["flipped"] for r in per_seed],
+        "> 0", [r["seed"] for r in per_seed])}
     data = common.clean(data)
     common.save("e3_masked", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[v, common.fmt(summary[v]["flipped"]), common.fmt(summary[v]["flipped_eps0"]),
              common.fmt(summary[v]["pos_suppressed"]), common.fmt(summary[v]["neg_boosted"])] for v in ROWS]
     common.table(rows, ["update", f"flipped eps={opts['eps']:g}", "flipped eps=0", "A>0 suppressed",
                         "A<0 boosted"])
+    common.print_contrasts(data["primary"])
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e3_masked.json")
     return data
 

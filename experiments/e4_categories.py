@@ -24,6 +24,11 @@ over the batches of a seed; mean and 95 % CI over seeds. Warm starts differ
 in where their uncertainty sits, so the comparison is also paired: the
 difference grpo - positive_only of each share on the same rollouts, per seed.
 
+Primary contrast (fixed before any result): the compute share of the update
+mass under grpo minus under positive_only, on the same rollout batches, paired
+by seed, for AdamW and for SGD separately. [P2] says critic-free RL moves mass
+from template to reasoning tokens: predicted > 0.
+
     python experiments/e4_categories.py --quick      # one seed
     python experiments/e4_categories.py              # seeds 0,1,2
 """
@@ -141,8 +146,10 @@ def main(argv):
         summary[r]["share_by_char"] = {ch: common.ci([s[r]["share_by_char"][ch] for s in per_seed]) for ch in CHARS}
     data = {"experiment": "e4_categories", "config": opts, "categories": list(D.CATEGORIES),
             "per_seed": per_seed, "summary": summary, "wall_s": round(time.time() - t0, 1)}
-
-
+    data["primary"] = {f"{o}: compute share grpo - positive_only": common.contrast(
+        [s[f"grpo_{o}"]["compute"]["share"] for s in per_seed],
+        [s[f"positive_only_{o}"]["compute"]["share"] for s in per_seed], "> 0",
+        [s["seed"] for s in per_seed]) for o in OPTS}
     data = common.clean(data)
     common.save("e4_categories", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[r, *(common.fmt(summary[r][c]["share"]) for c in D.CATEGORIES)] for r in runs]
@@ -158,6 +165,7 @@ def main(argv):
     print("mean |Delta| per token:")
     common.table([[r, *(common.fmt(summary[r][c]["mean_abs"], 6) for c in D.CATEGORIES)] for r in runs],
                  ["update", *D.CATEGORIES])
+    common.print_contrasts(data["primary"])
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e4_categories.json")
     return data
 

@@ -17,6 +17,13 @@ Measure: mean value and mean credit of boosted and of suppressed tokens, in
 A > 0 and in A < 0 rollouts, with a 95 % CI over tokens (per seed) and over
 seeds (summary), and the gap boosted - suppressed.
 
+Primary contrast (fixed before any result): the value gap, mean value of
+boosted minus mean value of suppressed tokens, within A > 0 and within A < 0
+rollouts, for AdamW and for SGD; paired by seed (both cells come from the same
+update on the same rollouts). [P2]: predicted > 0 in both signs. The next
+version of this experiment will replace it with GRPO's gap minus the gap of
+controls on the same batches (positive-only, shuffled advantages).
+
     python experiments/e5_value.py --quick      # one seed
     python experiments/e5_value.py              # seeds 0,1,2
 """
@@ -126,8 +133,9 @@ def main(argv):
     summary["ci_over"] = "seeds" if len(per_seed) > 1 else "tokens (one seed)"
     data = {"experiment": "e5_value", "config": opts, "per_seed": per_seed, "summary": summary,
             "wall_s": round(time.time() - t0, 1)}
-
-
+    data["primary"] = {f"{o}: value gap boosted - suppressed, A{'>' if s == 'pos' else '<'}0": common.contrast(
+        [r[o][f"{s}_boosted"]["value"][0] for r in per_seed], [r[o][f"{s}_suppressed"]["value"][0] for r in per_seed],
+        "> 0", [r["seed"] for r in per_seed]) for o in OPTS for s in ("pos", "neg")}
     data = common.clean(data)
     common.save("e5_value", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[o, f"{s}_{c}", summary[o][f"{s}_{c}"]["n"], common.fmt(summary[o][f"{s}_{c}"]["value"]),
@@ -137,6 +145,7 @@ def main(argv):
     for o in OPTS:
         print(f"{o}: value gap boosted-suppressed  A>0 {common.fmt(summary[o]['pos_value_gap'])}  "
               f"A<0 {common.fmt(summary[o]['neg_value_gap'])}")
+    common.print_contrasts(data["primary"])
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e5_value.json")
     return data
 

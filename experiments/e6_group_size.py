@@ -27,6 +27,14 @@ B = --prompts, then B in --prompt_counts at G = --group_size. Each setting
 pools ceil(--rollouts / (B G)) rollout batches per seed (half as many rollouts
 with --quick); mean and 95 % CI over seeds.
 
+Primary contrast (fixed before any result): R_prefix at the largest minus at
+the smallest G (and, separately, B), paired by seed. [P2] says cancellation
+grows with the sampling budget; lower R_prefix is stronger cancellation, so
+predicted < 0. R_prefix, not R, because R rises with G by construction (more
+tokens shared by part of their group). The next version of this experiment
+will replace it with [P2]'s own quantity, the E5 value gap (boosted -
+suppressed) at the largest minus the smallest G and B, predicted > 0.
+
     python experiments/e6_group_size.py --quick      # one seed
     python experiments/e6_group_size.py              # seeds 0,1,2
 """
@@ -158,13 +166,15 @@ def main(argv):
                       for i, (B, G) in enumerate(pts)] for name, pts in sweeps.items()}
     data = {"experiment": "e6_group_size", "config": opts, "per_seed": per_seed, "summary": summary,
             "wall_s": round(time.time() - t0, 1)}
-
-
+    data["primary"] = {f"R_prefix at {name} = {pts[-1][name == 'G']} - at {pts[0][name == 'G']}": common.contrast(
+        [r[name][-1]["R_prefix"] for r in per_seed], [r[name][0]["R_prefix"] for r in per_seed], "< 0",
+        [r["seed"] for r in per_seed]) for name, pts in sweeps.items()}
     data = common.clean(data)
     common.save("e6_group_size", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[name, p["B"], p["G"], common.fmt(p["R"]), common.fmt(p["R_prefix"]), common.fmt(p["flipped_eps0"]),
              common.fmt(p["residual"])] for name in sweeps for p in summary[name]]
     common.table(rows, ["sweep", "B", "G", "R", "R_prefix", "flipped eps=0", "residual"])
+    common.print_contrasts(data["primary"])
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e6_group_size.json")
     return data
 

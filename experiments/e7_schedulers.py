@@ -15,6 +15,15 @@ accuracy with a 95 % confidence interval over seeds, the mean token entropy
 and the learning tax (running sum of KL(pi_new || pi_old) at histories a whole
 group shares; train.py ``--diagnostics``).
 
+Primary contrast (fixed before any result): the learning tax (tax_sum) of
+``query`` and of ``balanced`` minus that of ``shuffle``, paired by seed (each
+seed's arms start from the same warm start with the same seed), per task and
+setting; [P2] predicts < 0 (kept groups cancel, so less drift at shared
+histories); ``sign`` minus ``shuffle`` predicted > 0. Secondary: final
+held-out accuracy, the same pairs, predicted > 0 for query and balanced,
+< 0 for sign. The next version of this experiment will replace tax_sum by
+tax_interior and style_drift.
+
     python experiments/e7_schedulers.py --quick      # one seed, setting A, add task
     python experiments/e7_schedulers.py              # 3 seeds; add: A and B, primes: A
 """
@@ -110,7 +119,18 @@ def main(argv):
     seconds = round(time.time() - t0, 1)
     data = {"experiment": "E7 schedulers", "seeds": o["seeds"], "rl_steps": rl_steps,
             "quick": o["quick"], "seconds": seconds, "results": results}
+    data["primary"], data["secondary"] = {}, {}
+    for key, arms in results.items():
+        per = {s: {"seeds": [r["seed"] for r in arms[s]["runs"]], "tax_sum": [r["tax_sum"] for r in arms[s]["runs"]],
+                   "acc": [r["acc"][-1] for r in arms[s]["runs"]]} for s in arms}
+        for s, sign in (("query", "<"), ("balanced", "<"), ("sign", ">")):
+            data["primary"][f"{key}: tax_sum {s} - shuffle"] = common.contrast(
+                per[s]["tax_sum"], per["shuffle"]["tax_sum"], f"{sign} 0", per[s]["seeds"])
+            data["secondary"][f"{key}: final acc {s} - shuffle"] = common.contrast(
+                per[s]["acc"], per["shuffle"]["acc"], f"{'>' if sign == '<' else '<'} 0", per[s]["seeds"])
     common.table(rows, ["task | setting", "batching", "start acc", "final acc (95% CI)", "entropy", "tax sum"])
+    common.print_contrasts(data["primary"])
+    common.print_contrasts(data["secondary"], "secondary")
     print(f"E7 took {seconds:.0f}s")
 
     data = common.clean(data)

@@ -25,6 +25,15 @@ update is invariant to a constant rescaling of the loss (up to its epsilon), so
 one lr is the matched choice. What remains different between objectives is
 exactly the *relative* weight of tokens and sequences, which is the point.
 
+Primary contrast (fixed before any result), without clipping, paired by seed
+(each seed's arms share the warm start and the seed): the log-odds drift and
+the answer entropy of ``dfpo_min`` and of ``dfpo_orth`` minus ``grpo``, and of
+``dr_grpo`` minus ``grpo`` (same sigma-normalised advantage, no 1/L_i: it
+separates the aggregation from the advantage). [P1] predicts drift lower (< 0)
+and answer entropy higher (> 0) for the exchangeable objectives. The next
+version of this experiment will add style_drift, answer drift per problem and
+tax_interior.
+
     python experiments/e8_objectives.py --quick    # one seed, 40 RL steps
     python experiments/e8_objectives.py            # 3 seeds, 150 RL steps
 """
@@ -65,6 +74,19 @@ def summarise(ms):
         out["logodds_drift"] = abs(last["answer_log_odds"] - first["answer_log_odds"])
         out["answer_entropy"] = last["answer_entropy"]
         out["answer_entropy_start"] = first["answer_entropy"]
+    return out
+
+
+def primary(results):
+    """The docstring's primary contrasts from the per-seed runs (no clip)."""
+    out = {}
+    runs = lambda loss: results[f"{loss} / no clip"]["runs"]
+    for metric, sign in (("logodds_drift", "< 0"), ("answer_entropy", "> 0")):
+        for loss in ("dfpo_min", "dfpo_orth", "dr_grpo"):
+            a, b = {r["seed"]: r.get(metric) for r in runs(loss)}, {r["seed"]: r.get(metric) for r in runs("grpo")}
+            seeds = [s for s in b if s in a]  # in the order of the reference arm
+            out[f"{metric} {loss} - grpo"] = common.contrast([a[s] for s in seeds], [b[s] for s in seeds],
+                                                             sign, seeds)
     return out
 
 
@@ -126,9 +148,9 @@ def main(argv):
                          f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 4, 1)}",
                          "--minibatches=4", "--epochs=2", "--batching=query",
                          "--diagnostics=true"] + clip_flags(loss, clipped) + size
-                runs.append(summarise(common.run(flags, d)))
+                runs.append({"seed": seed, **summarise(common.run(flags, d))})
             agg = {k: common.mean_ci([r[k] for r in runs]) for k in runs[0]
-                   if not k.startswith("curve")}
+                   if not k.startswith("curve") and k != "seed"}
             results[key] = {"summary": agg, "runs": runs}
             rows.append([key, f"{agg['residual'][0]:.3f}", f"{agg['tax_sum'][0]:.3f} ± {agg['tax_sum'][1]:.3f}",
                          f"{agg.get('logodds_drift', (float('nan'),))[0]:.2f}",
@@ -137,8 +159,10 @@ def main(argv):
     seconds = round(time.time() - t0, 1)
     data = {"experiment": "E8 objectives", "task": o["task"], "seeds": o["seeds"],
             "rl_steps": rl_steps, "quick": o["quick"], "seconds": seconds, "results": results}
+    data["primary"] = primary(results)
     common.table(rows, ["objective / clip", "residual", "tax sum (95% CI)", "log-odds drift",
                         "answer entropy", "token entropy", "accuracy (95% CI)"])
+    common.print_contrasts(data["primary"])
     print(f"E8 took {seconds:.0f}s")
 
     data = common.clean(data)

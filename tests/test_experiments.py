@@ -31,6 +31,20 @@ EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair th
                       + [[0.0, None] for _ in (s["G"][0]["R"], s["B"][0]["R_prefix"])]),
 }
 
+BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
+    "e1_flips": lambda r: {f"{o}: boosted share A>0 - A<0": r[o]["pos"]["boosted"] - r[o]["neg"]["boosted"]
+                           for o in ("adam", "sgd")},
+    "e2_coupling": lambda r: {"sign agreement full vs head (A!=0) - 0.7": r["full_vs_head_live"] - 0.7},
+    "e3_masked": lambda r: {"flipped full - no_opposite_same_token":
+                            r["full"]["flipped"] - r["no_opposite_same_token"]["flipped"]},
+    "e4_categories": lambda r: {f"{o}: compute share grpo - positive_only":
+                                r[f"grpo_{o}"]["compute"]["share"] - r[f"positive_only_{o}"]["compute"]["share"]
+                                for o in ("adam", "sgd")},
+    "e5_value": lambda r: {f"{o}: value gap boosted - suppressed, A{c}0":
+                           r[o][f"{s}_boosted"]["value"][0] - r[o][f"{s}_suppressed"]["value"][0]
+                           for o in ("adam", "sgd") for s, c in (("pos", ">"), ("neg", "<"))},
+}
+
 
 def strict(text):
     def bad(c):
@@ -72,4 +86,28 @@ def test_experiment_quick_mode_writes_json_and_png(name, out, rewards, capsys):
         assert os.path.getsize(os.path.join(d, f"{name}.png")) > 0
     else:
         assert not os.path.exists(os.path.join(d, f"{name}.png"))
-    assert name.split("_")[0] in capsys.readouterr().out  # it printed its table and file name
+    check_primary(data)
+    if rewards == "mixed" and name in BY_HAND:  # both signs in the groups: every contrast has its seed
+        hand = BY_HAND[name](data["per_seed"][0])
+        assert set(hand) == set(data["primary"])
+        for k, v in hand.items():
+            assert data["primary"][k]["n"] == 1 and abs(data["primary"][k]["diff"] - v) < 1e-9, k
+    printed = capsys.readouterr().out
+    assert name.split("_")[0] in printed  # it printed its table and file name
+    assert printed.count("primary: ") == len(data["primary"])
+
+
+PRIMARY_KEYS = {"diff", "half", "n", "sd", "mde", "per_seed", "seeds", "predicted"}
+
+
+def check_primary(data):
+    """The docstring's primary contrasts are in the JSON: one seed gives n <= 1
+    and no interval (null, not NaN)."""
+    assert data["primary"], "no primary contrast"
+    for name, c in data["primary"].items():
+        assert set(c) == PRIMARY_KEYS, (name, set(c))
+        assert c["n"] == len(c["per_seed"]) == len(c["seeds"]) <= 1
+        assert c["half"] is None and c["mde"] is None
+        assert c["predicted"].split()[0] in ("<", ">", "about")
+        if c["n"]:
+            assert abs(c["diff"] - c["per_seed"][0]) < 1e-12

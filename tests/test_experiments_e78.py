@@ -7,6 +7,8 @@ import sys
 
 import pytest
 
+from test_experiments import check_primary
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "experiments"))
 SMALL = ["--quick", "--small", "--sft_steps=5", "--rl_steps=2"]
@@ -31,6 +33,9 @@ def test_e7_quick(tmp_path):
     for r in saved["results"][key].values():
         assert len(r["runs"]) == 1 and len(r["final_acc"]) == 2
         assert r["runs"][0]["steps"][0] == 0 and r["tax_sum"][0] >= 0
+    check_primary(saved)
+    assert set(saved["primary"]) == {f"{key}: tax_sum {s} - shuffle" for s in ("query", "balanced", "sign")}
+    assert saved["primary"][f"{key}: tax_sum query - shuffle"]["n"] == 1
 
 
 def test_e8_quick(tmp_path):
@@ -41,3 +46,5 @@ def test_e8_quick(tmp_path):
         for k in ("residual", "tax_sum", "acc", "entropy", "logodds_drift", "answer_entropy"):
             assert k in s, (key, k)
         assert 0 <= s["residual"][0] <= 1
+    check_primary(saved)
+    assert len(saved["primary"]) == 6  # drift and answer entropy x (dfpo_min, dfpo_orth, dr_grpo) - grpo

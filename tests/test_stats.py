@@ -36,3 +36,44 @@ def test_paired_by_hand():
     assert common.paired(a, b)["half"] < common.mean_ci(a)[1] / 5
     with pytest.raises(ValueError):
         common.paired([1, 2], [1])
+
+
+def test_contrast_drops_missing_seeds_and_one_sample():
+    # seed 1 has no value in arm a, seed 3 none in arm b: pairs of seeds 0, 2, 4 remain
+    c = common.contrast([1.0, None, 3.0, 2.0, 5.0], [0.0, 1.0, 2.5, float("nan"), 4.0], "> 0", seeds=[0, 1, 2, 3, 4])
+    assert c["seeds"] == [0, 2, 4] and c["per_seed"] == [1.0, 0.5, 1.0] and c["predicted"] == "> 0"
+    sd = math.sqrt(((1 - 5 / 6) ** 2 * 2 + (0.5 - 5 / 6) ** 2) / 2)
+    assert abs(c["diff"] - 5 / 6) < 1e-12 and abs(c["half"] - 4.3027 * sd / math.sqrt(3)) < 1e-4
+    # a number for b: a one-sample t interval of a - b
+    o = common.contrast([0.6, 0.8, 0.7, 0.9], 0.7, "about 0")
+    m, h = common.mean_ci([0.6, 0.8, 0.7, 0.9])
+    assert abs(o["diff"] - (m - 0.7)) < 1e-12 and abs(o["half"] - h) < 1e-12 and o["seeds"] == [0, 1, 2, 3]
+    assert common.contrast([None], [1.0], "< 0")["n"] == 0
+    with pytest.raises(ValueError):
+        common.contrast([1.0, 2.0], [1.0], "< 0")
+
+
+def test_e8_primary_contrast_by_hand(capsys):
+    """E8's primary contrasts from synthetic per-seed runs, in shuffled seed
+    order, against a hand computation; one seed prints n/a, and the JSON stays strict."""
+    import json
+    import e8_objectives
+    drift = {"grpo": [2.0, 3.0, 4.0], "dr_grpo": [1.5, 3.0, 3.0], "dfpo_min": [1.0, 1.0, 1.0],
+             "dfpo_orth": [2.0, 3.0, 4.0]}
+    order = {"grpo": [0, 1, 2], "dr_grpo": [2, 0, 1], "dfpo_min": [1, 2, 0], "dfpo_orth": [0, 2, 1]}
+    results = {f"{loss} / no clip": {"runs": [{"seed": s, "logodds_drift": drift[loss][s],
+                                               "answer_entropy": 0.5 + s} for s in order[loss]]}
+               for loss in drift}
+    p = e8_objectives.primary(results)
+    c = p["logodds_drift dr_grpo - grpo"]      # differences -0.5, 0, -1 over seeds 0, 1, 2
+    sd = math.sqrt(((-0.5 + 0.5) ** 2 + 0.5 ** 2 + 0.5 ** 2) / 2)
+    assert c["n"] == 3 and abs(c["diff"] + 0.5) < 1e-12 and c["predicted"] == "< 0"
+    assert abs(c["half"] - 4.3027 * sd / math.sqrt(3)) < 1e-4
+    assert p["logodds_drift dfpo_min - grpo"]["per_seed"] == [-1.0, -2.0, -3.0]
+    assert p["logodds_drift dfpo_orth - grpo"]["sd"] == 0.0   # same per-seed values: exact zero
+    assert p["answer_entropy dfpo_min - grpo"]["per_seed"] == [0.0, 0.0, 0.0]
+    one = e8_objectives.primary({k: {"runs": [r for r in v["runs"] if r["seed"] == 0]}
+                                 for k, v in results.items()})
+    common.print_contrasts({"x": one["logodds_drift dfpo_min - grpo"]})
+    assert "primary: x: -1 ± n/a (n=1, 95% t; smallest detectable n/a; predicted < 0)" in capsys.readouterr().out
+    json.dumps(common.clean(one), allow_nan=False)
