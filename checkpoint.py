@@ -53,12 +53,13 @@ TEMP = re.compile(r".+\.pt\.tmp(\d+)$")  # the temp files of atomic_save
 
 # ----------------------------------------------------------------------------- atomic writes
 
-def atomic_save(obj, path):
-    """torch.save ``obj`` to ``path`` atomically: temp file, flush, fsync, os.replace."""
+def _atomic_write(path, mode, write):
+    """Call write(f) on a temp file next to ``path``, flush and fsync it, os.replace
+    it onto ``path``, then fsync the folder; the temp file never outlives a failure."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
-            torch.save(obj, f)
+        with open(tmp, mode) as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -74,19 +75,14 @@ def atomic_save(obj, path):
             os.close(fd)
 
 
+def atomic_save(obj, path):
+    """torch.save ``obj`` to ``path`` atomically: temp file, flush, fsync, os.replace."""
+    _atomic_write(path, "wb", lambda f: torch.save(obj, f))
+
+
 def atomic_write_text(text, path):
     """The same for a small text file (config.json)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with _quiet():
-            os.remove(tmp)
-        raise
+    _atomic_write(path, "w", lambda f: f.write(text))
 
 
 def clear_stale_temps(folder):
