@@ -28,7 +28,8 @@ optimizer step, L_i = length of completion i, rho = pi_new/pi_old per token:
 | gspo          | (r_i - mu_g)/(sigma_g+eps) | s_i A_i / (N L_i), clipped   | no: s_i, 1/L_i         |
 |               |   s_i = exp(mean_t log rho_{i,t}) per sequence                                   |
 | dfpo_min      | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
-| dfpo_orth     | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
+| dfpo_orth     | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | for whole-group tokens;|
+|               |   w~ orthogonal to A: sum_i A_i w~_i = 0      | partial prefixes: no|
 | positive_only | 1[r_i > 0]                 | 1 / sum L over positives     | nothing to cancel      |
 | bnpo          | (r_i - mu_g)/(sigma_g+eps) | A_i / (M sum L_local)        | yes, unless a step is  |
 |               |   sum L_local = tokens of this micro-batch, M = micro-batches | split (then no)    |
