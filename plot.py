@@ -184,8 +184,13 @@ def main(argv):
     return out
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
     try:
-        main(sys.argv[1:])
+        return main(argv)
     except CliError as e:
         fail(str(e))
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

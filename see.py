@@ -184,8 +184,13 @@ def main(cfg):
     print(f"wrote {cfg.out}")
 
 
-if __name__ == "__main__":
+def cli(argv):
+    """The command line: bad input gets one 'error: ...' line and exit status 2."""
     try:
-        main(parse_args(sys.argv[1:], SeeConfig, doc=__doc__, check=False))
+        return main(parse_args(argv, SeeConfig, doc=__doc__, check=False))
     except CliError as e:
         fail(str(e))
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])

@@ -274,9 +274,17 @@ BAD = [  # (entry point, argv, a piece of the one-line message)
     ("bench", ["--quick=maybe"], "true or false"), ("bench", ["--out={d}"], "is a folder"),
     ("bench", ["--out={d}/nowhere/b.jsonl"], "does not exist"), ("bench", ["--out=/sys/fs/b.jsonl"], "cannot write"),
     ("bench", ["--out"], "needs a value"), ("bench", ["quick"], "unknown argument"),
+    ("see", [], "required"), ("see", ["--init_from={d}/good.pt", "--losses=ppo"], "unknown loss"),
+    ("see", ["--init_from={d}/good.pt", "--lr=-1"], "positive"),
+    ("see", ["--init_from={d}/good.pt"], "style points"), ("see", ["--init_from={d}/ckdir.pt"], "is a folder"),
+    *[("see", [f"--init_from={{d}}/{n}.pt"], "corrupt") for n in CORRUPT],
+    ("plot", [], "name at least one run folder"), ("plot", ["{d}"], "does not exist"),
+    ("plot", ["--bogus=1", "{d}"], "unknown flag"),
 ]
 EXPERIMENTS = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size",
                "e7_schedulers", "e8_objectives"]
+BAD += [("scoreboard", ["--nope=1"], "unknown flag"), ("scoreboard", ["--groups=0"], "at least 1"),
+        ("scoreboard", ["--seeds=x"], "list of integers")]
 for e in EXPERIMENTS:
     BAD += [(e, ["--seeds=a,b"], "list of integers"), (e, ["--seeds="], "at least one"),
             (e, ["--seeds=-1"], "at least 0"), (e, ["--sft_steps=0"], "at least 1"),
@@ -294,7 +302,7 @@ BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e1_flips", ["--adam_lr=0"], "> 
 
 def entry(name):
     """The command line function of an entry point: (cli, module)."""
-    if name in ("train", "sample", "bench"):
+    if name in ("train", "sample", "bench", "see", "plot"):
         mod = __import__(name)
         return mod.cli, mod
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
