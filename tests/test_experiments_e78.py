@@ -48,3 +48,16 @@ def test_e8_quick(tmp_path):
         assert 0 <= s["residual"][0] <= 1
     check_primary(saved)
     assert len(saved["primary"]) == 6  # drift and answer entropy x (dfpo_min, dfpo_orth, dr_grpo) - grpo
+
+
+def test_chain_style_quick(tmp_path):
+    """Both arms from one warm start and seed; the primary contrast is the per-seed
+    difference of the two arms' last signed restate drift, recomputed here."""
+    data, saved = _load("chain_style", tmp_path)
+    check_primary(saved)
+    g, d = saved["runs"]["grpo"][0], saved["runs"]["dr_grpo"][0]
+    assert g["seed"] == d["seed"] == 0 and g["steps"] == d["steps"]
+    p = saved["primary"]["signed restate drift, grpo - dr_grpo"]
+    assert p["n"] == 1 and p["predicted"] == "< 0"
+    assert abs(p["diff"] - (g["style_drift_signed_restate"][-1] - d["style_drift_signed_restate"][-1])) < 1e-12
+    assert g["style_drift_restate"][-1] >= abs(g["style_drift_signed_restate"][-1]) - 1e-12

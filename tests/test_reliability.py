@@ -283,6 +283,8 @@ BAD = [  # (entry point, argv, a piece of the one-line message)
 ]
 EXPERIMENTS = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size",
                "e7_schedulers", "e8_objectives"]
+BAD += [("chain_style", ["--seeds=a"], "list of integers"), ("chain_style", ["--rl_steps=0"], "at least 1"),
+        ("chain_style", ["--sft_steps=x"], "an integer"), ("chain_style", ["--out={d}/afile"], "is a file")]
 BAD += [("scoreboard", ["--nope=1"], "unknown flag"), ("scoreboard", ["--groups=0"], "at least 1"),
         ("scoreboard", ["--seeds=x"], "list of integers")]
 for e in EXPERIMENTS:
