@@ -28,6 +28,7 @@ predicts < 0 (grpo drifts towards restating). Secondary: the same for the
 
     python experiments/chain_style.py --quick     # one seed, 60 RL steps (out/quick/)
     python experiments/chain_style.py             # seeds 0-9 (results/)
+    python experiments/chain_style.py --replot    # redraw results/chain_style.png from its JSON
 """
 import os
 import sys
@@ -47,6 +48,8 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
 
 def main(argv):
     o = common.parse(argv, EXTRA, __doc__)
+    if o["replot"]:
+        return common.replot("chain_style", o["out"], plot)
     rl_steps = min(o["rl_steps"], 60) if o["quick"] else o["rl_steps"]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
     batch = ["--prompts_per_step=4", "--group_size=4", "--eval_size=16"] if o["small"] else []
@@ -92,7 +95,9 @@ def main(argv):
 
 def plot(plt, data):
     """Signed restate and sep drift over RL steps, per arm: mean and 95 % t band over seeds."""
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
+    fig.subplots_adjust(wspace=0.4)
+    fig.suptitle("Reward-irrelevant drift on the chain testbed: grpo against dr_grpo, 200 RL steps", fontsize=11)
     colors = {"grpo": "tab:red", "dr_grpo": "tab:blue"}
     for ax, k, title in ((axes[0], "style_drift_signed_restate", "restate point (variants differ by ~10 tokens)"),
                          (axes[1], "style_drift_signed_sep", "separator points (variants of equal length)")):
