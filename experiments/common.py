@@ -15,15 +15,27 @@
   keep the figures honest (bars cut at 0, captions that say what they show);
 * ``mean_ci(xs)`` gives a mean and the half-width of a 95 % Student-t
   interval (n - 1 degrees of freedom); ``paired(a, b)`` the same for the
-  per-seed differences of two arms that share seeds.
+  per-seed differences of two arms that share seeds;
+* ``pool(fn, items, jobs)`` runs independent units of work (one seed, one
+  run) in ``--jobs`` worker processes of ``--threads`` torch threads each:
+  small models gain little from more threads, so on a 2-core laptop two
+  one-thread workers do about twice the work of one two-thread process;
+  ``rate`` prints the runs per hour it achieved;
+* ``rl_states(opts, seed, steps)`` runs GRPO RL from a warm start and keeps
+  the model *and the AdamW state* at the given steps, so that a measurement
+  can take the next step as real training would.
 """
 
+import copy
 import json
 import math
+import multiprocessing
 import os
 import sys
+import time
 
 import torch
+from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -40,8 +52,9 @@ def parse(argv, extra=None, doc=""):
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
     as "2,4,8" are lists of counts, task names exist, and --out is a writable folder."""
     import toy_tasks
-    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "replot": False}
+    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "jobs": 2, "replot": False}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
+    given = set()
     for a in argv:
         if a in ("-h", "--help"):
             print(help_text(doc, extra))
@@ -49,6 +62,7 @@ def parse(argv, extra=None, doc=""):
         key, eq, raw = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:
             raise CliError(f"unknown flag {a!r} (see --help)")
+        given.add(key)
         default = opts[key]
         if isinstance(default, bool):
             if eq and raw.lower() not in ("1", "true", "yes", "0", "false", "no"):
@@ -76,6 +90,15 @@ def parse(argv, extra=None, doc=""):
             opts[key] = int_list(key, v, 0 if key == "seeds" else 1)
     if "digits" in opts and not 1 <= opts["digits"] <= 20:
         raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
+    if "task" in opts:  # model and warm-start flags not given take the task's defaults (config.py)
+        for key in TASK_SIZED:
+            if key in opts and key not in given:
+                opts[key] = config.default_of(key, opts["task"])
+        for key in config.TASK_FLAGS_UNUSED.get(opts["task"], ()):
+            if key in given:
+                raise CliError(f"--{key} does not apply to --task={opts['task']}")
+            if key in opts:
+                opts[key] = getattr(Config, key)
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
     if not opts["out"]:
@@ -100,7 +123,8 @@ def help_text(doc, extra=None):
             ("--seeds=0,1,2", "comma-separated seeds of the full run"),
             ("--out=DIR", "where the JSON, PNG and warm starts go (default results/, or out/quick/ "
                           "with --quick)"),
-            ("--threads=N", "torch threads (0: torch's default)"),
+            ("--threads=N", "torch threads per worker (0: torch's default)"),
+            ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
             ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
     rows = [r for r in rows if r[0].split("=")[0][2:] not in (extra or {})]
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
@@ -331,15 +355,52 @@ def table(rows, header):
         print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
 
 
+# ----------------------------------------------------------------------------- parallel work
+
+def _init_worker(threads):
+    if threads:
+        torch.set_num_threads(threads)
+
+
+def pool(fn, items, jobs=1, threads=1, desc="seeds"):
+    """[fn(x) for x in items], in order, with a progress bar. With jobs > 1 the
+    items run in that many worker processes ("spawn": a fresh interpreter each,
+    so no thread pool is inherited half-initialised) of ``threads`` torch threads;
+    ``fn`` must be a module-level function and its result picklable. With
+    jobs = 1 everything runs here, in this process."""
+    items = list(items)
+    jobs = max(1, min(jobs, len(items)))
+    if jobs == 1:
+        return [fn(x) for x in tqdm(items, desc=desc, dynamic_ncols=True)]
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(threads,)) as p:
+        return list(tqdm(p.imap(fn, items), total=len(items), desc=desc, dynamic_ncols=True))
+
+
+def rate(name, runs, seconds, jobs, unit="runs"):
+    """One line: how many units of work an hour this machine did, and with how many workers."""
+    per_hour = runs * 3600.0 / max(seconds, 1e-9)
+    line = (f"{name}: {runs} {unit} in {seconds:.0f} s with {jobs} worker process{'es' if jobs > 1 else ''}: "
+            f"{per_hour:.0f} {unit}/hour")
+    print(line)
+    return {"units": runs, "unit": unit, "seconds": round(seconds, 1), "jobs": jobs,
+            "per_hour": round(per_hour, 1)}
+
+
 # ----------------------------------------------------------------------------- diagnostics experiments (e1-e6)
 
+TASK_SIZED = ("n_layer", "n_head", "n_embd", "sft_steps", "sft_batch", "sft_flawed")  # per-task defaults
 DIAG_FLAGS = {
-    "task": ("add", "task of the warm start"), "digits": (2, "operand digits"),
-    "scratchpad": (False, "scratchpad solutions"), "sft_steps": (1000, "SFT steps of the warm start"),
-    "n_layer": (4, "model size (warm start)"), "n_head": (4, "model size"), "n_embd": (128, "model size"),
+    "task": ("chain", "task of the warm start (chain: long completions with reward-irrelevant style choices)"),
+    "digits": (2, "operand digits (add, mul)"), "scratchpad": (False, "scratchpad solutions (add, mul)"),
+    "sft_steps": (1000, "SFT steps of the warm start (default: the task's, config.TASK_DEFAULTS)"),
+    "sft_flawed": (0.7, "flawed-teacher share of the SFT data (default: the task's)"),
+    "n_layer": (4, "model size (warm start; default: the task's)"), "n_head": (4, "model size"),
+    "n_embd": (128, "model size (default: the task's)"),
     "sft_batch": (64, "SFT batch (warm start)"), "prompts": (16, "B: prompts per rollout batch"),
     "group_size": (8, "G: completions per prompt"), "batches": (4, "rollout batches per seed"),
-    "threads": (1, "torch threads: these models gain little from more, and on a busy machine lose a lot"),
+    "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
+    "threads": (1, "torch threads per worker: these models gain little from more"),
 }
 
 
@@ -347,16 +408,86 @@ def diag_setup(opts, seed):
     """The warm start of these options (trained once, reused), its task, a
     training-problem sampler and a generator: (model, task, draw, gen)."""
     import toy_tasks
-    size = {k: opts[k] for k in ("n_layer", "n_head", "n_embd", "sft_batch")
-            if opts[k] != getattr(Config, k)}
-    path = warm_start(opts["out"], seed, opts["task"], opts["digits"], opts["scratchpad"],
-                      opts["sft_steps"], **size)
-    model, _ = train.load_checkpoint(path)
+    model, _ = train.load_checkpoint(warm_path(opts, seed))
     task = toy_tasks.make_task(opts["task"], opts["digits"], opts["scratchpad"])
     held_out = toy_tasks.eval_problems(task, Config.eval_size, seed)
     draw = toy_tasks.train_sampler(task, held_out, 1000 + seed)
     torch.manual_seed(seed)
     return model, task, draw, torch.Generator().manual_seed(seed)
+
+
+def rl_states(opts, seed, steps, lr=None):
+    """Run train.py's GRPO RL (its rollouts, its rl_update, its AdamW: lr --lr,
+    betas (0.9, 0.99), grad clip 1.0; B = --prompts, G = --group_size) from the
+    warm start of ``opts`` and ``seed``, and return {step: path} of the states
+    after ``step`` RL steps, each {"model": weights, "optimizer": AdamW state}.
+    Step 0 is the warm start with a fresh optimizer. Cached in
+    <out>/ckpt/<warm start>/grpo_rl/ (written atomically) and reused."""
+    import checkpoint as C
+    model, task, draw, gen = diag_setup(opts, seed)
+    cfg = Config(task=opts["task"], prompts_per_step=opts["prompts"], group_size=opts["group_size"],
+                 seed=seed, **({"lr": lr} if lr else {}))
+    folder = os.path.join(os.path.dirname(warm_path(opts, seed)),
+                          f"grpo_rl_B{cfg.prompts_per_step}_G{cfg.group_size}_lr{cfg.lr:g}")
+    paths = {s: os.path.join(folder, f"step{s}.pt") for s in steps}
+    if all(os.path.exists(p) for p in paths.values()):
+        return paths
+    os.makedirs(folder, exist_ok=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    for step in range(max(steps) + 1):
+        if step in paths:
+            C._atomic_write(paths[step], "wb", lambda f: torch.save(
+                {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, f))
+        if step == max(steps):
+            break
+        model.train()
+        batch = train.rollouts(model, task, draw, cfg, gen, "cpu")
+        batch["max_len"] = task.max_new_tokens
+        train.rl_update(model, opt, batch, cfg, gen)
+    return paths
+
+
+def load_state(opts, seed, path, dtype=torch.float32, lr=None):
+    """(model, AdamW) of an rl_states file, in ``dtype``: the optimizer carries
+    the run's moments and step counts. Sample with the float32 model; measure
+    with ``real_step(copy.deepcopy(model).double(), opt, ...)``, which carries
+    the moments over to float64 (so that the Delta of confident tokens is not
+    rounding noise)."""
+    model, _ = train.load_checkpoint(warm_path(opts, seed))
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model.load_state_dict(state["model"])
+    model = model.to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr or Config.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt.load_state_dict(state["optimizer"])  # casts the moments to the parameters' dtype
+    if lr:
+        for g in opt.param_groups:
+            g["lr"] = lr
+    return model, opt
+
+
+def warm_path(opts, seed):
+    """Where diag_setup's warm start of ``opts`` and ``seed`` lies (trained if missing)."""
+    size = {k: opts[k] for k in ("n_layer", "n_head", "n_embd", "sft_batch", "sft_flawed")
+            if opts[k] != getattr(Config, k)}
+    return warm_start(opts["out"], seed, opts["task"], opts["digits"], opts["scratchpad"],
+                      opts["sft_steps"], **size)
+
+
+def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0):
+    """One optimizer step exactly as train.optimizer_step takes it (whole batch,
+    ratio 1, gradient clip) on ``model`` with ``opt``'s state (cast to the
+    model's dtype); returns (new model, its optimizer) as copies, so that the
+    state it started from is kept."""
+    new = copy.deepcopy(model)
+    g = opt.param_groups[0]
+    new_opt = torch.optim.AdamW(new.parameters(), lr=g["lr"], betas=g["betas"], eps=g["eps"],
+                                weight_decay=g["weight_decay"])
+    new_opt.load_state_dict(opt.state_dict())
+    cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
+    with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
+        old = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], train.PAD)
+    train.optimizer_step(new, new_opt, {**batch, "logprobs": old}, adv, torch.arange(len(adv)), cfg)
+    return new, new_opt
 
 
 def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
