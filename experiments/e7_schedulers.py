@@ -1,31 +1,67 @@
-"""E7: does the mini-batch cut decide how well GRPO learns? [P2, arXiv 2605.08666]
+"""E7: does the mini-batch cut decide how far GRPO drifts where no reward asks? [P2, arXiv 2605.08666]
 
-Claim: query-preserved (``query``, QB) and reward-balanced (``balanced``, RB)
-mini-batching improve RLVR training over a random cut (``shuffle``, TRL's
-behaviour), because they keep positive and negative rollouts of a group in the
-same optimizer step, where their shared tokens cancel; cutting by reward sign
-(``sign``) blocks cancellation and should hurt.
+Claim [P2, abstract]: "Guided by this view, we implement two batching
+interventions to encourage or preserve cancellation in critic-free RL
+training: query-preserved mini-batching and reward-balanced batching. Despite
+their simplicity, these interventions improve RLVR training across multiple
+model scales". Figure 6's text gives the mechanism: "Cancellation relies on
+the co-occurrence of positive and negative rollouts within each update";
+Figure 8: "Query-preserved mini-batching (QB) and reward-balanced batching
+(RB) stabilize GRPO"; Figure 7(a): partitioning mini-batches by reward sign
+is the control that blocks it. Here ``query`` is QB, ``balanced`` RB,
+``shuffle`` TRL's random cut, ``sign`` the control (batching.py).
 
-Method: from the same SFT warm start (the default run's), train GRPO with
-``--minibatches=4`` (setting A: one epoch; setting B, full mode only, on the
-add task: ``--epochs=2``) under each scheduler, over several seeds; ``full`` takes the
-whole batch in one step (``--minibatches=1``), the on-policy reference.
-Reported per scheduler: the held-out greedy accuracy curve, the final
-accuracy with a 95 % confidence interval over seeds, the mean token entropy
-and the learning tax (running sum of KL(pi_new || pi_old) at histories a whole
-group shares; train.py ``--diagnostics``).
+Method (``--task=chain``): per seed, the cached chain warm start (1500 SFT
+steps, sft_flawed 0.6, n_embd 96), then ``--rl_steps`` GRPO steps (B = 16
+prompts x G = 8) with ``--minibatches=8`` under each scheduler, in two
+settings: one epoch and ``--epochs=2``. Every run of a seed starts from the
+same warm start with the same seed (so the same first rollout batch).
+``--diagnostics`` logs, per RL step, ``tax_interior`` (KL(pi_new || pi_old)
+summed over the step's optimizer steps, at histories strictly before a
+group's divergence point: reward-irrelevant by construction) and its
+running sum; at ``--evals`` equally spaced evaluations, greedy accuracy on
+``--eval_size`` = 1024 held-out problems and the style drift on 256 of them.
 
-Primary contrast (fixed before any result): the learning tax (tax_sum) of
-``query`` and of ``balanced`` minus that of ``shuffle``, paired by seed (each
-seed's arms start from the same warm start with the same seed), per task and
-setting; [P2] predicts < 0 (kept groups cancel, so less drift at shared
-histories); ``sign`` minus ``shuffle`` predicted > 0. Secondary: final
-held-out accuracy, the same pairs, predicted > 0 for query and balanced,
-< 0 for sign. The next version of this experiment will replace tax_sum by
-tax_interior and style_drift.
+Fairness of ``full``: it takes 1 optimizer step per rollout batch against 8
+(16 with two epochs), so at equal lr it moves the policy by about 1/8 of the
+lr * steps. It is therefore run only in the one-epoch setting, as the
+on-policy reference, and enters no contrast: every contrast compares
+mini-batched arms with each other (same M, lr, epochs, data, optimizer steps).
 
-    python experiments/e7_schedulers.py --quick      # one seed, setting A, add task
-    python experiments/e7_schedulers.py              # 3 seeds; add: A and B, primes: A
+Primary contrasts (fixed before any result), per setting, paired by seed:
+(1) |restate drift| (``style_drift_restate``: mean over problems of |change
+of log pi(no restatement) - log pi("(")| since the warm start; the first
+completion token, a history every rollout of a group shares, and a choice
+the verifier ignores) at the last evaluation, and (2) ``tax_interior_sum``
+at the last step, of ``query``, ``balanced`` and ``sign`` minus ``shuffle``.
+[P2] predicts < 0 for query and balanced (a group's positives and negatives
+meet in one step, so shared tokens cancel) and > 0 for sign. The unsigned
+drift is used because blocked cancellation makes the log-odds random-walk
+further in either direction; the signed drift has a 1/L_i push of its own
+(chain_style) that no scheduler changes to first order.
+Secondary: held-out accuracy averaged over the last 3 evaluations, the same
+pairs (predicted > 0 for query and balanced, < 0 for sign); signed restate
+drift (predicted about 0).
+
+Seeds. chain_style measured ~1.5 nats of restate drift after 200 on-policy
+steps, per-arm seed sd ~0.8, paired-difference sd ~0.7 (10 seeds). A 20 %
+difference (0.3 nats) at that sd needs n = ((1.96 + 0.84) * 0.7 / 0.3)^2 ~ 43
+pairs; 10 seeds (the cached warm starts; more would need their own SFT runs,
+which the budget has no room for) detect (t_0.975,9 + 0.84) * 0.7 / sqrt(10)
+= 0.69 nats, ~45 % of 1.5. The JSON stores each contrast's smallest
+detectable effect ("mde") from the measured paired sd; that is what the
+verdict may claim.
+
+Cost (1 torch thread, measured; see the notes in the results): one RL step
+with M = 8 ~0.6 s (two epochs ~1.1 s, full ~0.5 s); one evaluation with
+diagnostics on 1024 problems ~4 s. A run of 48 steps with 5 evaluations:
+~50 s (1 epoch), ~76 s (2 epochs), ~45 s (full). Per seed 4 x 50 + 4 x 76 +
+45 = 549 s; 10 seeds = 5490 s of one core, 46 min with --jobs=2 on 2 cores
+(budget 60).
+
+    python experiments/e7_schedulers.py --quick     # seed 0, 24 RL steps (out/quick/)
+    python experiments/e7_schedulers.py             # seeds 0-9, 48 RL steps (results/)
+    python experiments/e7_schedulers.py --replot    # redraw results/e7_schedulers.png from its JSON
 """
 
 import os
@@ -34,108 +70,180 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+from config import CliError  # noqa: E402
 
-SCHEDULERS = ["full", "shuffle", "query", "balanced", "sign"]
-EXTRA = {"rl_steps": (200, "RL steps per run (quick: 120)"),
-         "sft_steps": (1000, "SFT steps of the warm start"),
-         "hard_task": ("primes", "the harder second task (full mode)"),
+MINI = ("shuffle", "query", "balanced", "sign")  # the mini-batched arms; full is the reference
+PREDICTED = {"query": "<", "balanced": "<", "sign": ">"}  # drift and tax, against shuffle
+METRICS = ("style_drift_restate", "style_drift_signed_restate", "style_drift", "tax_interior_sum", "eval_acc")
+EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
+         "rl_steps": (48, "RL steps per run (quick: 24)"),
+         "evals": (4, "evaluations after the warm start, equally spaced (quick: 3); accuracy: mean of the last 3"),
+         "eval_size": (1024, "held-out problems for accuracy"),
+         "minibatches": (8, "M: mini-batches per rollout batch (arms other than full)"),
+         "sft_steps": (1500, "SFT steps of the chain warm start"),
+         "threads": (1, "torch threads per worker"),
          "small": (False, "tiny model and batches, for smoke tests")}
 
 
-def plot(plt, data):
-    """Held-out accuracy over RL steps per scheduler: mean over seeds with a 95 % band."""
-    results = data["results"]
-    keys = list(results)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.8 * len(keys), 4.3), squeeze=False)
-    n = 1
-    for ax, key in zip(axes[0], keys):
-        for k, (sched, r) in enumerate(results[key].items()):
-            runs = r["runs"]
-            n = len(runs)
-            steps = runs[0]["steps"]
-            stats = [common.mean_ci([run["acc"][i] for run in runs]) for i in range(len(steps))]
-            mean = [m for m, _ in stats]
-            color = f"C{k}"
-            ax.plot(steps, mean, label=sched, marker="o", ms=3, color=color)
-            if n > 1:
-                ax.fill_between(steps, [max(0.0, m - h) for m, h in stats], [min(1.0, m + h) for m, h in stats],
-                                color=color, alpha=0.08, lw=0)
-        first = next(iter(results[key].values()))["runs"]
-        start = sum(run["acc"][0] for run in first) / len(first)
-        ax.axhline(start, color="k", ls=":", lw=1, label="warm start")
-        task, setting = key.split(" | ")
-        ax.set_title(f"{task}, setting {setting}".replace("M=4", "M = 4"), fontsize=10)
-        ax.set_xlabel("RL step")
-        ax.set_ylabel("held-out greedy accuracy (fraction)")
-        ax.grid(alpha=0.3)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, bbox_to_anchor=(0.5, 1.0),
-               title="--batching", title_fontsize=9, frameon=False)
-    band = (f"Lines: mean over {n} seeds; bands: 95 % Student-t interval over seeds at each evaluation "
-            f"(t with {n - 1} degrees of freedom), cut at 0 and 1." if n > 1 else "One seed: no band.")
-    common.caption(fig, f"GRPO from the same SFT warm start per seed, {data['rl_steps']} RL steps, "
-                        "mini-batches cut by each scheduler (full: one step per batch). " + band +
-                        " Dotted: warm-start accuracy (mean over seeds). add: 256 held-out problems; primes: 19.")
-    fig.tight_layout(rect=(0, 0, 1, 0.86))
-    return fig
+def settings(o):
+    """[(name, epochs, arms)]: full only in the one-epoch setting (the on-policy reference)."""
+    return [("1 epoch", 1, ("full",) + MINI), ("2 epochs", 2, MINI)]
+
+
+def warm(o, seed):
+    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
+    return common.warm_start(o["out"], seed, "chain", sft_steps=o["sft_steps"], sft_flawed=0.6, **size)
+
+
+def unit(item):
+    """One train.py run: (options, seed, epochs, arm) -> its per-run record."""
+    o, seed, epochs, arm = item
+    t0 = time.time()
+    batch = ["--prompts_per_step=8", "--group_size=2"] if o["small"] else []
+    d = os.path.join(o["out"], "runs", "e7", f"chain_e{epochs}_{arm}_s{seed}")
+    ms = common.run(["--task=chain", f"--init_from={warm(o, seed)}", f"--seed={seed}",
+                     f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}",
+                     f"--eval_size={o['eval_size']}", f"--batching={arm}",
+                     f"--minibatches={1 if arm == 'full' else o['minibatches']}", f"--epochs={epochs}",
+                     "--diagnostics=true"] + batch, d)
+    evals = [m for m in ms if m["phase"] == "rl" and "eval_acc" in m]
+    rec = {"seed": seed, "arm": arm, "epochs": epochs, "steps": [m["step"] for m in evals]}
+    for k in METRICS:
+        rec[k] = [m.get(k, 0.0 if k == "tax_interior_sum" else None) for m in evals]  # step 0: no tax yet
+    rec["acc_last3"] = last3(rec["eval_acc"])
+    rec["seconds"] = round(time.time() - t0, 1)
+    return rec
+
+
+def last3(acc):
+    """Mean accuracy over the last 3 evaluations after the warm start (fewer if there are fewer)."""
+    after = acc[1:][-3:]
+    return sum(after) / len(after) if after else None
 
 
 def main(argv):
     o = common.parse(argv, EXTRA, __doc__)
     if o["replot"]:
         return common.replot("e7_schedulers", o["out"], plot)
-    rl_steps = min(o["rl_steps"], 120) if o["quick"] else o["rl_steps"]
-    A, B = ("A: M=4, 1 epoch", 1), ("B: M=4, 2 epochs", 2)
-    plan = [("add", A)] if o["quick"] else [("add", A), ("add", B), (o["hard_task"], A)]
-    size = ["--n_layer=1", "--n_embd=32", "--prompts_per_step=4", "--group_size=4",
-            "--eval_size=16"] if o["small"] else []
+    if o["quick"]:
+        o["rl_steps"], o["evals"] = min(o["rl_steps"], 24), min(o["evals"], 3)
+    prompts = 8 if o["small"] else 16
+    if o["small"]:
+        o["eval_size"] = min(o["eval_size"], 16)
+    if o["minibatches"] > prompts:
+        raise CliError(f"--minibatches={o['minibatches']} exceeds the {prompts} groups of a batch "
+                       f"(query keeps groups whole)")
+    o["eval_every"] = max(o["rl_steps"] // o["evals"], 1)
+    for seed in o["seeds"]:  # train missing warm starts here, not twice in parallel workers
+        warm(o, seed)
     t0 = time.time()
-    results, rows = {}, []
-    for task, (setting, epochs) in plan:
-        key = f"{task} | {setting}"
-        results[key] = {}
-        for sched in SCHEDULERS:
-            runs = []
-            for seed in o["seeds"]:
-                ws = common.warm_start(o["out"], seed, task, sft_steps=o["sft_steps"],
-                                       **({"n_layer": 1, "n_embd": 32} if o["small"] else {}))
-                d = os.path.join(o["out"], "runs", "e7", f"{task}_e{epochs}_{sched}_s{seed}")
-                flags = [f"--task={task}", f"--init_from={ws}", f"--seed={seed}",
-                         f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 6, 1)}",
-                         f"--batching={sched}", f"--minibatches={1 if sched == 'full' else 4}",
-                         f"--epochs={epochs}", "--diagnostics=true"] + size
-                ms = common.run(flags, d)
-                evals = [m for m in ms if m["phase"] == "rl" and "eval_acc" in m]
-                runs.append({"seed": seed, "steps": [m["step"] for m in evals],
-                             "acc": [m["eval_acc"] for m in evals],
-                             "entropy": evals[-1]["entropy"],
-                             "tax_sum": ([m["tax_sum"] for m in ms if "tax_sum" in m] or [0.0])[-1]})
-            acc = common.mean_ci([r["acc"][-1] for r in runs])
-            ent = common.mean_ci([r["entropy"] for r in runs])
-            tax = common.mean_ci([r["tax_sum"] for r in runs])
-            results[key][sched] = {"final_acc": acc, "entropy": ent, "tax_sum": tax, "runs": runs}
-            rows.append([key, sched, f"{runs[0]['acc'][0]:.3f}", f"{acc[0]:.3f} ± {acc[1]:.3f}",
-                         f"{ent[0]:.3f}", f"{tax[0]:.3f}"])
-    seconds = round(time.time() - t0, 1)
-    data = {"experiment": "E7 schedulers", "seeds": o["seeds"], "rl_steps": rl_steps,
-            "quick": o["quick"], "seconds": seconds, "results": results}
-    data["primary"], data["secondary"] = {}, {}
-    for key, arms in results.items():
-        per = {s: {"seeds": [r["seed"] for r in arms[s]["runs"]], "tax_sum": [r["tax_sum"] for r in arms[s]["runs"]],
-                   "acc": [r["acc"][-1] for r in arms[s]["runs"]]} for s in arms}
-        for s, sign in (("query", "<"), ("balanced", "<"), ("sign", ">")):
-            data["primary"][f"{key}: tax_sum {s} - shuffle"] = common.contrast(
-                per[s]["tax_sum"], per["shuffle"]["tax_sum"], f"{sign} 0", per[s]["seeds"])
-            data["secondary"][f"{key}: final acc {s} - shuffle"] = common.contrast(
-                per[s]["acc"], per["shuffle"]["acc"], f"{'>' if sign == '<' else '<'} 0", per[s]["seeds"])
-    common.table(rows, ["task | setting", "batching", "start acc", "final acc (95% CI)", "entropy", "tax sum"])
-    common.print_contrasts(data["primary"])
-    common.print_contrasts(data["secondary"], "secondary")
-    print(f"E7 took {seconds:.0f}s")
-
+    plan = [(s, e, arm) for s_name, e, arms in settings(o) for arm in arms for s in o["seeds"]]
+    plan.sort(key=lambda p: -p[1])  # the longer two-epoch runs first: better packing over workers
+    opts = {k: o[k] for k in ("out", "rl_steps", "eval_every", "eval_size", "minibatches", "sft_steps", "small")}
+    recs = common.pool(unit, [(opts, s, e, arm) for s, e, arm in plan], o["jobs"], o["threads"], desc="runs")
+    seconds = time.time() - t0
+    runs = {name: {arm: sorted([r for r in recs if r["epochs"] == e and r["arm"] == arm], key=lambda r: r["seed"])
+                   for arm in arms} for name, e, arms in settings(o)}
+    seeds = o["seeds"]
+    last = lambda name, arm, k: [r[k][-1] for r in runs[name][arm]]
+    primary, secondary, per_arm, rows = {}, {}, {}, []
+    for name, e, arms in settings(o):
+        for arm, sign in PREDICTED.items():
+            for k, label in (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum")):
+                primary[f"{name}: {label} {arm} - shuffle"] = common.contrast(
+                    last(name, arm, k), last(name, "shuffle", k), f"{sign} 0", seeds)
+            acc = lambda a: [r["acc_last3"] for r in runs[name][a]]
+            secondary[f"{name}: accuracy (last 3 evals) {arm} - shuffle"] = common.contrast(
+                acc(arm), acc("shuffle"), f"{'>' if sign == '<' else '<'} 0", seeds)
+            secondary[f"{name}: signed restate drift {arm} - shuffle"] = common.contrast(
+                last(name, arm, "style_drift_signed_restate"), last(name, "shuffle", "style_drift_signed_restate"),
+                "about 0", seeds)
+        per_arm[name] = {}
+        for arm in arms:
+            s = {k: common.ci(last(name, arm, k)) for k in METRICS}
+            s["acc_last3"] = common.ci([r["acc_last3"] for r in runs[name][arm]])
+            per_arm[name][arm] = s
+            rows.append([name, arm, common.fmt(s["style_drift_restate"]), common.fmt(s["style_drift_signed_restate"]),
+                         common.fmt(s["tax_interior_sum"]), common.fmt(s["acc_last3"])])
+    common.table(rows, ["setting", "batching", "|restate drift|", "signed restate drift", "tax_interior_sum",
+                        "acc (last 3 evals)"])
+    common.print_contrasts(primary)
+    common.print_contrasts(secondary, "secondary")
+    rate = common.rate("E7", len(recs), seconds, o["jobs"], "runs")
+    data = {"experiment": "E7 schedulers", "task": "chain", "seeds": seeds, "rl_steps": o["rl_steps"],
+            "eval_every": o["eval_every"], "eval_size": o["eval_size"], "minibatches": o["minibatches"],
+            "quick": o["quick"], "seconds": round(seconds, 1), "rate": rate,
+            "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs}
     data = common.clean(data)
     common.save("e7_schedulers", data, o["out"], lambda plt: plot(plt, data))
     return data
+
+
+COLORS = {"full": "0.45", "shuffle": "tab:blue", "query": "tab:green", "balanced": "tab:orange", "sign": "tab:red"}
+PANELS = (("style_drift_restate", "|restate drift| (nats)"), ("tax_interior_sum", "tax_interior_sum (nats)"),
+          ("eval_acc", "held-out greedy accuracy"))
+
+
+def plot(plt, data):
+    """Rows 1-2: curves per setting (mean over seeds, 95 % t band); row 3: paired contrasts against shuffle."""
+    names = list(data["runs"])
+    fig, axes = plt.subplots(len(names) + 1, 3, figsize=(15, 4.0 * (len(names) + 1)))
+    fig.subplots_adjust(hspace=0.55, wspace=0.3)
+    n = len(data["seeds"])
+    for row, name in enumerate(names):
+        for ax, (k, ylabel) in zip(axes[row], PANELS):
+            for arm, runs in data["runs"][name].items():
+                steps = runs[0]["steps"]
+                cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(len(steps))]
+                pts = [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]
+                xs, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0.0 for p in pts]
+                ax.plot(xs, mean, marker="o", ms=3, color=COLORS[arm], label=arm)
+                if n > 1:
+                    ax.fill_between(xs, [a - b for a, b in zip(mean, half)], [a + b for a, b in zip(mean, half)],
+                                    color=COLORS[arm], alpha=0.12, lw=0)
+            if k == "eval_acc":
+                start = data["runs"][name]["shuffle"]
+                ax.axhline(sum(r["eval_acc"][0] for r in start) / len(start), color="k", ls=":", lw=1,
+                           label="warm start")
+            else:
+                ax.axhline(0, color="k", lw=0.6)
+            ax.set_xlabel("RL step")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{name}, M = {data['minibatches']}: {ylabel.split(' (')[0]}", fontsize=10)
+            ax.grid(alpha=0.3)
+        axes[row][2].legend(fontsize=8, loc="lower right")
+    for ax, (k, label, unit) in zip(axes[-1], (("|restate drift|", "|restate drift|", "nats"),
+                                               ("tax_interior_sum", "tax_interior_sum", "nats"),
+                                               ("accuracy", "accuracy (last 3 evals)", "fraction"))):
+        table = data["primary"] if k != "accuracy" else data["secondary"]
+        xs, labels = 0, []
+        for j, name in enumerate(names):
+            for arm in PREDICTED:
+                key = next(c for c in table if c.startswith(f"{name}: {k}") and c.endswith(f"{arm} - shuffle"))
+                c = table[key]
+                if c["diff"] is not None:
+                    ax.errorbar([xs], [c["diff"]], yerr=[[c["half"] or 0.0], [c["half"] or 0.0]], fmt="o",
+                                color=COLORS[arm], capsize=4)
+                labels.append(f"{arm}\n{name}")
+                xs += 1
+        ax.axhline(0, color="k", lw=0.8)
+        ax.set_xticks(range(xs))
+        ax.set_xticklabels(labels, fontsize=8)
+        ax.set_ylabel(f"difference against shuffle ({unit})")
+        ax.set_title(f"paired contrast: {label}, arm - shuffle", fontsize=10)
+        ax.grid(alpha=0.3, axis="y")
+    fig.suptitle(f"E7: mini-batch schedulers on the chain testbed, GRPO, {data['rl_steps']} RL steps, "
+                 f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}", fontsize=12, y=0.995)
+    band = (f"Lines: mean over {n} seeds; bands and bars: 95 % Student-t interval over seeds (t with {n - 1} "
+            "degrees of freedom), paired by seed in the bottom row." if n > 1 else
+            "One seed: no bands or bars.")
+    common.caption(fig, "Each seed's arms start from the same chain warm start with the same seed. "
+                        "|restate drift|: mean over 256 held-out problems of |change of the log-odds of no "
+                        "restatement against '(' since the warm start|. tax_interior_sum: running sum over RL steps "
+                        "of KL(pi_new || pi_old) at histories before a group's divergence point. Accuracy: "
+                        f"greedy, {data['eval_size']} held-out problems; dotted: the warm start. full (grey): one "
+                        "optimizer step per batch, the on-policy reference, in no contrast. " + band, width=190)
+    return fig
 
 
 if __name__ == "__main__":

@@ -27,15 +27,39 @@ def _load(name, tmp_path):
 
 
 def test_e7_quick(tmp_path):
+    """Both settings, full only with one epoch; each primary contrast is the seed's
+    arm minus shuffle at the last evaluation, recomputed here from the runs."""
     data, saved = _load("e7_schedulers", tmp_path)
-    (key,) = saved["results"]  # quick: one task and setting
-    assert set(saved["results"][key]) == {"full", "shuffle", "query", "balanced", "sign"}
-    for r in saved["results"][key].values():
-        assert len(r["runs"]) == 1 and len(r["final_acc"]) == 2
-        assert r["runs"][0]["steps"][0] == 0 and r["tax_sum"][0] >= 0
+    assert set(saved["runs"]) == {"1 epoch", "2 epochs"}
+    assert set(saved["runs"]["1 epoch"]) == {"full", "shuffle", "query", "balanced", "sign"}
+    assert set(saved["runs"]["2 epochs"]) == {"shuffle", "query", "balanced", "sign"}
+    for name, arms in saved["runs"].items():
+        for arm, runs in arms.items():
+            (r,) = runs
+            assert r["seed"] == 0 and r["steps"][0] == 0 and r["tax_interior_sum"][0] == 0.0
+            assert r["tax_interior_sum"][-1] >= 0 and r["style_drift_restate"][-1] >= 0
+            assert r["epochs"] == (1 if name == "1 epoch" else 2)
     check_primary(saved)
-    assert set(saved["primary"]) == {f"{key}: tax_sum {s} - shuffle" for s in ("query", "balanced", "sign")}
-    assert saved["primary"][f"{key}: tax_sum query - shuffle"]["n"] == 1
+    assert len(saved["primary"]) == 12  # 2 settings x (query, balanced, sign) x (drift, tax)
+    for name in saved["runs"]:
+        for arm, sign in (("query", "<"), ("balanced", "<"), ("sign", ">")):
+            for k, label in (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum")):
+                c = saved["primary"][f"{name}: {label} {arm} - shuffle"]
+                a, b = saved["runs"][name][arm][0][k][-1], saved["runs"][name]["shuffle"][0][k][-1]
+                assert c["n"] == 1 and c["predicted"] == f"{sign} 0" and abs(c["diff"] - (a - b)) < 1e-12
+            c = saved["secondary"][f"{name}: accuracy (last 3 evals) {arm} - shuffle"]
+            a, b = saved["runs"][name][arm][0], saved["runs"][name]["shuffle"][0]
+            assert abs(c["diff"] - (a["acc_last3"] - b["acc_last3"])) < 1e-12
+    assert saved["rate"]["units"] == 9
+
+
+def test_e7_last3_and_settings():
+    """Accuracy over the last 3 evaluations after the warm start, by hand."""
+    import e7_schedulers as e7
+    assert e7.last3([0.5, 0.6, 0.7, 0.8, 0.9]) == pytest.approx((0.7 + 0.8 + 0.9) / 3)
+    assert e7.last3([0.5, 0.6, 0.8]) == pytest.approx(0.7)  # the warm start (first) never counts
+    assert e7.last3([0.5]) is None
+    assert [(n, e, len(a)) for n, e, a in e7.settings({})] == [("1 epoch", 1, 5), ("2 epochs", 2, 4)]
 
 
 def test_e8_quick(tmp_path):
