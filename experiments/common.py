@@ -255,6 +255,18 @@ def paired(a, b):
     return {"diff": m, "half": h, "n": n, "sd": sd, "mde": mde, "per_seed": d}
 
 
+def seeds_needed(sd, effect, most=1000):
+    """The smallest number of pairs n whose smallest detectable effect (paired's
+    "mde": (t_{0.975, n-1} + z_{0.8}) * sd / sqrt(n)) is at most ``effect``, for a
+    paired sd ``sd``; None if sd is undefined or more than ``most`` would be needed."""
+    if sd is None or sd != sd or effect is None or effect <= 0:
+        return None
+    for n in range(2, most + 1):
+        if (t_quantile(n - 1) + 0.8416) * sd / math.sqrt(n) <= effect:
+            return n
+    return None
+
+
 def contrast(a, b, predicted, seeds=None):
     """The primary (or secondary) contrast of an experiment: paired(a, b) over the
     seeds where both arms have a value, plus ``predicted`` (the sign the paper

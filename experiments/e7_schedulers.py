@@ -52,15 +52,20 @@ which the budget has no room for) detect (t_0.975,9 + 0.84) * 0.7 / sqrt(10)
 detectable effect ("mde") from the measured paired sd; that is what the
 verdict may claim.
 
-Cost (1 torch thread, measured; see the notes in the results): one RL step
-with M = 8 ~0.6 s (two epochs ~1.1 s, full ~0.5 s); one evaluation with
-diagnostics on 1024 problems ~4 s. A run of 48 steps with 5 evaluations:
-~50 s (1 epoch), ~76 s (2 epochs), ~45 s (full). Per seed 4 x 50 + 4 x 76 +
-45 = 549 s; 10 seeds = 5490 s of one core, 46 min with --jobs=2 on 2 cores
-(budget 60).
+Cost, measured as each run's CPU time at one torch thread (``cpu_seconds``
+in the JSON; seed 0, on a machine busy with other work): a run of 24 RL
+steps with 4 evaluations took 33 s (1 epoch, each arm, full included) and
+43-48 s (2 epochs). With ~4 s per evaluation (greedy on 1024 problems plus
+the diagnostics on 256) and ~1 s start-up, that is ~0.67 s per RL step with
+one epoch (full too: one step on 128 rollouts costs about what 8 steps on 16
+do) and ~1.17 s with two. Full mode, 40 steps and 5 evaluations: one-epoch run 40 x 0.67 + 5 x 4
++ 1 = 48 s, two-epoch run 40 x 1.17 + 21 = 68 s; per seed 5 x 48 + 4 x 68 =
+512 s; 10 seeds 5120 s of one core, ~43 min with --jobs=2 on 2 cores (budget
+60). Quick (18 steps, 4 evaluations): 5 x 29 + 4 x 38 ~ 300 s, ~2.5 min with
+--jobs=2.
 
-    python experiments/e7_schedulers.py --quick     # seed 0, 24 RL steps (out/quick/)
-    python experiments/e7_schedulers.py             # seeds 0-9, 48 RL steps (results/)
+    python experiments/e7_schedulers.py --quick     # seed 0, 18 RL steps (out/quick/)
+    python experiments/e7_schedulers.py             # seeds 0-9, 40 RL steps (results/)
     python experiments/e7_schedulers.py --replot    # redraw results/e7_schedulers.png from its JSON
 """
 
@@ -76,7 +81,7 @@ MINI = ("shuffle", "query", "balanced", "sign")  # the mini-batched arms; full i
 PREDICTED = {"query": "<", "balanced": "<", "sign": ">"}  # drift and tax, against shuffle
 METRICS = ("style_drift_restate", "style_drift_signed_restate", "style_drift", "tax_interior_sum", "eval_acc")
 EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
-         "rl_steps": (48, "RL steps per run (quick: 24)"),
+         "rl_steps": (40, "RL steps per run (quick: 18)"),
          "evals": (4, "evaluations after the warm start, equally spaced (quick: 3); accuracy: mean of the last 3"),
          "eval_size": (1024, "held-out problems for accuracy"),
          "minibatches": (8, "M: mini-batches per rollout batch (arms other than full)"),
@@ -98,7 +103,7 @@ def warm(o, seed):
 def unit(item):
     """One train.py run: (options, seed, epochs, arm) -> its per-run record."""
     o, seed, epochs, arm = item
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     batch = ["--prompts_per_step=8", "--group_size=2"] if o["small"] else []
     d = os.path.join(o["out"], "runs", "e7", f"chain_e{epochs}_{arm}_s{seed}")
     ms = common.run(["--task=chain", f"--init_from={warm(o, seed)}", f"--seed={seed}",
@@ -112,6 +117,7 @@ def unit(item):
         rec[k] = [m.get(k, 0.0 if k == "tax_interior_sum" else None) for m in evals]  # step 0: no tax yet
     rec["acc_last3"] = last3(rec["eval_acc"])
     rec["seconds"] = round(time.time() - t0, 1)
+    rec["cpu_seconds"] = round(time.process_time() - c0, 1)  # one thread: the cost on a core of its own
     return rec
 
 
@@ -126,7 +132,7 @@ def main(argv):
     if o["replot"]:
         return common.replot("e7_schedulers", o["out"], plot)
     if o["quick"]:
-        o["rl_steps"], o["evals"] = min(o["rl_steps"], 24), min(o["evals"], 3)
+        o["rl_steps"], o["evals"] = min(o["rl_steps"], 18), min(o["evals"], 3)
     prompts = 8 if o["small"] else 16
     if o["small"]:
         o["eval_size"] = min(o["eval_size"], 16)
@@ -165,20 +171,38 @@ def main(argv):
             per_arm[name][arm] = s
             rows.append([name, arm, common.fmt(s["style_drift_restate"]), common.fmt(s["style_drift_signed_restate"]),
                          common.fmt(s["tax_interior_sum"]), common.fmt(s["acc_last3"])])
+    needed = {}  # seeds a 20 % drift / tax difference or a 3-point accuracy difference would need at the measured sd
+    for name in primary.keys() | secondary.keys():
+        c = primary.get(name) or secondary[name]
+        setting = name.split(":")[0]
+        k = next((k for k, label in TARGETS if label in name), None)
+        if k is None:
+            continue
+        target = 0.03 if k == "acc_last3" else 0.2 * abs(per_arm[setting]["shuffle"][k][0])
+        needed[name] = {"target": target, "sd": c["sd"], "n": common.seeds_needed(c["sd"], target)}
     common.table(rows, ["setting", "batching", "|restate drift|", "signed restate drift", "tax_interior_sum",
                         "acc (last 3 evals)"])
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
+    for name, x in sorted(needed.items()):
+        if x["n"] is not None:
+            print(f"seeds for {name} to detect {x['target']:.3g}: {x['n']} (paired sd {x['sd']:.3g})")
     rate = common.rate("E7", len(recs), seconds, o["jobs"], "runs")
+    cost = {name: {arm: round(sum(r["cpu_seconds"] for r in rs) / len(rs), 1) for arm, rs in arms.items()}
+            for name, arms in runs.items()}
+    print("CPU seconds per run (one thread): " + "; ".join(
+        f"{name}: " + ", ".join(f"{a} {c:.0f}" for a, c in arms.items()) for name, arms in cost.items()))
     data = {"experiment": "E7 schedulers", "task": "chain", "seeds": seeds, "rl_steps": o["rl_steps"],
             "eval_every": o["eval_every"], "eval_size": o["eval_size"], "minibatches": o["minibatches"],
-            "quick": o["quick"], "seconds": round(seconds, 1), "rate": rate,
-            "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs}
+            "quick": o["quick"], "seconds": round(seconds, 1), "rate": rate, "cpu_seconds_per_run": cost,
+            "primary": primary, "secondary": secondary, "seeds_needed": needed, "per_arm": per_arm, "runs": runs}
     data = common.clean(data)
     common.save("e7_schedulers", data, o["out"], lambda plt: plot(plt, data))
     return data
 
 
+TARGETS = (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum"),
+           ("acc_last3", "accuracy"))
 COLORS = {"full": "0.45", "shuffle": "tab:blue", "query": "tab:green", "balanced": "tab:orange", "sign": "tab:red"}
 PANELS = (("style_drift_restate", "|restate drift| (nats)"), ("tax_interior_sum", "tax_interior_sum (nats)"),
           ("eval_acc", "held-out greedy accuracy"))
@@ -188,13 +212,15 @@ def plot(plt, data):
     """Rows 1-2: curves per setting (mean over seeds, 95 % t band); row 3: paired contrasts against shuffle."""
     names = list(data["runs"])
     fig, axes = plt.subplots(len(names) + 1, 3, figsize=(15, 4.0 * (len(names) + 1)))
-    fig.subplots_adjust(hspace=0.55, wspace=0.3)
+    fig.subplots_adjust(hspace=0.55, wspace=0.3, top=0.9, bottom=0.08)
     n = len(data["seeds"])
     for row, name in enumerate(names):
         for ax, (k, ylabel) in zip(axes[row], PANELS):
             for arm, runs in data["runs"][name].items():
                 steps = runs[0]["steps"]
-                cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(len(steps))]
+                zero = k != "eval_acc"  # drift and tax are 0 at the warm start by definition
+                cols = [[0.0 if zero and not i else r[k][i] for r in runs if r[k][i] is not None or zero and not i]
+                        for i in range(len(steps))]
                 pts = [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]
                 xs, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0.0 for p in pts]
                 ax.plot(xs, mean, marker="o", ms=3, color=COLORS[arm], label=arm)
@@ -211,7 +237,6 @@ def plot(plt, data):
             ax.set_ylabel(ylabel)
             ax.set_title(f"{name}, M = {data['minibatches']}: {ylabel.split(' (')[0]}", fontsize=10)
             ax.grid(alpha=0.3)
-        axes[row][2].legend(fontsize=8, loc="lower right")
     for ax, (k, label, unit) in zip(axes[-1], (("|restate drift|", "|restate drift|", "nats"),
                                                ("tax_interior_sum", "tax_interior_sum", "nats"),
                                                ("accuracy", "accuracy (last 3 evals)", "fraction"))):
@@ -231,9 +256,13 @@ def plot(plt, data):
         ax.set_xticklabels(labels, fontsize=8)
         ax.set_ylabel(f"difference against shuffle ({unit})")
         ax.set_title(f"paired contrast: {label}, arm - shuffle", fontsize=10)
+        ax.axvline(len(PREDICTED) - 0.5, color="0.6", lw=0.8, ls="--")  # 1 epoch | 2 epochs
         ax.grid(alpha=0.3, axis="y")
+    handles, labels = axes[0][2].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False,
+               bbox_to_anchor=(0.5, 0.965), title="--batching", title_fontsize=9)
     fig.suptitle(f"E7: mini-batch schedulers on the chain testbed, GRPO, {data['rl_steps']} RL steps, "
-                 f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}", fontsize=12, y=0.995)
+                 f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}", fontsize=12, y=0.99)
     band = (f"Lines: mean over {n} seeds; bands and bars: 95 % Student-t interval over seeds (t with {n - 1} "
             "degrees of freedom), paired by seed in the bottom row." if n > 1 else
             "One seed: no bands or bars.")

@@ -38,6 +38,17 @@ def test_paired_by_hand():
         common.paired([1, 2], [1])
 
 
+def test_seeds_needed_by_hand():
+    """The smallest n with (t_{0.975,n-1} + 0.8416) sd / sqrt(n) <= effect, from t tables:
+    sd 0.7, effect 0.3: n = 44 gives (2.0167 + 0.8416) 0.7 / sqrt(44) = 0.3016 > 0.3,
+    n = 45 gives (2.0154 + 0.8416) 0.7 / sqrt(45) = 0.2981; sd = effect: n = 9 gives
+    (2.3060 + 0.8416) / 3 = 1.049 > 1, n = 10 gives (2.2622 + 0.8416) / sqrt(10) = 0.9815."""
+    assert common.seeds_needed(0.7, 0.3) == 45
+    assert common.seeds_needed(0.3, 0.3) == 10
+    assert common.seeds_needed(None, 0.3) is None and common.seeds_needed(1.0, 0.0) is None
+    assert common.seeds_needed(1.0, 1e-3, most=50) is None
+
+
 def test_contrast_drops_missing_seeds_and_one_sample():
     # seed 1 has no value in arm a, seed 3 none in arm b: pairs of seeds 0, 2, 4 remain
     c = common.contrast([1.0, None, 3.0, 2.0, 5.0], [0.0, 1.0, 2.5, float("nan"), 4.0], "> 0", seeds=[0, 1, 2, 3, 4])
