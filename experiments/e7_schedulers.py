@@ -45,24 +45,28 @@ drift (predicted about 0).
 
 Seeds. chain_style measured ~1.5 nats of restate drift after 200 on-policy
 steps, per-arm seed sd ~0.8, paired-difference sd ~0.7 (10 seeds). A 20 %
-difference (0.3 nats) at that sd needs n = ((1.96 + 0.84) * 0.7 / 0.3)^2 ~ 43
-pairs; 10 seeds (the cached warm starts; more would need their own SFT runs,
-which the budget has no room for) detect (t_0.975,9 + 0.84) * 0.7 / sqrt(10)
-= 0.69 nats, ~45 % of 1.5. The JSON stores each contrast's smallest
-detectable effect ("mde") from the measured paired sd; that is what the
-verdict may claim.
+difference (0.3 nats) at that sd needs n = 45 pairs (the smallest n with
+(t_0.975,n-1 + 0.84) * 0.7 / sqrt(n) <= 0.3: common.seeds_needed); 10 seeds
+(the cached warm starts; more would need their own SFT runs, which the
+budget has no room for) detect (t_0.975,9 + 0.84) * 0.7 / sqrt(10) = 0.69
+nats, ~45 % of 1.5. A 3-point accuracy difference is detected at n = 10 if
+the paired sd is <= 3.06 points. The JSON stores each contrast's smallest
+detectable effect ("mde", from the measured paired sd; that is what a verdict
+may claim) and, under "seeds_needed", the seeds that a 20 % difference (of
+shuffle's mean) in drift or tax, or 3 points of accuracy, would need at it.
 
 Cost, measured as each run's CPU time at one torch thread (``cpu_seconds``
-in the JSON; seed 0, on a machine busy with other work): a run of 24 RL
-steps with 4 evaluations took 33 s (1 epoch, each arm, full included) and
-43-48 s (2 epochs). With ~4 s per evaluation (greedy on 1024 problems plus
-the diagnostics on 256) and ~1 s start-up, that is ~0.67 s per RL step with
-one epoch (full too: one step on 128 rollouts costs about what 8 steps on 16
-do) and ~1.17 s with two. Full mode, 40 steps and 5 evaluations: one-epoch run 40 x 0.67 + 5 x 4
-+ 1 = 48 s, two-epoch run 40 x 1.17 + 21 = 68 s; per seed 5 x 48 + 4 x 68 =
-512 s; 10 seeds 5120 s of one core, ~43 min with --jobs=2 on 2 cores (budget
-60). Quick (18 steps, 4 evaluations): 5 x 29 + 4 x 38 ~ 300 s, ~2.5 min with
---jobs=2.
+in the JSON; seed 0, while the machine was busy with other work): with 4
+evaluations, a run of 18 RL steps took 30-33 s with one epoch (full
+included) and 37-42 s with two; 24 steps: 33 s and 43-48 s. On the then
+quiet machine one RL step with M = 8 took 0.57 s. Fitted: ~5 s per
+evaluation (greedy on 1024 problems plus the diagnostics on 256), ~1 s
+start-up, ~0.6 s per RL step with one epoch (full too: one step on 128
+rollouts costs about what 8 steps on 16 do) and ~1.05 s with two. Full mode,
+40 steps and 5 evaluations: one-epoch run 40 x 0.6 + 5 x 5 + 1 = 50 s,
+two-epoch run 40 x 1.05 + 26 = 68 s; per seed 5 x 50 + 4 x 68 = 522 s; 10
+seeds 5220 s of one core, ~44 min with --jobs=2 on 2 idle cores (budget 60).
+Quick (18 steps, 4 evaluations, one seed): 320 CPU-s, ~2.7 min with --jobs=2.
 
     python experiments/e7_schedulers.py --quick     # seed 0, 18 RL steps (out/quick/)
     python experiments/e7_schedulers.py             # seeds 0-9, 40 RL steps (results/)
@@ -134,8 +138,8 @@ def main(argv):
     if o["quick"]:
         o["rl_steps"], o["evals"] = min(o["rl_steps"], 18), min(o["evals"], 3)
     prompts = 8 if o["small"] else 16
-    if o["small"]:
-        o["eval_size"] = min(o["eval_size"], 16)
+    if o["small"]:  # smoke tests: one evaluation after the warm start, on 16 problems
+        o["eval_size"], o["evals"] = min(o["eval_size"], 16), 1
     if o["minibatches"] > prompts:
         raise CliError(f"--minibatches={o['minibatches']} exceeds the {prompts} groups of a batch "
                        f"(query keeps groups whole)")
