@@ -147,7 +147,7 @@ def main(argv):
     for seed in o["seeds"]:  # train missing warm starts here, not twice in parallel workers
         warm(o, seed)
     t0 = time.time()
-    plan = [(s, e, arm) for s_name, e, arms in settings(o) for arm in arms for s in o["seeds"]]
+    plan = [(s, e, arm) for _, e, arms in settings(o) for arm in arms for s in o["seeds"]]
     plan.sort(key=lambda p: -p[1])  # the longer two-epoch runs first: better packing over workers
     opts = {k: o[k] for k in ("out", "rl_steps", "eval_every", "eval_size", "minibatches", "sft_steps", "small")}
     recs = common.pool(unit, [(opts, s, e, arm) for s, e, arm in plan], o["jobs"], o["threads"], desc="runs")
@@ -176,7 +176,7 @@ def main(argv):
             rows.append([name, arm, common.fmt(s["style_drift_restate"]), common.fmt(s["style_drift_signed_restate"]),
                          common.fmt(s["tax_interior_sum"]), common.fmt(s["acc_last3"])])
     needed = {}  # seeds a 20 % drift / tax difference or a 3-point accuracy difference would need at the measured sd
-    for name in primary.keys() | secondary.keys():
+    for name in list(primary) + list(secondary):
         c = primary.get(name) or secondary[name]
         setting = name.split(":")[0]
         k = next((k for k, label in TARGETS if label in name), None)

@@ -51,6 +51,13 @@ def test_e7_quick(tmp_path):
             a, b = saved["runs"][name][arm][0], saved["runs"][name]["shuffle"][0]
             assert abs(c["diff"] - (a["acc_last3"] - b["acc_last3"])) < 1e-12
     assert saved["rate"]["units"] == 9
+    assert len(saved["seeds_needed"]) == 18  # drift, tax, accuracy x 3 arms x 2 settings
+    for name, x in saved["seeds_needed"].items():  # targets: 20 % of shuffle's value, or 3 points
+        setting = name.split(":")[0]
+        shuffle = saved["runs"][setting]["shuffle"][0]
+        want = 0.03 if "accuracy" in name else 0.2 * abs(
+            shuffle["style_drift_restate" if "drift" in name else "tax_interior_sum"][-1])
+        assert x["target"] == pytest.approx(want) and x["n"] is None  # one seed: no sd
 
 
 def test_e7_last3_and_settings():
