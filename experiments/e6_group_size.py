@@ -130,8 +130,12 @@ def sweeps(opts):
             "B": [(B, opts["group_size"]) for B in opts["prompt_counts"]]}
 
 
+def nan(x):
+    return float("nan") if x is None else x
+
+
 def plot(plt, data):
-    """Value gap against G and against B, overall and per value quantile."""
+    """Value gap against G and against B, overall and per value quantile (missing: not drawn)."""
     summary, cfg, n = data["summary"], data["config"], len(data["per_seed"])
     fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
     Q = cfg["quantiles"]
@@ -141,10 +145,10 @@ def plot(plt, data):
         xs = [p[name] for p in pts]
         for q in range(Q):
             ys = [p["gap_bins"][q] for p in pts]
-            ax[i].errorbar([x * (1 + 0.03 * (q - Q / 2)) for x in xs], [y[0] for y in ys], common.errbars(ys),
+            ax[i].errorbar([x * (1 + 0.03 * (q - Q / 2)) for x in xs], [nan(y[0]) for y in ys], common.errbars(ys),
                            marker="s", ms=4, lw=1, capsize=2, color=cmap(q / max(Q - 1, 1) * 0.85),
                            label=f"value quantile {q + 1} of {Q}" + (" (highest)" if q == Q - 1 else ""))
-        ax[i].errorbar(xs, [p["gap"][0] for p in pts], common.errbars([p["gap"] for p in pts]), marker="o",
+        ax[i].errorbar(xs, [nan(p["gap"][0]) for p in pts], common.errbars([p["gap"] for p in pts]), marker="o",
                        color="k", lw=2, capsize=3, label="all tokens of A ≠ 0 rollouts")
         ax[i].axhline(0, color="gray", lw=0.8, ls="--")
         ax[i].set_xscale("log", base=2)
