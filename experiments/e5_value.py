@@ -142,9 +142,10 @@ def plot(plt, data):
         ax[i].set_xticks(range(len(SIGNS)), ["tokens of A > 0 rollouts", "tokens of A < 0 rollouts"])
         ax[i].set_title("one AdamW step from the RL run's state" if o == "adam" else "one plain-SGD step",
                         fontsize=10)
-        lo, hi = ax[i].get_ylim()
-        ax[i].set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legend above the bars
-        ax[i].legend(fontsize=8, title="update", title_fontsize=8, loc="upper left", ncol=3)
+    lo, hi = ax[0].get_ylim()  # shared by both panels: set once, after all bars
+    ax[0].set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legends above the bars
+    for a in ax:
+        a.legend(fontsize=8, title="update", title_fontsize=8, loc="upper left", ncol=3)
     ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
     fig.suptitle("E5: value of boosted minus suppressed tokens, GRPO against two controls on the same batches",
                  fontsize=11)
