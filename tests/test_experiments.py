@@ -20,8 +20,10 @@ TINY = ["--quick", "--sft_steps=20", "--n_layer=1", "--n_head=2", "--n_embd=32",
 EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair that must exist
     "e1_flips": ([], lambda s: [s["adam"]["pos"]["boosted"], s["sgd"]["neg"]["stable"], s["sgd"]["flipped"]]),
     "e2_coupling": ([], lambda s: [s["mass_same"], s["full_vs_head_live"], s["head_vs_pred_all"]]),
-    "e3_masked": ([], lambda s: [s[v]["flipped_eps0"] for v in ("full", "no_opposite_same_token", "positive_only",
-                                                                "cf_full", "cf_no_opposite_same_token")]),
+    "e3_masked": (["--sgd_lrs=1e-2,1e-1"],
+                  lambda s: [r[v]["flipped_eps0"] for r in (s["net"]["0.1"], s["cf"])
+                             for v in ("full", "no_opposite_same_token", "positive_only")]
+                  + [s["cf"]["full"]["flipped_by_lr"]["0.01"]]),
     "e4_categories": ([], lambda s: [s[r][c]["share"] for r in ("grpo_adam", "positive_only_sgd")
                                      for c in ("template", "compute")]),
     "e5_value": (["--K=2"], lambda s: [s["adam"]["pos_boosted"]["value"], s["sgd"]["neg_suppressed"]["credit"]]),
@@ -35,8 +37,11 @@ BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
     "e1_flips": lambda r: {f"{o}: boosted share A>0 - A<0": r[o]["pos"]["boosted"] - r[o]["neg"]["boosted"]
                            for o in ("adam", "sgd")},
     "e2_coupling": lambda r: {"sign agreement full vs head (A!=0) - 0.7": r["full_vs_head_live"] - 0.7},
-    "e3_masked": lambda r: {"flipped full - no_opposite_same_token":
-                            r["full"]["flipped"] - r["no_opposite_same_token"]["flipped"]},
+    "e3_masked": lambda r: {
+        "full network, lr 0.1: flipped full - no_opposite_same_token":
+        r["net"]["0.1"]["full"]["flipped"] - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
+        "closed form, lr 0.1: flipped full - no_opposite_same_token":
+        r["cf"]["full"]["flipped_by_lr"]["0.1"] - r["cf"]["no_opposite_same_token"]["flipped_by_lr"]["0.1"]},
     "e4_categories": lambda r: {f"{o}: compute share grpo - positive_only":
                                 r[f"grpo_{o}"]["compute"]["share"] - r[f"positive_only_{o}"]["compute"]["share"]
                                 for o in ("adam", "sgd")},
