@@ -24,8 +24,10 @@ EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair th
                   lambda s: [r[v]["flipped_eps0"] for r in (s["net"]["0.1"], s["cf"])
                              for v in ("full", "no_opposite_same_token", "positive_only")]
                   + [s["cf"]["full"]["flipped_by_lr"]["0.01"]]),
-    "e4_categories": ([], lambda s: [s[r][c]["share"] for r in ("grpo_adam", "positive_only_sgd")
-                                     for c in ("template", "compute")]),
+    "e4_categories": (["--rl_step=2"], lambda s: [s["at"][t][r][c]["share"] for t in ("0", "2")
+                                                  for r in ("grpo_adam", "positive_only_sgd")
+                                                  for c in ("template", "compute", "style")]
+                      + [s["gap"]["2"]["adam"]["template+style"]]),
     "e5_value": (["--K=2"], lambda s: [s["adam"]["pos_boosted"]["value"], s["sgd"]["neg_suppressed"]["credit"]]),
     "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16"],
                       # R needs a prefix shared by both signs, which random tiny completions rarely have
@@ -42,9 +44,9 @@ BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
         r["net"]["0.1"]["full"]["flipped"] - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
         "closed form, lr 0.1: flipped full - no_opposite_same_token":
         r["cf"]["full"]["flipped_by_lr"]["0.1"] - r["cf"]["no_opposite_same_token"]["flipped_by_lr"]["0.1"]},
-    "e4_categories": lambda r: {f"{o}: compute share grpo - positive_only":
-                                r[f"grpo_{o}"]["compute"]["share"] - r[f"positive_only_{o}"]["compute"]["share"]
-                                for o in ("adam", "sgd")},
+    "e4_categories": lambda r: {f"{o}, step 2: template+style share grpo - positive_only":
+                                sum(r["at"]["2"][f"grpo_{o}"][c]["share"] - r["at"]["2"][f"positive_only_{o}"][c]["share"]
+                                    for c in ("template", "style")) for o in ("adam", "sgd")},
     "e5_value": lambda r: {f"{o}: value gap boosted - suppressed, A{c}0":
                            r[o][f"{s}_boosted"]["value"][0] - r[o][f"{s}_suppressed"]["value"][0]
                            for o in ("adam", "sgd") for s, c in (("pos", ">"), ("neg", "<"))},

@@ -302,6 +302,8 @@ BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e1_flips", ["--adam_lr=0"], "> 
         ("e7_schedulers", ["--rl_steps=0"], "at least 1"), ("e8_objectives", ["--small=2"], "true or false")]
 BAD += [("e3_masked", ["--sgd_lrs=1e-1,x"], "list of numbers"), ("e3_masked", ["--sgd_lrs=0,1e-1"], "> 0"),
         ("e3_masked", ["--sgd_lrs=1e-2", "--primary_lr=0.1"], "not one of --sgd_lrs")]
+BAD += [("e4_categories", ["--scratchpad"], "does not apply"), ("e4_categories", ["--rl_step=0"], "at least 1"),
+        ("e4_categories", ["--adam_lr=0"], "> 0")]
 
 
 def entry(name):
