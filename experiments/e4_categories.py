@@ -126,7 +126,7 @@ def plot(plt, data):
     for i, (o, st, label) in enumerate(arms):
         v = [s["gap"][st][o][g] for g in GROUPS]
         ax[1].bar([k + (i - 1.5) * w for k in range(len(GROUPS))], [x[0] or 0 for x in v], w,
-                  yerr=common.errbars(v), capsize=2, label=label)
+                  yerr=common.errbars(v), capsize=2 if n > 1 else 0, label=label)
     ax[1].axhline(0, color="k", lw=0.8)
     ax[1].set_xticks(range(len(GROUPS)), list(GROUPS), fontsize=8)
     ax[1].set_ylabel("share under GRPO − share under positive-only")
