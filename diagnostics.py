@@ -191,9 +191,40 @@ def coupling_summary(ct, adv_tok, bins=(0.5, 0.9)):
             "coupling_to_self_ratio": float(cp.abs().sum() / s.abs().sum().clamp(min=1e-30))}
 
 
-def sign_agreement(a, b, mask):
-    """Fraction of masked tokens where Delta a and Delta b have the same sign."""
-    return float((torch.sign(a[mask]) == torch.sign(b[mask])).float().mean())
+def coupling_by_row(terms, y, rows, n_rows):
+    """Where the coupling mass lands, by the moved token i's row and by partner.
+
+    terms [M,M] as in coupling_terms (off-diagonal = coupling), y [M] token ids,
+    rows [M] a row index per moved token i (e.g. its confidence bin, with the
+    style tokens as their own row). Returns {"mass_same", "mass_diff",
+    "pairs_same", "pairs_diff"}, each a list over rows: the share of all coupling
+    mass sum_{i != j} |terms_ij| on pairs whose i is in the row and whose j has
+    the same (different) token id, and the share of all i != j pairs that are
+    such pairs. mass > pairs: the row's coupling is stronger than its count."""
+    M = len(y)
+    off = ~torch.eye(M, dtype=torch.bool)
+    same, diff = (y[:, None] == y[None, :]) & off, (y[:, None] != y[None, :])
+    mass = terms.abs() * off
+    total, pairs = float(mass.sum()) or float("nan"), max(int(off.sum()), 1)
+    out = {k: [] for k in ("mass_same", "mass_diff", "pairs_same", "pairs_diff")}
+    for r in range(n_rows):
+        i = (rows == r)[:, None]
+        for kind, sel in (("same", same), ("diff", diff)):
+            out[f"mass_{kind}"].append(float((mass * (i & sel)).sum()) / total)
+            out[f"pairs_{kind}"].append(float((i & sel).sum()) / pairs)
+    return out
+
+
+def sign_agreement(a, b, mask, weighted=False):
+    """Fraction of masked tokens where Delta a and Delta b have the same sign;
+    weighted=True weighs each token by |a|, so that tokens that hardly move
+    (a confident token's Delta of 1e-8) count for little:
+    sum |a| [sign a = sign b] / sum |a|."""
+    agree = (torch.sign(a[mask]) == torch.sign(b[mask])).to(a.dtype)
+    if weighted:
+        w = a[mask].abs()
+        return float((w * agree).sum() / w.sum()) if float(w.sum()) > 0 else None
+    return float(agree.mean())
 
 
 # ----------------------------------------------------------------------------- masked updates

@@ -89,7 +89,7 @@ def parse(argv, extra=None, doc=""):
         if key.endswith("lrs"):  # a learning-rate sweep: "1e-3,1e-2,1e-1"
             opts[key] = float_list(key, v)
         elif key == "seeds" or (isinstance(default, str) and "," in default):
-            opts[key] = int_list(key, v, 0 if key == "seeds" else 1)
+            opts[key] = int_list(key, v, 0 if key in ("seeds", "steps") else 1)
     if "digits" in opts and not 1 <= opts["digits"] <= 20:
         raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
     if "task" in opts:  # model and warm-start flags not given take the task's defaults (config.py)
@@ -291,6 +291,21 @@ def contrast(a, b, predicted, seeds=None):
     return {**out, "seeds": [s for s, _, _ in keep], "predicted": predicted}
 
 
+def verdict(c, margin):
+    """The verdict on a claim that a contrast is about 0, with an equivalence
+    margin fixed before the run: *agree* if the 95 % interval lies inside
+    (-margin, margin), *contradict* if it lies wholly outside, else
+    *inconclusive*."""
+    if c["diff"] is None or c["half"] is None or c["half"] != c["half"]:
+        return "inconclusive (too few seeds)"
+    lo, hi = c["diff"] - c["half"], c["diff"] + c["half"]
+    if -margin < lo and hi < margin:
+        return f"agree: the interval lies inside +-{margin:g}"
+    if lo > margin or hi < -margin:
+        return f"contradict: the interval lies outside +-{margin:g}"
+    return f"inconclusive: the interval crosses +-{margin:g}"
+
+
 def print_contrasts(contrasts, label="primary"):
     """One line per contrast: diff ± half (n, 95 % t; smallest detectable; predicted)."""
     num = lambda x: "n/a" if x is None or x != x else f"{x:.4g}"
@@ -430,16 +445,16 @@ def diag_setup(opts, seed):
 
 
 def rl_states(opts, seed, steps, lr=None):
-    """Run train.py's GRPO RL (its rollouts, its rl_update, its AdamW: lr --lr,
-    betas (0.9, 0.99), grad clip 1.0; B = --prompts, G = --group_size) from the
+    """Run train.py's GRPO RL (its rollouts, its rl_update, its AdamW: lr 1e-4,
+    betas (0.9, 0.99), grad clip 1.0; train.py's B = 16 prompts x G = 8, whatever
+    batch the measurement itself uses) from the
     warm start of ``opts`` and ``seed``, and return {step: path} of the states
     after ``step`` RL steps, each {"model": weights, "optimizer": AdamW state}.
     Step 0 is the warm start with a fresh optimizer. Cached in
     <out>/ckpt/<warm start>/grpo_rl/ (written atomically) and reused."""
     import checkpoint as C
     model, task, draw, gen = diag_setup(opts, seed)
-    cfg = Config(task=opts["task"], prompts_per_step=opts["prompts"], group_size=opts["group_size"],
-                 seed=seed, **({"lr": lr} if lr else {}))
+    cfg = Config(task=opts["task"], seed=seed, **({"lr": lr} if lr else {}))
     folder = os.path.join(os.path.dirname(warm_path(opts, seed)),
                           f"grpo_rl_B{cfg.prompts_per_step}_G{cfg.group_size}_lr{cfg.lr:g}")
     paths = {s: os.path.join(folder, f"step{s}.pt") for s in steps}
@@ -486,12 +501,16 @@ def warm_path(opts, seed):
                       opts["sft_steps"], **size)
 
 
-def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0):
+def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     """One optimizer step exactly as train.optimizer_step takes it (whole batch,
     ratio 1, gradient clip) on ``model`` with ``opt``'s state (cast to the
     model's dtype); returns (new model, its optimizer) as copies, so that the
-    state it started from is kept."""
+    state it started from is kept. params="head": only the unembedding
+    ``lm_head.weight`` gets a gradient, so AdamW moves only it (a parameter
+    without a gradient is skipped, moments and all)."""
     new = copy.deepcopy(model)
+    for name, p in new.named_parameters():
+        p.requires_grad_(params == "all" or name == "lm_head.weight")
     g = opt.param_groups[0]
     new_opt = torch.optim.AdamW(new.parameters(), lr=g["lr"], betas=g["betas"], eps=g["eps"],
                                 weight_decay=g["weight_decay"])
@@ -500,6 +519,8 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0):
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], train.PAD)
     train.optimizer_step(new, new_opt, {**batch, "logprobs": old}, adv, torch.arange(len(adv)), cfg)
+    for p in new.parameters():
+        p.requires_grad_(True)
     return new, new_opt
 
 

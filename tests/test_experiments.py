@@ -18,8 +18,10 @@ sys.path.insert(0, os.path.join(ROOT, "experiments"))
 TINY = ["--quick", "--sft_steps=20", "--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_batch=8",
         "--prompts=4", "--group_size=4", "--batches=1"]
 EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair that must exist
-    "e1_flips": ([], lambda s: [s["adam"]["pos"]["boosted"], s["sgd"]["neg"]["stable"], s["sgd"]["flipped"]]),
-    "e2_coupling": ([], lambda s: [s["mass_same"], s["full_vs_head_live"], s["head_vs_pred_all"]]),
+    "e1_flips": (["--steps=0,2"], lambda s: [s["2"]["adam"]["pos"]["boosted"], s["0"]["sgd"]["neg"]["stable"],
+                                             s["2"]["sgd"]["flipped"]]),
+    "e2_coupling": (["--steps=0,2"], lambda s: [s["2"]["adam_live"], s["0"]["sgd_all_w"], s["2"]["mass_same_low"],
+                                                s["2"]["mass_same"][0], s["0"]["head_vs_closed_form"]]),
     "e3_masked": (["--sgd_lrs=1e-2,1e-1"],
                   lambda s: [r[v]["flipped_eps0"] for r in (s["net"]["0.1"], s["cf"])
                              for v in ("full", "no_opposite_same_token", "positive_only")]
@@ -36,9 +38,10 @@ EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair th
 }
 
 BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
-    "e1_flips": lambda r: {f"{o}: boosted share A>0 - A<0": r[o]["pos"]["boosted"] - r[o]["neg"]["boosted"]
-                           for o in ("adam", "sgd")},
-    "e2_coupling": lambda r: {"sign agreement full vs head (A!=0) - 0.7": r["full_vs_head_live"] - 0.7},
+    "e1_flips": lambda r: {"adam (carried) step 2: boosted share A>0 - A<0":
+                           r["steps"]["2"]["adam"]["pos"]["boosted"] - r["steps"]["2"]["adam"]["neg"]["boosted"]},
+    "e2_coupling": lambda r: {"adam step 2: sign agreement full vs head (A!=0) - 0.7":
+                              r["steps"]["2"]["adam_live"] - 0.7},
     "e3_masked": lambda r: {
         "full network, lr 0.1: flipped full - no_opposite_same_token":
         r["net"]["0.1"]["full"]["flipped"] - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
