@@ -31,8 +31,9 @@ Primary contrast (fixed before any chain result): at step --rl_step, the share
 of the update mass on template + style tokens under grpo minus under
 positive_only, same rollout batches, paired by seed, for adam and for sgd
 separately; predicted < 0 ([P2]: mass moves away from template and formatting
-tokens). Secondary: each category's share (template, style, copy: < 0 or about
-0 is not predicted, so "about 0"; compute: > 0), and the primary at step 0.
+tokens). Secondary: each category's share on its own (template and style
+predicted < 0, compute > 0, copy "about 0": P2 names no direction for it), and
+the primary at step 0.
 
     python experiments/e4_categories.py --quick      # one seed, out/quick/
     python experiments/e4_categories.py              # seeds 0-9, results/
