@@ -31,7 +31,7 @@ logprobs, group, rewards; plus ``problems`` where a verifier is needed):
 * masking:   ``masked_update_deltas``: plain-SGD Deltas with (a) every same-id
   token of the opposite advantage sign removed from the gradient that moves a
   token, (b) all A < 0 tokens removed (positive-only);
-* categories: ``token_categories`` (template / copy / compute per token; a
+* categories: ``token_categories`` (template / copy / compute / style per token; a
   sampled completion off the canonical layout is labelled by character class);
 * value:     ``mc_values``, V(s_t) = mean reward of K sampled continuations;
   ``token_values`` on a subset of tokens (``pick_tokens``), ``value_gap``
@@ -241,28 +241,53 @@ def masked_update_deltas(model, batch, adv, lr, loss="grpo", params="all"):
       zeroed) every token (j,u) of the batch with the same id v in a rollout of the
       opposite sign -s, at any position and in any group. Its own contribution and
       all others stay. Such a removal set depends only on (v, s), so there is one
-      step per (v, s) class, each on its own copy of the model;
+      step per (v, s) class, each from the same starting point;
     * ``positive_only``: the coefficients of all A < 0 tokens are zeroed (the A > 0
       coefficients are grpo's, unchanged, so nothing is renormalised).
     Tokens of A = 0 rollouts keep the full update's Delta in the second case.
     ``params="head"`` moves only the unembedding (then the closed form with the
-    pair mask ``opposite_same_token_keep`` predicts the second case)."""
+    pair mask ``opposite_same_token_keep`` predicts the second case).
+
+    One plain-SGD step is linear in the coefficients: theta' = theta + lr * sum_j
+    c_j grad log pi(y_j). So the gradient G_{v,s} of each (v, s) class is taken
+    once, the masked step of class (v, s) is theta + lr (G - G_{v,-s}), and a list
+    ``lr`` (a sweep) costs one forward pass per step and lr, not a backward pass:
+    then the result is {lr: {variant: Delta}}."""
+    lrs = list(lr) if isinstance(lr, (list, tuple)) else [lr]
     mask, tok = batch["mask"], batch["tokens"]
     coef = token_coefficients(model, batch, adv, loss)
     sgn = torch.sign(adv)[:, None].expand_as(tok)
-    full = token_deltas(model, one_update(model, batch, adv, "sgd", lr, coef=coef, params=params), batch)
-    out = {"full": full, "positive_only": token_deltas(
-        model, one_update(model, batch, adv, "sgd", lr, coef=coef * (sgn >= 0), params=params), batch)}
-    nost = full.clone()
+    work = copy.deepcopy(model)
+    names = ["lm_head.weight"] if params == "head" else [n for n, _ in work.named_parameters()]
+    ps = [dict(work.named_parameters())[n] for n in names]
+    start = [p.detach().clone() for p in ps]
+    logp = _logp(work, batch)
+    grad = lambda w: torch.autograd.grad((coef * w * logp).sum(), ps, retain_graph=True)
+    G = grad(torch.ones_like(coef))
+    classes = {}  # (v, s) -> gradient of that class's own tokens, for ids seen with both signs
     for v in tok[mask & (sgn != 0)].unique().tolist():
-        for s in (1, -1):
-            cls, drop = mask & (tok == v) & (sgn == s), mask & (tok == v) & (sgn == -s)
-            if cls.any() and drop.any():
-                d = token_deltas(model, one_update(model, batch, adv, "sgd", lr,
-                                                   coef=coef * ~drop, params=params), batch)
-                nost[cls] = d[cls]
-    out["no_opposite_same_token"] = nost
-    return out
+        if (mask & (tok == v) & (sgn > 0)).any() and (mask & (tok == v) & (sgn < 0)).any():
+            for s in (1, -1):
+                classes[v, s] = grad((mask & (tok == v) & (sgn == s)).to(coef.dtype))
+    G_pos = grad((sgn >= 0).to(coef.dtype))
+    del logp
+    with torch.no_grad():
+        old = _logp(model, batch)
+
+        def delta(lr_, g):
+            for p, p0, gi in zip(ps, start, g):
+                p.copy_(p0 + lr_ * gi)
+            return (_logp(work, batch) - old) * mask
+
+        out = {}
+        for lr_ in lrs:
+            full = delta(lr_, G)
+            nost = full.clone()
+            for (v, s) in classes:
+                cls = mask & (tok == v) & (sgn == s)
+                nost[cls] = delta(lr_, [a - b for a, b in zip(G, classes[v, -s])])[cls]
+            out[lr_] = {"full": full, "positive_only": delta(lr_, G_pos), "no_opposite_same_token": nost}
+    return out if isinstance(lr, (list, tuple)) else out[lrs[0]]
 
 
 def opposite_same_token_keep(y, adv_tok):
@@ -275,20 +300,24 @@ def opposite_same_token_keep(y, adv_tok):
 # ----------------------------------------------------------------------------- categories
 
 def token_categories(task, problems, tokens, mask):
-    """Category index per token [N,T] (0 template, 1 copy, 2 compute, -1 off mask).
+    """Category index per token [N,T] (CATEGORIES: 0 template, 1 copy, 2 compute,
+    3 style; -1 off mask).
 
-    A sampled completion is labelled by the task's own ``categories`` when its text
-    has the canonical solution's layout: same length and the same non-digit
-    characters at the same places (then the scratchpad's operand positions are
-    where the task expects them). Otherwise by character class: digit -> compute,
-    anything else (separators, EOS) -> template. Without a scratchpad both rules
-    give the same labels."""
+    A task with style points (chain) varies its layout by design and its
+    ``categories`` parses any completion: its labels are used for every sample.
+    Otherwise a sampled completion is labelled by the task's own ``categories``
+    when its text has the canonical solution's layout: same length and the same
+    non-digit characters at the same places (then the scratchpad's operand
+    positions are where the task expects them), else by character class: digit ->
+    compute, anything else (separators, EOS) -> template. Without a scratchpad
+    both rules give the same labels."""
     out = torch.full(tokens.shape, -1, dtype=torch.long)
     for i, (p, row) in enumerate(zip(problems, tokens.tolist())):
         text, n = toy_tasks.decode(row), int(mask[i].sum())
         sol = task.solution(p, random.Random(0))  # own rng: no side effect on global state
         same = len(sol) == len(text) and all(a == b for a, b in zip(sol, text) if not a.isdigit())
-        same = same and all(b.isdigit() for a, b in zip(sol, text) if a.isdigit())
+        same = task.style_points is not None or (same and all(b.isdigit() for a, b in zip(sol, text)
+                                                                if a.isdigit()))
         labels = task.categories(p, text) if same else \
             ["compute" if ch.isdigit() else "template" for ch in text] + ["template"]
         out[i, :n] = torch.tensor([CATEGORIES.index(x) for x in labels[:n]])

@@ -91,6 +91,33 @@ def test_masked_closed_form_twin_matches_masked_head_step():
     assert float((pos - d["positive_only"][m]).norm() / d["positive_only"][m].norm()) < 0.05
 
 
+def test_masked_sweep_equals_separate_sgd_steps():
+    """The linear route (one gradient per class, theta + lr (G - G_drop)) against
+    separate one_update steps with the removed coefficients zeroed, at two lrs."""
+    model, b = tiny_model(), hand_batch()
+    adv = L.advantages(b["rewards"], b["group"])
+    m, tok = b["mask"], b["tokens"]
+    sgn = torch.sign(adv)[:, None].expand_as(tok)
+    coef = D.token_coefficients(model, b, adv)
+    sweep = D.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
+    assert set(sweep) == {1e-2, 1e-1}
+    for lr in (1e-2, 1e-1):
+        step = lambda c: D.token_deltas(model, D.one_update(model, b, adv, "sgd", lr, coef=c), b)
+        d = sweep[lr]
+        assert torch.allclose(d["full"], step(coef), rtol=1e-9, atol=1e-12)
+        assert torch.allclose(d["positive_only"], step(coef * (sgn >= 0)), rtol=1e-9, atol=1e-12)
+        want = d["full"].clone()
+        for v in tok[m].unique().tolist():
+            for s in (1, -1):
+                cls, drop = m & (tok == v) & (sgn == s), m & (tok == v) & (sgn == -s)
+                if cls.any() and drop.any():
+                    want[cls] = step(coef * ~drop)[cls]
+        assert not torch.allclose(want, d["full"])  # some class really lost its partners
+        assert torch.allclose(d["no_opposite_same_token"], want, rtol=1e-9, atol=1e-12)
+    one = D.masked_update_deltas(model, b, adv, 1e-1)  # a single lr: the variants directly
+    assert torch.allclose(one["full"], sweep[1e-1]["full"])
+
+
 # ----------------------------------------------------------------------------- flips
 
 def test_flip_table_on_a_hand_made_delta():
@@ -197,6 +224,25 @@ def test_token_categories_rule():
     assert "copy" in task.categories(p, sol)
     assert cats[2, :len(rows[2])].tolist() == idx(["compute" if c.isdigit() else "template" for c in other]
                                                   + ["template"])
+    assert bool((cats[2, len(rows[2]):] == -1).all())
+
+
+def test_token_categories_chain_labels_every_style():
+    """chain: a completion whose style choices differ from the canonical solution's
+    keeps its style, copy and compute labels (the layout rule would call ( and ;
+    template and every digit compute)."""
+    task = toy_tasks.make_task("chain")
+    p = (8, "-", 2, "+", 8, "*", 6)
+    texts = ["(8-2+8*6)8-2=6;6+8=14,14*6=84", "8-2=6,6+8=14;14*6=84", "8-2=6;6+8=4"]
+    rows = [encode(s) + [EOS] for s in texts]
+    T = max(map(len, rows))
+    tok = torch.tensor([r + [PAD] * (T - len(r)) for r in rows])
+    cats = D.token_categories(task, [p] * 3, tok, tok != PAD)
+    name = lambda i, j: D.CATEGORIES[int(cats[i, j])]
+    assert [name(0, j) for j in (0, 1, 9, 13, 14, 28, 29)] == \
+        ["style", "copy", "copy", "compute", "style", "compute", "template"]
+    assert [name(1, j) for j in (0, 1, 3, 4, 5, 12)] == ["copy", "template", "template", "compute", "style", "style"]
+    assert [name(2, j) for j in (5, 10, 11)] == ["style", "compute", "template"]
     assert bool((cats[2, len(rows[2]):] == -1).all())
 
 
