@@ -28,7 +28,7 @@ each arm for ``--rl_steps`` RL steps from it with the same seed (so the first
 rollout batch is the same), with off-policy reuse: ``--minibatches=2
 --epochs=2 --batching=query`` (4 optimizer steps per rollout batch, groups kept
 whole inside a mini-batch so that only the objective decides whether a shared
-token cancels; E7 is about the cut), B = 8 prompts x G = 8, one AdamW lr 1e-4
+token cancels; E7 is about the cut), B = 4 prompts x G = 8, one AdamW lr 1e-4
 for all arms (Adam's step is invariant to the constant factors by which the
 objectives' losses differ), ``--diagnostics``.
 
@@ -44,10 +44,14 @@ Arms and the factor each pair isolates (loss.py's table; c = coefficient):
 
 grpo against dr_grpo changes two factors at once (sigma and 1/L_i); dapo sits
 between them. On-policy dr_grpo, dfpo_min and dfpo_orth coincide; here, with
-reuse, they differ only in the off-policy weight. ``gspo`` (sequence ratio and
-sequence clip) and the clip on the other objectives are left out for budget
-(below); the earlier 3-seed ``primes`` version had them and saw every interval
-overlap.
+reuse, they differ only in the off-policy weight. ``--arm_set`` picks the arms:
+``budget`` (default: grpo, dr_grpo, dfpo_min: the non-exchangeable reference,
+the usual fix, and DFPO, whose difference from dr_grpo is the off-policy
+weight alone), ``primary`` (+ dfpo_orth), ``all`` (+ dapo and grpo with
+clip-higher, which complete the factor pairs). ``gspo`` (sequence ratio and
+sequence clip) and clip-higher on the other objectives are not run: the
+budget below has no room for them, and the earlier 3-seed ``primes`` version
+of E8 had them and saw every interval overlap.
 
 Measured at every evaluation (every ``--eval_every`` steps, 256 held-out
 problems): ``style_drift_restate`` (mean over problems of |change of the
@@ -72,18 +76,21 @@ Secondary: the same metric for each factor pair above; ``style_entropy_restate``
 ``tax_interior_sum`` (< 0), ``style_drift_sep`` (< 0) and accuracy averaged over
 the last 3 evaluations (no prediction) against grpo.
 
-Budget (measured, 1 torch thread, CPU seconds, chain model n_embd 96, B = 8,
-G = 8, M = 2, E = 2, --diagnostics): one RL step 0.59 s; one evaluation with
-diagnostics 3.8 s; start-up 3 s. One run of 600 steps with 7 evaluations:
-600 x 0.59 + 7 x 3.8 + 3 = 383 s. 10 seeds x 6 arms = 60 runs = 23 000 s,
-i.e. 192 min on 2 cores: over the 60 min budget by 3x. 60 min on 2 cores is
-7200 s, 18 runs of 600 steps: fewer than 2 arms at 10 seeds. The full mode
-therefore runs FULL_ARMS for 10 seeds x 600 steps and is honest about what
-it costs (see the printed rate line): about 10 x 6 x 383 / 2 s = 192 min with
---jobs=2; ``--arms_primary=true`` runs only the primary four (128 min).
+Budget (measured with /usr/bin/time as CPU seconds of single train.py runs at
+1 torch thread, grpo, seed 0, chain model n_embd 96, G = 8, M = 2, E = 2,
+--diagnostics; differences of runs with 5 and 25-45 steps): one RL step costs
+0.59 s at B = 8 and 0.32 s at B = 4 (on-policy, M = E = 1, B = 8: 0.36 s); the
+per-step learning tax about 0.04 s of that; one evaluation with diagnostics
+3.8 s; start-up 3 s. One run of 600 steps at B = 4 with 7 evaluations:
+600 x 0.32 + 7 x 3.8 + 3 = 222 s (B = 8: 383 s). 60 min on 2 cores is 7200
+CPU s: 32 runs at B = 4 (18 at B = 8). So 10 seeds x 600 steps hold 3 arms:
+``budget``, 30 runs, 6660 s, about 56 min with --jobs=2. ``primary`` is 40
+runs, about 74 min; ``all`` 60 runs, about 111 min: over the 60 min budget,
+and said so. B = 8 would give each arm a less noisy step but only 1.9 arms.
 
-    python experiments/e8_objectives.py --quick     # seed 0, 3 arms, 100 RL steps (out/quick/)
-    python experiments/e8_objectives.py             # seeds 0-9, all arms, 600 RL steps (results/)
+    python experiments/e8_objectives.py --quick     # seed 0, the budget arms, 100 RL steps (out/quick/)
+    python experiments/e8_objectives.py             # seeds 0-9, the budget arms, 600 RL steps (results/)
+    python experiments/e8_objectives.py --arm_set=all   # seeds 0-9, six arms (about 111 min)
     python experiments/e8_objectives.py --replot    # redraw results/e8_objectives.png from its JSON
 """
 
@@ -97,8 +104,8 @@ import common  # noqa: E402
 ARMS = {"grpo": ("grpo", "none"), "dapo": ("dapo", "none"), "dr_grpo": ("dr_grpo", "none"),
         "dfpo_min": ("dfpo_min", "none"), "dfpo_orth": ("dfpo_orth", "none"),
         "grpo clip-higher": ("grpo", "higher")}
-PRIMARY_ARMS = ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth")
-QUICK_ARMS = ("grpo", "dr_grpo", "dfpo_min")
+ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),  # what 60 min on 2 cores holds (docstring)
+            "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"), "all": tuple(ARMS)}
 PRIMARY = "style_drift_restate"
 FACTORS = {("dapo", "grpo"): "1/L_i vs 1/sum L", ("dr_grpo", "dapo"): "sigma_g",
            ("dfpo_min", "dr_grpo"): "token ratio vs min-replace", ("dfpo_orth", "dr_grpo"): "token ratio vs orth",
@@ -110,11 +117,12 @@ CURVES = ("style_drift_restate", "style_drift_signed_restate", "style_drift_sep"
 EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own cached warm start)"),
          "rl_steps": (600, "RL steps per run (quick: 100)"),
          "eval_every": (100, "RL steps between evaluations"),
-         "prompts_per_step": (8, "B: prompts per rollout batch"), "group_size": (8, "G: completions per prompt"),
+         "prompts_per_step": (4, "B: prompts per rollout batch"), "group_size": (8, "G: completions per prompt"),
          "minibatches": (2, "M: optimizer steps per rollout batch and epoch"),
          "epochs": (2, "passes over each rollout batch"),
          "sft_steps": (1500, "SFT steps of the chain warm start"),
-         "arms_primary": (False, "only the primary contrast's four arms (grpo, dr_grpo, dfpo_min, dfpo_orth)"),
+         "arm_set": ("budget", "budget (grpo, dr_grpo, dfpo_min) | primary (+ dfpo_orth) | all (+ dapo, "
+                               "grpo clip-higher)"),
          "small": (False, "tiny model and batches, for smoke tests")}
 
 
@@ -255,7 +263,9 @@ def main(argv):
         return common.replot("e8_objectives", o["out"], plot)
     if o["quick"]:
         o["rl_steps"], o["eval_every"] = min(o["rl_steps"], 100), min(o["eval_every"], 25)
-    arms = QUICK_ARMS if o["quick"] else PRIMARY_ARMS if o["arms_primary"] else tuple(ARMS)
+    if o["arm_set"] not in ARM_SETS:
+        raise common.CliError(f"--arm_set: unknown set {o['arm_set']!r}; choose one of {', '.join(ARM_SETS)}")
+    arms = ARM_SETS[o["arm_set"]]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96, "sft_flawed": 0.6}
     if o["small"]:
         o.update(prompts_per_step=4, group_size=4)
