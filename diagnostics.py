@@ -34,6 +34,9 @@ logprobs, group, rewards; plus ``problems`` where a verifier is needed):
 * categories: ``token_categories`` (template / copy / compute per token; a
   sampled completion off the canonical layout is labelled by character class);
 * value:     ``mc_values``, V(s_t) = mean reward of K sampled continuations;
+  ``token_values`` on a subset of tokens (``pick_tokens``), ``value_gap``
+  (boosted minus suppressed), ``value_bins`` (value quantiles),
+  ``shuffled_advantages`` (the no-reward control);
 * learning tax [P1]: ``shared_histories`` (``interior=True``: strictly before the
   group diverges), ``before_divergence``, ``policy_at``, ``kl``,
   ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``,
@@ -296,11 +299,13 @@ def token_categories(task, problems, tokens, mask):
 # ----------------------------------------------------------------------------- token value
 
 @torch.no_grad()
-def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
+def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, at=None):
     """V [N, T+1]: V[i,t] = V(s_t), the mean reward of K continuations sampled from
     the prompt plus the first t completion tokens of rollout i (NaN past its end).
     At the end of a completion V is its own reward, exactly. A token's value is
-    V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once."""
+    V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once.
+    ``at`` (bool [N, T+1]) values only those prefixes (NaN elsewhere, except the
+    exact ends): a subsample of tokens costs K continuations per chosen prefix."""
     tok, mask, r = batch["tokens"], batch["mask"], batch["rewards"]
     N, T = tok.shape
     lens = mask.sum(1).tolist()
@@ -309,7 +314,7 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
     for t in range(T):
         keys = {}
         for i in range(N):
-            if t < lens[i]:
+            if t < lens[i] and (at is None or bool(at[i, t])):
                 keys.setdefault((tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []).append(i)
         if not keys:
             continue
@@ -320,6 +325,51 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
             p = problems[rows[0]]
             V[rows, t] = sum(task.reward(p, toy_tasks.decode(list(pre) + cont[k * K + j])) for j in range(K)) / K
     return V
+
+
+def pick_tokens(cand, n, generator=None):
+    """(row, t) pairs [<=n, 2]: a uniform random subset (without replacement) of the
+    True entries of ``cand`` [N,T]; all of them when there are at most n."""
+    idx = cand.nonzero()
+    return idx[torch.randperm(len(idx), generator=generator)[:n]] if len(idx) > n else idx
+
+
+def token_values(model, task, batch, rows_t, K, generator=None):
+    """V(s_{t+1}) of the tokens (row, t) of ``rows_t`` [M,2], the value of the prefix
+    ending in each (mc_values on those prefixes only) [M]."""
+    at = torch.zeros(batch["tokens"].shape[0], batch["tokens"].shape[1] + 1, dtype=torch.bool)
+    at[rows_t[:, 0], rows_t[:, 1] + 1] = True
+    V = mc_values(model, task, batch, batch["problems"], K, generator, at=at)
+    return V[rows_t[:, 0], rows_t[:, 1] + 1]
+
+
+def value_gap(v, delta, eps):
+    """[P2]'s value gap: mean value of boosted tokens (Delta > eps) minus mean value
+    of suppressed ones (Delta < -eps), with both counts; gap None if a side is empty."""
+    up, down = delta > eps, delta < -eps
+    vb = float(v[up].double().mean()) if bool(up.any()) else None
+    vs = float(v[down].double().mean()) if bool(down.any()) else None
+    return {"gap": None if vb is None or vs is None else vb - vs, "boosted": vb, "suppressed": vs,
+            "n_boosted": int(up.sum()), "n_suppressed": int(down.sum())}
+
+
+def value_bins(v, q, generator=None):
+    """Quantile bin (0 = lowest value) of each of M values [M]: rank the values (ties in
+    random order) and cut the ranks into q near-equal parts, bin = floor(q * rank / M)."""
+    order = torch.randperm(len(v), generator=generator)
+    ranks = torch.empty(len(v), dtype=torch.long)
+    ranks[order[torch.sort(v[order], stable=True).indices]] = torch.arange(len(v))
+    return (q * ranks) // max(len(v), 1)
+
+
+def shuffled_advantages(adv, group, generator=None):
+    """A control: the advantages permuted uniformly at random among the rollouts of
+    each group. They still sum to zero per group, but no longer follow the reward."""
+    out = adv.clone()
+    for g in group.unique().tolist():
+        rows = (group == g).nonzero()[:, 0]
+        out[rows] = adv[rows[torch.randperm(len(rows), generator=generator)]]
+    return out
 
 
 # ----------------------------------------------------------------------------- learning tax, drift

@@ -135,6 +135,52 @@ def test_mc_value_known_values():
     assert bool((V[~torch.isnan(V)] == 1).all())
 
 
+def test_value_gap_bins_and_pick_by_hand():
+    v = torch.tensor([1.0, 0.5, 0.0, 0.25, 1.0])
+    d = torch.tensor([0.2, 0.05, -0.3, -0.2, 0.0])
+    g = D.value_gap(v, d, 0.1)  # boosted {1.0}, suppressed {0.0, 0.25}
+    assert g["gap"] == pytest.approx(1.0 - 0.125) and (g["n_boosted"], g["n_suppressed"]) == (1, 2)
+    assert D.value_gap(v, d, 0.0)["gap"] == pytest.approx((1.0 + 0.5) / 2 - 0.125)
+    assert D.value_gap(v, d, 1.0)["gap"] is None
+    bins = D.value_bins(torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2]), 3)
+    assert bins.tolist() == [2, 0, 1, 1, 2, 0]
+    tied = D.value_bins(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0))
+    assert tied[2] == 0 and sorted(tied.tolist()) == [0, 0, 1, 1]
+    cand = torch.tensor([[True, False, True], [False, True, False]])
+    pick = D.pick_tokens(cand, 2, torch.Generator().manual_seed(0))
+    assert len(pick) == 2 and all(bool(cand[r, t]) for r, t in pick.tolist())
+    assert sorted(map(tuple, D.pick_tokens(cand, 5).tolist())) == [(0, 0), (0, 2), (1, 1)]
+
+
+def test_shuffled_advantages_permute_inside_groups():
+    adv = torch.tensor([1.0, -1.0, 0.5, 0.0, 2.0, -2.0, 3.0])
+    group = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    out = D.shuffled_advantages(adv, group, torch.Generator().manual_seed(3))
+    for k in range(3):
+        assert sorted(out[group == k].tolist()) == sorted(adv[group == k].tolist())
+    assert out[6] == 3.0
+    moved = sum(not torch.equal(D.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv)
+                for s in range(20))
+    assert moved >= 15  # a permutation of 4 and of 2 is the identity with probability 1/48
+
+
+def test_token_values_match_mc_values_on_the_subset():
+    model = tiny_model(double=False)
+    task = toy_tasks.make_add(2)
+    probs = [(12, 34), (56, 78)]
+    gen = torch.Generator().manual_seed(0)
+    b = sample(model, [encode(task.prompt(p)) for p in probs], 2, task.max_new_tokens, 1.0, generator=gen)
+    b["problems"] = [probs[i // 2] for i in range(4)]
+    first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
+    b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
+                                 for p, t in zip(b["problems"], b["tokens"].tolist())])
+    rows_t = torch.tensor([[0, 0], [3, 0], [1, int(b["mask"][1].sum()) - 1]])
+    v = D.token_values(model, first_is_1, b, rows_t, 3, gen)
+    one = encode("1")[0]
+    assert v[0] == float(b["tokens"][0, 0] == one) and v[1] == float(b["tokens"][3, 0] == one)
+    assert v[2] == b["rewards"][1]  # the prefix ending in EOS is the whole completion: its reward
+
+
 def test_token_categories_rule():
     task = toy_tasks.make_add(2, scratchpad=True)
     p = (47, 85)

@@ -26,11 +26,10 @@ EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair th
                                                                 "cf_full", "cf_no_opposite_same_token")]),
     "e4_categories": ([], lambda s: [s[r][c]["share"] for r in ("grpo_adam", "positive_only_sgd")
                                      for c in ("template", "compute")]),
-    "e5_value": (["--K=2"], lambda s: [s["adam"]["pos_boosted"]["value"], s["sgd"]["neg_suppressed"]["credit"]]),
-    "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16"],
-                      # R needs a prefix shared by both signs, which random tiny completions rarely have
-                      lambda s: [s["G"][1]["residual"], s["B"][1]["flipped_eps0"]]
-                      + [[0.0, None] for _ in (s["G"][0]["R"], s["B"][0]["R_prefix"])]),
+    "e5_value": (["--K=2", "--tokens=8", "--rl_step=1"],
+                 lambda s: [s["adam"]["grpo"]["neg"], s["sgd"]["shuffled"]["pos"], s["adam"]["positive_only"]["neg"]]),
+    "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16", "--K=2", "--tokens=16",
+                       "--rl_step=1"], lambda s: [s["G"][1]["gap"], s["B"][0]["gap"]]),
 }
 
 BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
@@ -43,9 +42,13 @@ BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
     "e4_categories": lambda r: {f"{o}: compute share grpo - positive_only":
                                 r[f"grpo_{o}"]["compute"]["share"] - r[f"positive_only_{o}"]["compute"]["share"]
                                 for o in ("adam", "sgd")},
-    "e5_value": lambda r: {f"{o}: value gap boosted - suppressed, A{c}0":
-                           r[o][f"{s}_boosted"]["value"][0] - r[o][f"{s}_suppressed"]["value"][0]
-                           for o in ("adam", "sgd") for s, c in (("pos", ">"), ("neg", "<"))},
+    "e5_value": lambda r: {"adam: value gap A<0, grpo - shuffled":
+                           (r["adam"]["grpo"]["neg"]["boosted"] - r["adam"]["grpo"]["neg"]["suppressed"])
+                           - (r["adam"]["shuffled"]["neg"]["boosted"] - r["adam"]["shuffled"]["neg"]["suppressed"])},
+    "e6_group_size": lambda r: {f"value gap at {k} = {hi} - at {k} = {lo}":
+                                (r[k][-1]["boosted"] - r[k][-1]["suppressed"])
+                                - (r[k][0]["boosted"] - r[k][0]["suppressed"])
+                                for k, hi, lo in (("G", 4, 2), ("B", 4, 2))},
 }
 
 

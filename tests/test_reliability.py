@@ -296,7 +296,7 @@ for e in EXPERIMENTS:
 BAD += [(e, ["--batches=0"], "at least 1") for e in EXPERIMENTS[:6]]
 BAD += [(e, ["--digits=0"], "digits") for e in EXPERIMENTS[:6]]
 BAD += [(e, ["--task=div"], "unknown task") for e in EXPERIMENTS[:6]]
-BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e1_flips", ["--adam_lr=0"], "> 0"),
+BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e5_value", ["--sgd_lr=0"], "> 0"),
         ("e5_value", ["--K=0"], "at least 1"), ("e6_group_size", ["--group_sizes=2,x"], "list of integers"),
         ("e6_group_size", ["--prompt_counts=0,4"], "at least 1"), ("e7_schedulers", ["--hard_task=div"], "unknown task"),
         ("e7_schedulers", ["--rl_steps=0"], "at least 1"), ("e8_objectives", ["--small=2"], "true or false"),

@@ -84,3 +84,32 @@ def test_e8_primary_contrast_by_hand(capsys):
     common.print_contrasts({"x": one["style_drift_restate dfpo_min - grpo"]})
     assert "primary: x: -1 ± n/a (n=1, 95% t; smallest detectable n/a; predicted < 0)" in capsys.readouterr().out
     json.dumps(common.clean(one), allow_nan=False)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_number(x, digits=2):
+    """A number as the README prints it: the minus sign is U+2212, + is shown."""
+    s = f"{x:+.{digits}f}"
+    return s.replace("-", "\u2212")
+
+
+def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
+    """chain_style's primary contrast, recomputed from the committed per-seed
+    values alone (the last evaluation of each run), with an independent
+    Student-t computation, equals the JSON's and is what the README prints."""
+    import json
+    data = json.load(open(os.path.join(ROOT, "results", "chain_style.json")))
+    key = "style_drift_signed_restate"
+    by_seed = {arm: {r["seed"]: r[key][-1] for r in data["runs"][arm]} for arm in ("grpo", "dr_grpo")}
+    d = [by_seed["grpo"][s] - by_seed["dr_grpo"][s] for s in data["seeds"]]
+    n = len(d)
+    m = sum(d) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
+    half = {9: 2.2622}[n - 1] * sd / math.sqrt(n)  # t_{0.975, 9} from the table
+    c = data["primary"]["signed restate drift, grpo - dr_grpo"]
+    assert n == c["n"] == 10 and abs(c["diff"] - m) < 1e-9 and abs(c["half"] - half) < 1e-3
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    printed = f"{readme_number(m)} ± {half:.2f}".replace("+", "")
+    assert f"**{printed}**" in readme, printed
