@@ -247,8 +247,9 @@ def plot(plt, data):
         ax.set_title("paired by seed, last evaluation" if k != "tax_interior_sum" else "paired by seed, whole run",
                      fontsize=10)
         ax.grid(axis="x", alpha=0.3)
-    common.caption(fig, "Top: mean over seeds at each evaluation (256 held-out problems), band: 95 % Student-t "
-                        f"interval over {n} seeds (t with {n - 1} degrees of freedom; none with one seed). "
+    bands = (f"band: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)" if n > 1
+             else "one seed: no bands or intervals")
+    common.caption(fig, f"Top: mean over seeds at each evaluation (256 held-out problems), {bands}. "
                         "Restate drift = mean over problems of |change since the warm start of log π(no "
                         "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
                         "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
