@@ -40,7 +40,8 @@ logprobs, group, rewards; plus ``problems`` where a verifier is needed):
 * learning tax [P1]: ``shared_histories`` (``interior=True``: strictly before the
   group diverges), ``before_divergence``, ``policy_at``, ``kl``,
   ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``,
-  ``style_log_odds`` and ``style_drift`` (reward-irrelevant choices of a task);
+  ``style_log_odds``, ``style_drift`` and ``style_entropy`` (reward-irrelevant
+  choices of a task);
   ``mean_token_entropy``, ``pass_at_k``, ``pass_at_k_eval``.
 Everything runs at temperature 1 unless a function takes ``temperature``.
 """
@@ -543,6 +544,24 @@ def style_drift(lo, lo_ref, problem, kinds):
         tag = "" if name is None else f"_{name}"
         out[f"style_drift{tag}"] = float(per.abs().mean())
         out[f"style_drift_signed{tag}"] = float(per.mean())
+    return out
+
+
+def style_entropy(lo, problem, kinds):
+    """Entropy (nats) of the policy renormalised over the two equally correct
+    forms of every style point: with p = sigmoid(log-odds),
+    H = -p log p - (1 - p) log(1 - p) (ln 2 = 0.693 when both are equally
+    likely, 0 when one form has taken over). Averaged over a problem's points
+    first, then over problems: ``style_entropy`` and per kind, e.g.
+    ``style_entropy_restate``. The chain task's analogue of ``answer_entropy``
+    (its problems have one answer but several correct forms)."""
+    q = torch.sigmoid(lo.double())
+    h = -(q * torch.log(q.clamp(min=1e-300)) + (1 - q) * torch.log((1 - q).clamp(min=1e-300)))
+    out = {}
+    for name in [None] + sorted(set(kinds)):
+        sel = torch.tensor([name is None or k == name for k in kinds])
+        per = torch.stack([h[sel & (problem == p)].mean() for p in problem[sel].unique()])
+        out["style_entropy" + ("" if name is None else f"_{name}")] = float(per.mean())
     return out
 
 
