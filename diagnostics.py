@@ -31,13 +31,17 @@ logprobs, group, rewards; plus ``problems`` where a verifier is needed):
 * masking:   ``masked_update_deltas``: plain-SGD Deltas with (a) every same-id
   token of the opposite advantage sign removed from the gradient that moves a
   token, (b) all A < 0 tokens removed (positive-only);
-* categories: ``token_categories`` (template / copy / compute per token; a
+* categories: ``token_categories`` (template / copy / compute / style per token; a
   sampled completion off the canonical layout is labelled by character class);
 * value:     ``mc_values``, V(s_t) = mean reward of K sampled continuations;
+  ``token_values`` on a subset of tokens (``pick_tokens``), ``value_gap``
+  (boosted minus suppressed), ``value_bins`` (value quantiles),
+  ``shuffled_advantages`` (the no-reward control);
 * learning tax [P1]: ``shared_histories`` (``interior=True``: strictly before the
   group diverges), ``before_divergence``, ``policy_at``, ``kl``,
   ``cancellation_residual``; drift: ``answer_logprobs``, ``answer_drift``,
-  ``style_log_odds`` and ``style_drift`` (reward-irrelevant choices of a task);
+  ``style_log_odds``, ``style_drift`` and ``style_entropy`` (reward-irrelevant
+  choices of a task);
   ``mean_token_entropy``, ``pass_at_k``, ``pass_at_k_eval``.
 Everything runs at temperature 1 unless a function takes ``temperature``.
 """
@@ -238,28 +242,53 @@ def masked_update_deltas(model, batch, adv, lr, loss="grpo", params="all"):
       zeroed) every token (j,u) of the batch with the same id v in a rollout of the
       opposite sign -s, at any position and in any group. Its own contribution and
       all others stay. Such a removal set depends only on (v, s), so there is one
-      step per (v, s) class, each on its own copy of the model;
+      step per (v, s) class, each from the same starting point;
     * ``positive_only``: the coefficients of all A < 0 tokens are zeroed (the A > 0
       coefficients are grpo's, unchanged, so nothing is renormalised).
     Tokens of A = 0 rollouts keep the full update's Delta in the second case.
     ``params="head"`` moves only the unembedding (then the closed form with the
-    pair mask ``opposite_same_token_keep`` predicts the second case)."""
+    pair mask ``opposite_same_token_keep`` predicts the second case).
+
+    One plain-SGD step is linear in the coefficients: theta' = theta + lr * sum_j
+    c_j grad log pi(y_j). So the gradient G_{v,s} of each (v, s) class is taken
+    once, the masked step of class (v, s) is theta + lr (G - G_{v,-s}), and a list
+    ``lr`` (a sweep) costs one forward pass per step and lr, not a backward pass:
+    then the result is {lr: {variant: Delta}}."""
+    lrs = list(lr) if isinstance(lr, (list, tuple)) else [lr]
     mask, tok = batch["mask"], batch["tokens"]
     coef = token_coefficients(model, batch, adv, loss)
     sgn = torch.sign(adv)[:, None].expand_as(tok)
-    full = token_deltas(model, one_update(model, batch, adv, "sgd", lr, coef=coef, params=params), batch)
-    out = {"full": full, "positive_only": token_deltas(
-        model, one_update(model, batch, adv, "sgd", lr, coef=coef * (sgn >= 0), params=params), batch)}
-    nost = full.clone()
+    work = copy.deepcopy(model)
+    names = ["lm_head.weight"] if params == "head" else [n for n, _ in work.named_parameters()]
+    ps = [dict(work.named_parameters())[n] for n in names]
+    start = [p.detach().clone() for p in ps]
+    logp = _logp(work, batch)
+    grad = lambda w: torch.autograd.grad((coef * w * logp).sum(), ps, retain_graph=True)
+    G = grad(torch.ones_like(coef))
+    classes = {}  # (v, s) -> gradient of that class's own tokens, for ids seen with both signs
     for v in tok[mask & (sgn != 0)].unique().tolist():
-        for s in (1, -1):
-            cls, drop = mask & (tok == v) & (sgn == s), mask & (tok == v) & (sgn == -s)
-            if cls.any() and drop.any():
-                d = token_deltas(model, one_update(model, batch, adv, "sgd", lr,
-                                                   coef=coef * ~drop, params=params), batch)
-                nost[cls] = d[cls]
-    out["no_opposite_same_token"] = nost
-    return out
+        if (mask & (tok == v) & (sgn > 0)).any() and (mask & (tok == v) & (sgn < 0)).any():
+            for s in (1, -1):
+                classes[v, s] = grad((mask & (tok == v) & (sgn == s)).to(coef.dtype))
+    G_pos = grad((sgn >= 0).to(coef.dtype))
+    del logp
+    with torch.no_grad():
+        old = _logp(model, batch)
+
+        def delta(lr_, g):
+            for p, p0, gi in zip(ps, start, g):
+                p.copy_(p0 + lr_ * gi)
+            return (_logp(work, batch) - old) * mask
+
+        out = {}
+        for lr_ in lrs:
+            full = delta(lr_, G)
+            nost = full.clone()
+            for (v, s) in classes:
+                cls = mask & (tok == v) & (sgn == s)
+                nost[cls] = delta(lr_, [a - b for a, b in zip(G, classes[v, -s])])[cls]
+            out[lr_] = {"full": full, "positive_only": delta(lr_, G_pos), "no_opposite_same_token": nost}
+    return out if isinstance(lr, (list, tuple)) else out[lrs[0]]
 
 
 def opposite_same_token_keep(y, adv_tok):
@@ -272,20 +301,24 @@ def opposite_same_token_keep(y, adv_tok):
 # ----------------------------------------------------------------------------- categories
 
 def token_categories(task, problems, tokens, mask):
-    """Category index per token [N,T] (0 template, 1 copy, 2 compute, -1 off mask).
+    """Category index per token [N,T] (CATEGORIES: 0 template, 1 copy, 2 compute,
+    3 style; -1 off mask).
 
-    A sampled completion is labelled by the task's own ``categories`` when its text
-    has the canonical solution's layout: same length and the same non-digit
-    characters at the same places (then the scratchpad's operand positions are
-    where the task expects them). Otherwise by character class: digit -> compute,
-    anything else (separators, EOS) -> template. Without a scratchpad both rules
-    give the same labels."""
+    A task with style points (chain) varies its layout by design and its
+    ``categories`` parses any completion: its labels are used for every sample.
+    Otherwise a sampled completion is labelled by the task's own ``categories``
+    when its text has the canonical solution's layout: same length and the same
+    non-digit characters at the same places (then the scratchpad's operand
+    positions are where the task expects them), else by character class: digit ->
+    compute, anything else (separators, EOS) -> template. Without a scratchpad
+    both rules give the same labels."""
     out = torch.full(tokens.shape, -1, dtype=torch.long)
     for i, (p, row) in enumerate(zip(problems, tokens.tolist())):
         text, n = toy_tasks.decode(row), int(mask[i].sum())
         sol = task.solution(p, random.Random(0))  # own rng: no side effect on global state
         same = len(sol) == len(text) and all(a == b for a, b in zip(sol, text) if not a.isdigit())
-        same = same and all(b.isdigit() for a, b in zip(sol, text) if a.isdigit())
+        same = task.style_points is not None or (same and all(b.isdigit() for a, b in zip(sol, text)
+                                                                if a.isdigit()))
         labels = task.categories(p, text) if same else \
             ["compute" if ch.isdigit() else "template" for ch in text] + ["template"]
         out[i, :n] = torch.tensor([CATEGORIES.index(x) for x in labels[:n]])
@@ -295,11 +328,13 @@ def token_categories(task, problems, tokens, mask):
 # ----------------------------------------------------------------------------- token value
 
 @torch.no_grad()
-def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
+def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, at=None):
     """V [N, T+1]: V[i,t] = V(s_t), the mean reward of K continuations sampled from
     the prompt plus the first t completion tokens of rollout i (NaN past its end).
     At the end of a completion V is its own reward, exactly. A token's value is
-    V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once."""
+    V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once.
+    ``at`` (bool [N, T+1]) values only those prefixes (NaN elsewhere, except the
+    exact ends): a subsample of tokens costs K continuations per chosen prefix."""
     tok, mask, r = batch["tokens"], batch["mask"], batch["rewards"]
     N, T = tok.shape
     lens = mask.sum(1).tolist()
@@ -308,7 +343,7 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
     for t in range(T):
         keys = {}
         for i in range(N):
-            if t < lens[i]:
+            if t < lens[i] and (at is None or bool(at[i, t])):
                 keys.setdefault((tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []).append(i)
         if not keys:
             continue
@@ -319,6 +354,51 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0):
             p = problems[rows[0]]
             V[rows, t] = sum(task.reward(p, toy_tasks.decode(list(pre) + cont[k * K + j])) for j in range(K)) / K
     return V
+
+
+def pick_tokens(cand, n, generator=None):
+    """(row, t) pairs [<=n, 2]: a uniform random subset (without replacement) of the
+    True entries of ``cand`` [N,T]; all of them when there are at most n."""
+    idx = cand.nonzero()
+    return idx[torch.randperm(len(idx), generator=generator)[:n]] if len(idx) > n else idx
+
+
+def token_values(model, task, batch, rows_t, K, generator=None):
+    """V(s_{t+1}) of the tokens (row, t) of ``rows_t`` [M,2], the value of the prefix
+    ending in each (mc_values on those prefixes only) [M]."""
+    at = torch.zeros(batch["tokens"].shape[0], batch["tokens"].shape[1] + 1, dtype=torch.bool)
+    at[rows_t[:, 0], rows_t[:, 1] + 1] = True
+    V = mc_values(model, task, batch, batch["problems"], K, generator, at=at)
+    return V[rows_t[:, 0], rows_t[:, 1] + 1]
+
+
+def value_gap(v, delta, eps):
+    """[P2]'s value gap: mean value of boosted tokens (Delta > eps) minus mean value
+    of suppressed ones (Delta < -eps), with both counts; gap None if a side is empty."""
+    up, down = delta > eps, delta < -eps
+    vb = float(v[up].double().mean()) if bool(up.any()) else None
+    vs = float(v[down].double().mean()) if bool(down.any()) else None
+    return {"gap": None if vb is None or vs is None else vb - vs, "boosted": vb, "suppressed": vs,
+            "n_boosted": int(up.sum()), "n_suppressed": int(down.sum())}
+
+
+def value_bins(v, q, generator=None):
+    """Quantile bin (0 = lowest value) of each of M values [M]: rank the values (ties in
+    random order) and cut the ranks into q near-equal parts, bin = floor(q * rank / M)."""
+    order = torch.randperm(len(v), generator=generator)
+    ranks = torch.empty(len(v), dtype=torch.long)
+    ranks[order[torch.sort(v[order], stable=True).indices]] = torch.arange(len(v))
+    return (q * ranks) // max(len(v), 1)
+
+
+def shuffled_advantages(adv, group, generator=None):
+    """A control: the advantages permuted uniformly at random among the rollouts of
+    each group. They still sum to zero per group, but no longer follow the reward."""
+    out = adv.clone()
+    for g in group.unique().tolist():
+        rows = (group == g).nonzero()[:, 0]
+        out[rows] = adv[rows[torch.randperm(len(rows), generator=generator)]]
+    return out
 
 
 # ----------------------------------------------------------------------------- learning tax, drift
@@ -464,6 +544,24 @@ def style_drift(lo, lo_ref, problem, kinds):
         tag = "" if name is None else f"_{name}"
         out[f"style_drift{tag}"] = float(per.abs().mean())
         out[f"style_drift_signed{tag}"] = float(per.mean())
+    return out
+
+
+def style_entropy(lo, problem, kinds):
+    """Entropy (nats) of the policy renormalised over the two equally correct
+    forms of every style point: with p = sigmoid(log-odds),
+    H = -p log p - (1 - p) log(1 - p) (ln 2 = 0.693 when both are equally
+    likely, 0 when one form has taken over). Averaged over a problem's points
+    first, then over problems: ``style_entropy`` and per kind, e.g.
+    ``style_entropy_restate``. The chain task's analogue of ``answer_entropy``
+    (its problems have one answer but several correct forms)."""
+    q = torch.sigmoid(lo.double())
+    h = -(q * torch.log(q.clamp(min=1e-300)) + (1 - q) * torch.log((1 - q).clamp(min=1e-300)))
+    out = {}
+    for name in [None] + sorted(set(kinds)):
+        sel = torch.tensor([name is None or k == name for k in kinds])
+        per = torch.stack([h[sel & (problem == p)].mean() for p in problem[sel].unique()])
+        out["style_entropy" + ("" if name is None else f"_{name}")] = float(per.mean())
     return out
 
 

@@ -126,6 +126,7 @@ def eval_diagnostics(model, task, held_out, cfg, ref=None, n_problems=64):
         lo, prob, kinds = diagnostics.style_log_odds(model, task, held_out[:256])
         mine["style"] = lo
         out["style_log_odds"] = float(lo.mean())
+        out.update(diagnostics.style_entropy(lo, prob, kinds))
         if "style" in ref:
             out.update(diagnostics.style_drift(lo, ref["style"], prob, kinds))
     out["_ref"] = mine

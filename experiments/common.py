@@ -86,7 +86,9 @@ def parse(argv, extra=None, doc=""):
             raise CliError(f"--{key} must be a finite number {'> 0' if key.endswith('lr') else '>= 0'}, got {v}")
         if key in ("task", "hard_task") and v not in toy_tasks.TASKS:
             raise CliError(f"--{key}: unknown task {v!r}; choose one of {', '.join(toy_tasks.TASKS)}")
-        if key == "seeds" or (isinstance(default, str) and "," in default):
+        if key.endswith("lrs"):  # a learning-rate sweep: "1e-3,1e-2,1e-1"
+            opts[key] = float_list(key, v)
+        elif key == "seeds" or (isinstance(default, str) and "," in default):
             opts[key] = int_list(key, v, 0 if key in ("seeds", "steps") else 1)
     if "digits" in opts and not 1 <= opts["digits"] <= 20:
         raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
@@ -140,6 +142,17 @@ def int_list(key, raw, low):
         raise CliError(f"--{key} needs at least one value")
     if min(xs) < low:
         raise CliError(f"--{key} values must be at least {low}, got {min(xs)}")
+    return xs
+
+
+def float_list(key, raw):
+    """'1e-3,1e-1' -> [0.001, 0.1]; each finite and > 0; at least one."""
+    try:
+        xs = [float(s) for s in str(raw).split(",") if s.strip() != ""]
+    except ValueError:
+        raise CliError(f"--{key} takes a comma-separated list of numbers, got {raw!r}") from None
+    if not xs or not all(math.isfinite(x) and x > 0 for x in xs):
+        raise CliError(f"--{key} needs finite numbers > 0, got {raw!r}")
     return xs
 
 

@@ -1,31 +1,54 @@
-"""E5: do boosted tokens have higher value than suppressed ones, in both signs?
+"""E5: do boosted tokens have higher value than suppressed ones, and is it GRPO's doing?
 
-Source claim [P2, arXiv 2605.08666]: within positive rollouts *and* within
-negative rollouts, the tokens an update boosts have a higher value (expected
-final reward after emitting them) than the tokens it suppresses: the flips of
-E1 are not noise, they move credit towards good tokens.
+Source claim [P2, arXiv 2605.08666, abstract, evidence (2)]: "Tokens boosted
+by critic-free RL consistently demonstrate higher value than suppressed
+tokens, regardless of whether they originate from positive or negative
+rollouts." (Figure 5 (a): "Boosted tokens have higher ...").
 
-Method: from the SFT warm start (2-digit addition), --batches rollout batches
-per seed. Token value by Monte Carlo (diagnostics.mc_values): V(s) = mean
-reward of --K continuations sampled at temperature 1 from the prefix s; a
-token's value is V(s_{t+1}), the prefix ending in it (at the end of a
-completion, its reward), and its credit V(s_{t+1}) - V(s_t). One GRPO update
-with train.py's AdamW (--adam_lr) and with plain SGD (--sgd_lr) gives Delta
-per token (float64); boosted: Delta > eps, suppressed: Delta < -eps.
+A value gap alone does not show that the reward put it there: a token that
+co-occurs with correct rollouts is boosted by coupling even when no negative
+rollout is in the update. So the quantity of interest is GRPO's value gap
+minus the gap of a control update on the same rollouts:
 
-Measure: mean value and mean credit of boosted and of suppressed tokens, in
-A > 0 and in A < 0 rollouts, with a 95 % CI over tokens (per seed) and over
-seeds (summary), and the gap boosted - suppressed.
+* ``grpo``: GRPO's advantages A_i = (r_i - mu_g) / (sigma_g + eps);
+* ``positive_only``: the same coefficients with every A < 0 set to 0
+  (A+ = max(A, 0), same 1/(N L_i) aggregation, nothing renormalised):
+  negative rollouts move only through coupling;
+* ``shuffled``: the advantages permuted uniformly at random among the rollouts
+  of each group (diagnostics.shuffled_advantages; the permutation is drawn
+  from the seed's generator): they still sum to zero per group, with the same
+  magnitudes, but no longer follow the reward.
 
-Primary contrast (fixed before any result): the value gap, mean value of
-boosted minus mean value of suppressed tokens, within A > 0 and within A < 0
-rollouts, for AdamW and for SGD; paired by seed (both cells come from the same
-update on the same rollouts). [P2]: predicted > 0 in both signs. The next
-version of this experiment will replace it with GRPO's gap minus the gap of
-controls on the same batches (positive-only, shuffled advantages).
+Method (task chain, completions ~28 tokens). Per seed, train.py's GRPO RL
+runs --rl_step steps from the SFT warm start (common.rl_states, B = --prompts,
+G = --group_size); at that state --batches rollout batches are drawn (the
+problems the run would draw next). On each batch every arm takes one update
+from the same state, in float64: ``adam``, train.py's real step with the run's
+AdamW moments (common.real_step: lr --lr of train.py, grad clip 1.0), and
+``sgd``, one plain-SGD step (lr --sgd_lr, no momentum: first order). Delta =
+log pi_new - log pi_old per token; boosted Delta > --eps, suppressed Delta <
+-eps. Token value V(s_{t+1}) = mean reward of --K continuations sampled from
+the prefix ending in the token (diagnostics.token_values; exact, the reward,
+at EOS). Valuing every prefix is too expensive, so per batch and per rollout
+sign (A > 0, A < 0) --tokens tokens are drawn uniformly at random among those
+that at least one arm of either optimizer boosts or suppresses (the same
+tokens and values for every arm, so the arms stay paired; an arm's boosted
+tokens inside the subset are a uniform sample of all its boosted tokens).
 
-    python experiments/e5_value.py --quick      # one seed
-    python experiments/e5_value.py              # seeds 0,1,2
+Measure: per seed, optimizer, arm and rollout sign, the value gap = mean V of
+boosted minus mean V of suppressed tokens (diagnostics.value_gap), over the
+valued tokens of all its batches.
+
+Primary contrast (fixed before any result): the value gap in A < 0 rollouts
+after the AdamW step, grpo minus shuffled, paired by seed; [P2] predicts > 0
+("regardless of whether they originate from ... negative rollouts", and the
+gap must come from the reward, which the shuffled control removes).
+Secondary: grpo - positive_only in A < 0; both controls in A > 0; the same
+four after the SGD step; and GRPO's own gaps (against 0), all predicted > 0.
+
+    python experiments/e5_value.py --quick      # one seed, out/quick/
+    python experiments/e5_value.py              # seeds 0-9, results/
+    python experiments/e5_value.py --replot     # redraw the PNG from the JSON
 """
 import copy
 import os
@@ -39,46 +62,101 @@ import torch  # noqa: E402
 import diagnostics as D  # noqa: E402
 import loss as L  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, batches=(8, "rollout batches per seed"),
-             K=(16, "Monte Carlo continuations per prefix"),
-             eps=(1e-4, "flip threshold on |Delta| (nats)"), adam_lr=(1e-4, "AdamW lr (train.py's)"),
-             sgd_lr=(1e-3, "plain SGD lr"))
+EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
+             K=(8, "Monte Carlo continuations per valued prefix"),
+             tokens=(96, "valued tokens per rollout sign (A>0, A<0) and batch"),
+             eps=(1e-4, "flip threshold on |Delta| (nats)"), sgd_lr=(1e-2, "plain SGD lr"),
+             rl_step=(20, "GRPO RL steps before the measured state (model and AdamW moments)"))
 OPTS = ("adam", "sgd")
-CELLS = [(s, c) for s in ("pos", "neg") for c in ("boosted", "suppressed")]
+ARMS = ("grpo", "positive_only", "shuffled")
+SIGNS = ("pos", "neg")
+
+
+def arm_advantages(adv, group, gen):
+    """The three arms' advantages on one batch."""
+    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": D.shuffled_advantages(adv, group, gen)}
+
+
+def one_seed(item):
+    """Every arm's update on the same batches and values of one seed: per optimizer,
+    arm and sign, the value gap and its counts."""
+    opts, seed = item
+    step = opts["rl_step"]
+    path = common.rl_states(opts, seed, [step])[step]
+    _, task, draw, gen = common.diag_setup(opts, seed)
+    model, opt = common.load_state(opts, seed, path)
+    for _ in range(step * opts["prompts"]):  # the run drew these problems already
+        draw()
+    pooled = {"v": [], "sign": [], **{(o, a): [] for o in OPTS for a in ARMS}}
+    rewards = []
+    for _ in range(opts["batches"]):
+        b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
+        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        rewards.append(float(b["rewards"].float().mean()))
+        m64 = copy.deepcopy(model).double()
+        with torch.no_grad():
+            lp0 = D._logp(m64, b)
+        deltas = {}
+        for a, av in arm_advantages(adv, b["group"], gen).items():
+            for o in OPTS:
+                new = (common.real_step(m64, opt, b, av, "grpo")[0] if o == "adam"
+                       else D.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
+                with torch.no_grad():
+                    deltas[o, a] = (D._logp(new, b) - lp0) * b["mask"]
+        moved = torch.stack([d.abs() > opts["eps"] for d in deltas.values()]).any(0) & b["mask"]
+        rows_t = torch.cat([D.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
+                            D.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
+        if not len(rows_t):
+            continue
+        pooled["v"].append(D.token_values(model, task, b, rows_t, opts["K"], gen).double())
+        pooled["sign"].append(torch.sign(adv[rows_t[:, 0]]))
+        for k, d in deltas.items():
+            pooled[k].append(d[rows_t[:, 0], rows_t[:, 1]])
+    rec = {"seed": seed, "reward": sum(rewards) / len(rewards)}
+    cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.float64)
+    v, sign = cat(pooled["v"]), cat(pooled["sign"])
+    for o in OPTS:
+        rec[o] = {a: {s: D.value_gap(v[sign == (1 if s == "pos" else -1)],
+                                     cat(pooled[o, a])[sign == (1 if s == "pos" else -1)], opts["eps"])
+                      for s in SIGNS} for a in ARMS}
+    rec["n_valued"] = {s: int((sign == (1 if s == "pos" else -1)).sum()) for s in SIGNS}
+    return rec
+
+
+def gaps(per_seed, o, a, s):
+    return [r[o][a][s]["gap"] for r in per_seed]
 
 
 def plot(plt, data):
-    """Mean value and credit of boosted and suppressed tokens, per rollout sign."""
-    summary = data["summary"]
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
-    for i, n in enumerate(("value", "credit")):
-        for j, o in enumerate(OPTS):
-            v = [summary[o][f"{s}_{c}"][n] for s, c in CELLS]
-            x = [k + 0.4 * j for k in range(len(CELLS))]
-            ax[i].bar(x, [e[0] or 0 for e in v], 0.4,
-                      yerr=common.errbars(v, 0, 1) if n == "value" else common.errbars(v, -1, 1), capsize=3,
-                      label="Adam step" if o == "adam" else "SGD step",
-                      color=["tab:green", "tab:green", "tab:red", "tab:red"], alpha=1.0 if j == 0 else 0.45,
-                      edgecolor="k")
-        ax[i].set_xticks([k + 0.2 for k in range(len(CELLS))],
-                         [f"tokens of A{'>' if s == 'pos' else '<'}0\nrollouts, {c}" for s, c in CELLS], fontsize=8)
-        ax[i].axhline(0, color="k", lw=0.5)
-        if n == "value":
-            ax[i].set_ylabel("V(s_{t+1}): P(correct) after the token")
-            ax[i].set_ylim(0, 1.05)
-            ax[i].set_title("Value of boosted vs suppressed tokens", fontsize=10)
-        else:
-            ax[i].set_ylabel("credit V(s_{t+1}) − V(s_t) (change in P(correct))")
-            ax[i].set_title("Credit of boosted vs suppressed tokens", fontsize=10)
-        ax[i].legend(fontsize=8)
-    n = len(data["per_seed"])
+    """Value gap (boosted - suppressed) per arm, in A>0 and A<0 rollouts, per optimizer."""
+    summary, n = data["summary"], len(data["per_seed"])
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    colors = {"grpo": "tab:blue", "positive_only": "tab:green", "shuffled": "tab:gray"}
+    for i, o in enumerate(OPTS):
+        for j, a in enumerate(ARMS):
+            v = [summary[o][a][s] for s in SIGNS]
+            x = [k + 0.27 * (j - 1) for k in range(len(SIGNS))]
+            ax[i].bar(x, [e[0] or 0 for e in v], 0.27, yerr=common.errbars(v), capsize=3, color=colors[a],
+                      edgecolor="k", label=a.replace("_", "-"))
+        ax[i].axhline(0, color="k", lw=0.8)
+        ax[i].set_xticks(range(len(SIGNS)), ["tokens of A > 0 rollouts", "tokens of A < 0 rollouts"])
+        ax[i].set_title("one AdamW step from the RL run's state" if o == "adam" else "one plain-SGD step",
+                        fontsize=10)
+    lo, hi = ax[0].get_ylim()  # shared by both panels: set once, after all bars
+    ax[0].set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legends above the bars
+    for a in ax:
+        a.legend(fontsize=8, title="update", title_fontsize=8, loc="upper left", ncol=3)
+    ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
+    fig.suptitle("E5: value of boosted minus suppressed tokens, GRPO against two controls on the same batches",
+                 fontsize=11)
     cfg = data["config"]
-    common.caption(fig, f"V(prefix) is the mean reward of K = {cfg.get('K', '?')} continuations sampled from "
-                        "the prefix (Monte Carlo estimate of the probability of a correct answer). A token is "
-                        "boosted (suppressed) when one update raised (lowered) its log-probability by more "
-                        "than ε. Solid: one AdamW step; light: one plain-SGD step. "
-                        + (common.ci_note(n, "0 and 1") if n > 1 else
-                           "One seed: error bars are 95 % intervals over tokens."))
+    common.caption(fig, f"V of a token = mean reward of K = {cfg['K']} continuations sampled from the prefix ending "
+                        f"in it (Monte Carlo estimate of P(correct)), on a random subset of up to {cfg['tokens']} "
+                        f"tokens per rollout sign and batch ({cfg['batches']} batches of B = {cfg['prompts']} x "
+                        f"G = {cfg['group_size']} per seed, task {cfg['task']}, after {cfg['rl_step']} GRPO steps). "
+                        f"Boosted: Δ log π > {cfg['eps']:g}; suppressed: Δ < -{cfg['eps']:g}. positive-only: "
+                        "GRPO's coefficients with A < 0 set to 0; shuffled: advantages permuted inside each "
+                        "group. " + (common.ci_note(n) if n > 1 else "One seed: no error bars."))
     fig.tight_layout()
     return fig
 
@@ -87,65 +165,33 @@ def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
     if opts["replot"]:
         return common.replot("e5_value", opts["out"], plot)
-    t0, eps = time.time(), opts["eps"]
-    per_seed = []
-    for seed in opts["seeds"]:
-        model, task, draw, gen = common.diag_setup(opts, seed)
-        m64 = copy.deepcopy(model).double()
-        pooled = {o: {"d": [], "a": [], "v": [], "c": []} for o in OPTS}
-        for _ in range(opts["batches"]):
-            b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-            adv = L.advantages(b["rewards"], b["group"], "grpo")
-            m = b["mask"]
-            V = D.mc_values(model, task, b, b["problems"], opts["K"], gen)
-            coef = D.token_coefficients(m64, b, adv)
-            for o in OPTS:
-                d = D.token_deltas(m64, D.one_update(m64, b, adv, o, opts[f"{o}_lr"], coef=coef), b)
-                p = pooled[o]
-                p["d"].append(d[m])
-                p["a"].append(adv[:, None].expand_as(m)[m])
-                p["v"].append(V[:, 1:][m].double())
-                p["c"].append((V[:, 1:] - V[:, :-1])[m].double())
-        rec = {"seed": seed}
-        for o in OPTS:
-            d, a, v, c = (torch.cat(pooled[o][k]) for k in "davc")
-            rec[o] = {}
-            for s, cls in CELLS:
-                sel = ((a > 0) if s == "pos" else (a < 0)) & ((d > eps) if cls == "boosted" else (d < -eps))
-                cell = {"n": int(sel.sum())}
-                for name, x in (("value", v), ("credit", c)):
-                    cell[name] = common.ci(x[sel].tolist()) if sel.any() else [None, None]
-                rec[o][f"{s}_{cls}"] = cell
-        per_seed.append(rec)
-    summary = {}
-    for o in OPTS:
-        summary[o] = {}
-        for s, cls in CELLS:
-            k = f"{s}_{cls}"
-            summary[o][k] = {n: common.ci([r[o][k][n][0] for r in per_seed]) if len(per_seed) > 1
-                             else per_seed[0][o][k][n] for n in ("value", "credit")}
-            summary[o][k]["n"] = sum(r[o][k]["n"] for r in per_seed)
-        for s in ("pos", "neg"):
-            for n in ("value", "credit"):
-                gaps = [None if r[o][f"{s}_boosted"][n][0] is None or r[o][f"{s}_suppressed"][n][0] is None
-                        else r[o][f"{s}_boosted"][n][0] - r[o][f"{s}_suppressed"][n][0] for r in per_seed]
-                summary[o][f"{s}_{n}_gap"] = common.ci(gaps)
-    summary["ci_over"] = "seeds" if len(per_seed) > 1 else "tokens (one seed)"
-    data = {"experiment": "e5_value", "config": opts, "per_seed": per_seed, "summary": summary,
-            "wall_s": round(time.time() - t0, 1)}
-    data["primary"] = {f"{o}: value gap boosted - suppressed, A{'>' if s == 'pos' else '<'}0": common.contrast(
-        [r[o][f"{s}_boosted"]["value"][0] for r in per_seed], [r[o][f"{s}_suppressed"]["value"][0] for r in per_seed],
-        "> 0", [r["seed"] for r in per_seed]) for o in OPTS for s in ("pos", "neg")}
+    t0 = time.time()
+    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
+    seeds = [r["seed"] for r in per_seed]
+    summary = {o: {a: {s: common.ci(gaps(per_seed, o, a, s)) for s in SIGNS} for a in ARMS} for o in OPTS}
+    summary["ci_over"] = "seeds" if len(per_seed) > 1 else "none (one seed)"
+    sgn = {"pos": ">", "neg": "<"}
+    data = {"experiment": "e5_value", "config": opts, "per_seed": per_seed, "summary": summary}
+    data["primary"] = {"adam: value gap A<0, grpo - shuffled": common.contrast(
+        gaps(per_seed, "adam", "grpo", "neg"), gaps(per_seed, "adam", "shuffled", "neg"), "> 0", seeds)}
+    sec = {f"{o}: value gap A{sgn[s]}0, grpo - {a}": common.contrast(
+        gaps(per_seed, o, "grpo", s), gaps(per_seed, o, a, s), "> 0", seeds)
+        for o in OPTS for s in SIGNS for a in ("shuffled", "positive_only")}
+    sec.pop("adam: value gap A<0, grpo - shuffled")
+    sec.update({f"{o}: value gap A{sgn[s]}0, grpo - 0": common.contrast(gaps(per_seed, o, "grpo", s), 0.0, "> 0",
+                                                                        seeds) for o in OPTS for s in SIGNS})
+    data["secondary"] = sec
+    data["wall_s"] = round(time.time() - t0, 1)
+    data["rate"] = common.rate("e5_value", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)), "seeds")
     data = common.clean(data)
     common.save("e5_value", data, opts["out"], lambda plt: plot(plt, data))
-    rows = [[o, f"{s}_{c}", summary[o][f"{s}_{c}"]["n"], common.fmt(summary[o][f"{s}_{c}"]["value"]),
-             common.fmt(summary[o][f"{s}_{c}"]["credit"])] for o in OPTS for s, c in CELLS]
-    common.table(rows, ["optimizer", "tokens", "n", "value", "credit"])
+    rows = [[o, a, s, common.fmt(summary[o][a][s]),
+             sum(r[o][a][s]["n_boosted"] for r in per_seed), sum(r[o][a][s]["n_suppressed"] for r in per_seed)]
+            for o in OPTS for a in ARMS for s in SIGNS]
+    common.table(rows, ["optimizer", "arm", "rollouts", "value gap", "n boosted", "n suppressed"])
     print(f"(95 % CI over {summary['ci_over']})")
-    for o in OPTS:
-        print(f"{o}: value gap boosted-suppressed  A>0 {common.fmt(summary[o]['pos_value_gap'])}  "
-              f"A<0 {common.fmt(summary[o]['neg_value_gap'])}")
     common.print_contrasts(data["primary"])
+    common.print_contrasts(data["secondary"], "secondary")
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e5_value.json")
     return data
 

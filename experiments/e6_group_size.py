@@ -1,42 +1,45 @@
-"""E6: does cancellation grow with the group size G and with the batch size B?
+"""E6: does the value gap grow with the sampling budget (batch size B, group size G)?
 
-Source claim [P2, arXiv 2605.08666]: cancellation between positive and
-negative rollouts strengthens with the group size and with the batch size.
+Source claim [P2, arXiv 2605.08666, Figure 6]: "Cancellation strengthens with
+the sampling budget. The value gap (10^-3) grows as batch size increases from
+16 to 96 (a) and rollout-n from 1 to 8 (b), with the effect most pronounced
+for higher-value token subsets. Larger sampling budget strengthens
+cancellation. Cancellation relies on the co-occurrence of positive and
+negative rollouts within each update."
 
-Measure (the cancellation ratio R). In a group, call a completion token
-(i, t) *shared* when its prefix y_{i,<=t} (history and token) also occurs in a
-rollout of the opposite advantage sign of the same group, and
-*positive-specific* when i has A > 0 and no A < 0 rollout of the group has
-that prefix. After one plain-SGD GRPO step (lr --sgd_lr, first order, float64)
+Measure: [P2]'s own quantity, E5's value gap: mean value of the tokens one
+update boosts (Delta log pi > --eps) minus mean value of those it suppresses
+(Delta < -eps), over the tokens of A != 0 rollouts (diagnostics.value_gap),
+overall and split by value quantile: the valued tokens of a setting are cut
+into --quantiles equal-count bins of V (diagnostics.value_bins, ties in random
+order) and the gap is taken inside each bin. The gap in A > 0 and in A < 0
+rollouts is kept as an extra. (An earlier version measured a ratio of |Delta|
+over shared and positive-specific tokens, a quantity of this project's own
+whose rise with G was built in; it is retired.)
 
-    R = mean |Delta| over shared tokens / mean |Delta| over positive-specific tokens.
+Method (task chain). Per seed, train.py's GRPO RL runs --rl_step steps from
+the SFT warm start with B = --prompts and G = --group_size (common.rl_states,
+the same states as E5). From that state, for every setting, G in
+--group_sizes at B = --prompts, then B in --prompt_counts at G =
+--group_size, ceil(--rollouts / (B G)) rollout batches are drawn (one at the
+large settings) and each takes one update as train.py takes it: the run's
+AdamW moments, whole batch, grad clip 1.0 (common.real_step, float64). Token
+value V(s_{t+1}) = mean reward of --K continuations sampled from the prefix
+ending in the token (diagnostics.token_values); to keep the cost fixed, --tokens
+tokens per setting are drawn uniformly at random among its boosted and
+suppressed tokens of A != 0 rollouts, and only those are valued. A larger B
+here means a larger batch in one step from a state trained at B = --prompts,
+not a run trained at that B: that is the scale this testbed allows.
 
-R << 1: the shared tokens' opposite pushes cancel while the distinguishing
-tokens move; R ~ 1: no cancellation. Lower R = stronger cancellation. A
-prefix shared by only part of a group gets coefficients that need not sum to
-zero, and with a larger G more tokens are shared by part of their group; so
-also R_prefix, the same ratio with the numerator restricted to tokens in the
-longest common prefix of a mixed group (shared by *every* member, where the
-direct gradients cancel exactly when weights are exchangeable). Also
-reported: the flipped fraction at eps = 0 (E1) and the gradient residual of
-THEORY.md section 4 (diagnostics.cancellation_residual: norm of the gradient
-from the tokens of each group's common prefix over the total norm).
+Primary contrast (fixed before any result): the value gap at the largest
+minus at the smallest G (at B = --prompts), and separately at the largest
+minus the smallest B (at G = --group_size), paired by seed; [P2] predicts
+> 0 for both. Secondary: the same for the gap inside the top value quantile
+("most pronounced for higher-value token subsets"), predicted > 0.
 
-Method: from the SFT warm start (2-digit addition), G in --group_sizes at
-B = --prompts, then B in --prompt_counts at G = --group_size. Each setting
-pools ceil(--rollouts / (B G)) rollout batches per seed (half as many rollouts
-with --quick); mean and 95 % CI over seeds.
-
-Primary contrast (fixed before any result): R_prefix at the largest minus at
-the smallest G (and, separately, B), paired by seed. [P2] says cancellation
-grows with the sampling budget; lower R_prefix is stronger cancellation, so
-predicted < 0. R_prefix, not R, because R rises with G by construction (more
-tokens shared by part of their group). The next version of this experiment
-will replace it with [P2]'s own quantity, the E5 value gap (boosted -
-suppressed) at the largest minus the smallest G and B, predicted > 0.
-
-    python experiments/e6_group_size.py --quick      # one seed
-    python experiments/e6_group_size.py              # seeds 0,1,2
+    python experiments/e6_group_size.py --quick      # one seed, out/quick/
+    python experiments/e6_group_size.py              # seeds 0-9, results/
+    python experiments/e6_group_size.py --replot     # redraw the PNG from the JSON
 """
 import copy
 import math
@@ -51,93 +54,120 @@ import torch  # noqa: E402
 import diagnostics as D  # noqa: E402
 import loss as L  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, sgd_lr=(1e-3, "plain SGD lr"), group_sizes=("2,4,8,16", "G values"),
-             prompt_counts=("4,8,16,32", "B values"), rollouts=(1024, "rollouts pooled per setting and seed"))
+EXTRA = dict(common.DIAG_FLAGS, group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
+             prompt_counts=("16,32,64,96", "B values (at G = --group_size)"),
+             rollouts=(256, "rollouts per setting and seed (at least one batch)"),
+             K=(8, "Monte Carlo continuations per valued prefix"),
+             tokens=(192, "valued tokens per setting and seed"),
+             quantiles=(3, "value quantile bins"), eps=(1e-4, "flip threshold on |Delta| (nats)"),
+             rl_step=(20, "GRPO RL steps (at B = --prompts, G = --group_size) before the measured state"))
 
 
-def token_classes(tokens, mask, group, adv):
-    """[N,T]: 1 shared (prefix also in an opposite-sign rollout of the group),
-    2 positive-specific, 3 negative-specific, 0 otherwise (off mask, A = 0)."""
-    out = torch.zeros(tokens.shape, dtype=torch.long)
-    rows = tokens.tolist()
-    for g in group.unique().tolist():
-        members = (group == g).nonzero()[:, 0].tolist()
-        seen = {1: set(), -1: set()}
-        for i in members:
-            s = int(torch.sign(adv[i]))
-            if s:
-                seen[s].update(tuple(rows[i][:t + 1]) for t in range(int(mask[i].sum())))
-        for i in members:
-            s = int(torch.sign(adv[i]))
-            for t in range(int(mask[i].sum()) if s else 0):
-                out[i, t] = 1 if tuple(rows[i][:t + 1]) in seen[-s] else (2 if s > 0 else 3)
+def setting(model, opt, task, draw, gen, B, G, opts):
+    """Value gap of one setting: its batches, one real AdamW step each, values of a
+    random subset of its moved tokens."""
+    batches, deltas, moved, rewards = [], [], [], []
+    for _ in range(math.ceil(opts["rollouts"] / (B * G))):
+        b = common.rollout_batch(model, task, draw, B, G, gen)
+        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        m64 = copy.deepcopy(model).double()
+        new = common.real_step(m64, opt, b, adv, "grpo")[0]
+        with torch.no_grad():
+            d = (D._logp(new, b) - D._logp(m64, b)) * b["mask"]
+        batches.append((b, adv))
+        deltas.append(d)
+        moved.append(b["mask"] & (adv != 0)[:, None] & (d.abs() > opts["eps"]))
+        rewards.append(float(b["rewards"].float().mean()))
+    # one draw over the setting's moved tokens, rows offset per batch
+    offsets = [0]
+    for mv in moved:
+        offsets.append(offsets[-1] + mv.shape[0])
+    T = max(mv.shape[1] for mv in moved)
+    cand = torch.cat([torch.nn.functional.pad(mv, (0, T - mv.shape[1])) for mv in moved])
+    pick = D.pick_tokens(cand, opts["tokens"], gen)
+    v, d, sign = [], [], []
+    for k, ((b, adv), dk) in enumerate(zip(batches, deltas)):
+        rows_t = pick[(pick[:, 0] >= offsets[k]) & (pick[:, 0] < offsets[k + 1])]
+        rows_t = rows_t - torch.tensor([offsets[k], 0])
+        if len(rows_t):
+            v.append(D.token_values(model, task, b, rows_t, opts["K"], gen).double())
+            d.append(dk[rows_t[:, 0], rows_t[:, 1]])
+            sign.append(torch.sign(adv[rows_t[:, 0]]))
+    v, d, sign = (torch.cat(x) if x else torch.zeros(0) for x in (v, d, sign))
+    bins = D.value_bins(v, opts["quantiles"], gen)
+    out = {"B": B, "G": G, "batches": len(batches), "reward": sum(rewards) / len(rewards), "n_valued": len(v),
+           **D.value_gap(v, d, opts["eps"]),
+           "gap_pos": D.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
+           "gap_neg": D.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
+           "gap_bins": [D.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
+                        for q in range(opts["quantiles"])],
+           "v_bins": [float(v[bins == q].mean()) if bool((bins == q).any()) else None
+                      for q in range(opts["quantiles"])]}
     return out
 
 
-def setting(model, m64, task, draw, gen, B, G, opts):
-    d_all, cls_all, a_all, res = [], [], [], []
-    rollouts = opts["rollouts"] // 2 if opts["quick"] else opts["rollouts"]
-    for _ in range(math.ceil(rollouts / (B * G))):
-        b = common.rollout_batch(model, task, draw, B, G, gen)
-        adv = L.advantages(b["rewards"], b["group"], "grpo")
-        m = b["mask"]
-        coef = D.token_coefficients(m64, b, adv)
-        d = D.token_deltas(m64, D.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef), b)
-        d_all.append(d[m])
-        cls = token_classes(b["tokens"], m, b["group"], adv)
-        mixed = L.group_mean((adv > 0).double(), b["group"])[0]
-        mixed = (mixed > 0) & (mixed < 1) & (adv != 0)  # rows of groups with both signs
-        ell = D.common_prefix(b["tokens"], m, b["group"])
-        cls[(torch.arange(m.shape[1])[None, :] < ell[:, None]) & mixed[:, None] & m] = 4  # whole-group prefix
-        cls_all.append(cls[m])
-        a_all.append(adv[:, None].expand_as(m)[m])
-        if bool((adv != 0).any()):
-            res.append(D.cancellation_residual(m64, b, coef))
-    d, c, a = torch.cat(d_all).abs(), torch.cat(cls_all), torch.cat(a_all)
-    def mean(ks):
-        sel = torch.isin(c, torch.tensor(ks))
-        return float(d[sel].mean()) if bool(sel.any()) else None
-    sh, pos, pre = mean((1, 4)), mean((2,)), mean((4,))
-    flips = D.flip_table(torch.cat(d_all)[:, None], torch.ones(len(d), 1, dtype=torch.bool), a, 0.0)
-    ratio = lambda x: x / pos if x is not None and pos else None
-    return {"R": ratio(sh), "R_prefix": ratio(pre), "shared_abs": sh, "pos_specific_abs": pos,
-            "prefix_abs": pre, "neg_specific_abs": mean((3,)), "n_shared": int(((c == 1) | (c == 4)).sum()),
-            "n_prefix": int((c == 4).sum()), "n_pos_specific": int((c == 2).sum()),
-            "flipped_eps0": flips["flipped"], "residual": sum(res) / len(res) if res else None}
+def one_seed(item):
+    """Every setting of both sweeps for one seed (the shared setting measured once)."""
+    opts, seed = item
+    step = opts["rl_step"]
+    path = common.rl_states(opts, seed, [step])[step]
+    _, task, draw, gen = common.diag_setup(opts, seed)
+    model, opt = common.load_state(opts, seed, path)
+    for _ in range(step * opts["prompts"]):  # the run drew these problems already
+        draw()
+    cache, rec = {}, {"seed": seed}
+    for name, pts in sweeps(opts).items():
+        rec[name] = []
+        for B, G in pts:
+            if (B, G) not in cache:
+                cache[B, G] = setting(model, opt, task, draw, gen, B, G, opts)
+            rec[name].append(cache[B, G])
+    return rec
+
+
+def sweeps(opts):
+    return {"G": [(opts["prompts"], G) for G in opts["group_sizes"]],
+            "B": [(B, opts["group_size"]) for B in opts["prompt_counts"]]}
+
+
+def nan(x):
+    return float("nan") if x is None else x
 
 
 def plot(plt, data):
-    """Four measures of cancellation against G (blue) and B (orange)."""
-    summary, cfg = data["summary"], data["config"]
-    fig, ax = plt.subplots(1, 4, figsize=(18, 4.4))
-    panels = (("R", "Cancellation ratio R", "R (lower = stronger cancellation)"),
-              ("R_prefix", "R over whole-group prefix tokens", "R_prefix (lower = stronger)"),
-              ("flipped_eps0", "Flipped tokens (ε = 0)", "fraction of Â ≠ 0 tokens"),
-              ("residual", "Shared-prefix gradient residual", "‖g_shared‖ / ‖g‖"))
-    for i, (k, title, ylabel) in enumerate(panels):
-        for name, color in (("G", "tab:blue"), ("B", "tab:orange")):
-            pts = [p for p in summary[name] if p[k][0] is not None]
-            ax[i].errorbar([p[name] for p in pts], [p[k][0] for p in pts],
-                           common.errbars([p[k] for p in pts], 0, 1 if k == "flipped_eps0" else None),
-                           marker="o", color=color, capsize=3,
-                           label=f"vary G, B = {cfg['prompts']}" if name == "G" else
-                           f"vary B, G = {cfg['group_size']}")
+    """Value gap against G and against B, overall and per value quantile (missing: not drawn)."""
+    summary, cfg, n = data["summary"], data["config"], len(data["per_seed"])
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    Q = cfg["quantiles"]
+    cmap = plt.get_cmap("viridis")
+    for i, (name, fixed) in enumerate((("G", f"B = {cfg['prompts']}"), ("B", f"G = {cfg['group_size']}"))):
+        pts = summary[name]
+        xs = [p[name] for p in pts]
+        for q in range(Q):
+            ys = [p["gap_bins"][q] for p in pts]
+            ax[i].errorbar([x * (1 + 0.03 * (q - Q / 2)) for x in xs], [nan(y[0]) for y in ys], common.errbars(ys),
+                           marker="s", ms=4, lw=1, capsize=2, color=cmap(q / max(Q - 1, 1) * 0.85),
+                           label=f"value quantile {q + 1} of {Q}" + (" (highest)" if q == Q - 1 else ""))
+        ax[i].errorbar(xs, [nan(p["gap"][0]) for p in pts], common.errbars([p["gap"] for p in pts]), marker="o",
+                       color="k", lw=2, capsize=3, label="all tokens of A ≠ 0 rollouts")
+        ax[i].axhline(0, color="gray", lw=0.8, ls="--")
         ax[i].set_xscale("log", base=2)
-        ax[i].set_xticks([2, 4, 8, 16, 32], ["2", "4", "8", "16", "32"])
+        ax[i].set_xticks(xs, [str(x) for x in xs])
         ax[i].minorticks_off()
-        ax[i].set_xlabel("G (completions per prompt) or B (prompts)")
-        ax[i].set_ylabel(ylabel)
-        ax[i].set_title(title, fontsize=10)
-        ax[i].set_ylim(bottom=0)
-        if k == "residual":
-            ax[i].ticklabel_format(axis="y", style="sci", scilimits=(-3, 3))
-    ax[0].legend(fontsize=8, loc="upper left")
-    n = len(data["per_seed"])
-    common.caption(fig, "R = mean |Δ| over tokens whose prefix also occurs in an opposite-sign rollout of the "
-                        "group, divided by mean |Δ| over positive-specific tokens, after one plain-SGD GRPO "
-                        f"update on {cfg['rollouts']} rollouts per setting; R_prefix restricts the numerator to "
-                        "the longest prefix the whole group shares. Residual: norm of the gradient of the "
-                        "shared-prefix tokens over the norm of the whole gradient. " + common.ci_note(n))
+        ax[i].set_xlabel("G (completions per prompt)" if name == "G" else "B (prompts per batch)")
+        ax[i].set_title(f"vary {name}, {fixed}", fontsize=10)
+    ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
+    lo, hi = ax[0].get_ylim()
+    ax[0].set_ylim(lo, hi + 0.35 * (hi - lo))  # room for the legend above the data
+    ax[0].legend(fontsize=7, loc="upper left", ncol=2)
+    fig.suptitle("E6: value gap of one GRPO update against the sampling budget", fontsize=11)
+    common.caption(fig, f"One train.py AdamW step (the run's moments) after {cfg['rl_step']} GRPO steps, on "
+                        f"ceil({cfg['rollouts']} / (B G)) rollout batches per setting (task {cfg['task']}). V = mean "
+                        f"reward of K = {cfg['K']} continuations from the prefix ending in the token, on up to "
+                        f"{cfg['tokens']} random boosted or suppressed tokens per setting; boosted Δ log π > "
+                        f"{cfg['eps']:g}, suppressed < -{cfg['eps']:g}. Quantile bins: the valued tokens cut into "
+                        f"{Q} equal-count bins of V; the gap is taken inside each bin. Points of the bins are "
+                        "shifted sideways a little. " + common.ci_note(n))
     fig.tight_layout()
     return fig
 
@@ -147,34 +177,31 @@ def main(argv):
     if opts["replot"]:
         return common.replot("e6_group_size", opts["out"], plot)
     t0 = time.time()
-    Gs, Bs = opts["group_sizes"], opts["prompt_counts"]  # lists of ints (common.parse)
-    sweeps = {"G": [(opts["prompts"], G) for G in Gs], "B": [(B, opts["group_size"]) for B in Bs]}
-    per_seed = []
-    for seed in opts["seeds"]:
-        model, task, draw, gen = common.diag_setup(opts, seed)
-        m64 = copy.deepcopy(model).double()
-        cache, rec = {}, {"seed": seed}
-        for name, pts in sweeps.items():
-            rec[name] = []
-            for B, G in pts:
-                if (B, G) not in cache:
-                    cache[B, G] = setting(model, m64, task, draw, gen, B, G, opts)
-                rec[name].append({"B": B, "G": G, **cache[B, G]})
-        per_seed.append(rec)
-    keys = ("R", "R_prefix", "flipped_eps0", "residual", "shared_abs", "prefix_abs", "pos_specific_abs")
-    summary = {name: [{"B": B, "G": G, **{k: common.ci([r[name][i][k] for r in per_seed]) for k in keys}}
-                      for i, (B, G) in enumerate(pts)] for name, pts in sweeps.items()}
-    data = {"experiment": "e6_group_size", "config": opts, "per_seed": per_seed, "summary": summary,
-            "wall_s": round(time.time() - t0, 1)}
-    data["primary"] = {f"R_prefix at {name} = {pts[-1][name == 'G']} - at {pts[0][name == 'G']}": common.contrast(
-        [r[name][-1]["R_prefix"] for r in per_seed], [r[name][0]["R_prefix"] for r in per_seed], "< 0",
-        [r["seed"] for r in per_seed]) for name, pts in sweeps.items()}
+    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
+    seeds = [r["seed"] for r in per_seed]
+    Q = opts["quantiles"]
+    col = lambda name, i, k, q=None: [r[name][i][k] if q is None else r[name][i][k][q] for r in per_seed]
+    summary = {name: [{"B": B, "G": G, **{k: common.ci(col(name, i, k)) for k in ("gap", "gap_pos", "gap_neg")},
+                       "gap_bins": [common.ci(col(name, i, "gap_bins", q)) for q in range(Q)],
+                       "v_bins": [common.ci(col(name, i, "v_bins", q)) for q in range(Q)]}
+                      for i, (B, G) in enumerate(pts)] for name, pts in sweeps(opts).items()}
+    data = {"experiment": "e6_group_size", "config": opts, "per_seed": per_seed, "summary": summary}
+    ends = {name: (pts[-1][name == "G"], pts[0][name == "G"]) for name, pts in sweeps(opts).items()}
+    data["primary"] = {f"value gap at {name} = {hi} - at {name} = {lo}": common.contrast(
+        col(name, -1, "gap"), col(name, 0, "gap"), "> 0", seeds) for name, (hi, lo) in ends.items()}
+    data["secondary"] = {f"top value quantile: value gap at {name} = {hi} - at {name} = {lo}": common.contrast(
+        col(name, -1, "gap_bins", Q - 1), col(name, 0, "gap_bins", Q - 1), "> 0", seeds)
+        for name, (hi, lo) in ends.items()}
+    data["wall_s"] = round(time.time() - t0, 1)
+    data["rate"] = common.rate("e6_group_size", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)),
+                               "seeds")
     data = common.clean(data)
     common.save("e6_group_size", data, opts["out"], lambda plt: plot(plt, data))
-    rows = [[name, p["B"], p["G"], common.fmt(p["R"]), common.fmt(p["R_prefix"]), common.fmt(p["flipped_eps0"]),
-             common.fmt(p["residual"])] for name in sweeps for p in summary[name]]
-    common.table(rows, ["sweep", "B", "G", "R", "R_prefix", "flipped eps=0", "residual"])
+    rows = [[name, p["B"], p["G"], common.fmt(p["gap"]), common.fmt(p["gap_pos"]), common.fmt(p["gap_neg"]),
+             " ".join(common.fmt(x) for x in p["gap_bins"])] for name in summary for p in summary[name]]
+    common.table(rows, ["sweep", "B", "G", "value gap", "A>0", "A<0", f"by value quantile (1..{Q})"])
     common.print_contrasts(data["primary"])
+    common.print_contrasts(data["secondary"], "secondary")
     print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e6_group_size.json")
     return data
 

@@ -1,41 +1,97 @@
-"""E8: which objectives keep shared tokens cancelling off-policy? [P1, arXiv 2604.13088]
+"""E8: do exchangeable objectives drift less between equally correct forms? [P1]
 
-Claim: length normalisation (``grpo``), sequence-level ratios (``gspo``) and
-asymmetric clipping break gradient exchangeability, so shared tokens drift:
-a *learning tax* accumulates at histories every rollout shares, equally
-correct answers drift apart (solution-probability drift) and entropy
-collapses. Min-Replace (``dfpo_min``) and Adv-Orthogonal (``dfpo_orth``)
-restore exchangeability by construction, also off-policy.
+Claim [P1: Ding, Zhang, Wang, Zeng, "Design Conditions for Intra-Group Learning
+of Sequence-Level Rewards: Token Gradient Cancellation", arXiv 2604.13088,
+abstract]: "long-term training often leads to issues like ineffective update
+accumulation (learning tax), solution probability drift, and entropy collapse"
+and "to prevent reward-irrelevant drift, intra-group objectives must maintain
+gradient exchangeability across token updates, enabling gradient cancellation
+on weak-credit/high-frequency tokens".
 
-Method: on ``primes`` (write an even N as a sum of two primes: several
-answers are correct), from one SFT warm start per seed, train each objective
-with off-policy reuse (``--minibatches=4 --epochs=2``, ``--batching=query`` so
-that every group stays whole inside one step and only the objective decides
-whether its shared tokens cancel; E7 is about the cut), without clipping and
-with clip-higher (``--clip=higher``, eps 0.2 / 0.28; for ``gspo`` the GSPO
-paper's sequence-level eps 3e-4 / 4e-4). Reported per run: the shared-token
-residual (mean over steps), the learning tax (sum over steps of the mean KL at
-shared histories), the drift of the log-odds between two fixed correct answers
-(|end - start|), the entropy over the correct answers, the mean token entropy
-and held-out accuracy, with 95 % intervals over seeds.
+What a DFPO residual of 0 means: nothing, as evidence. ``dfpo_min`` and
+``dfpo_orth`` give every copy of a token the group shares the same weight by
+construction (loss.py), so their ``residual_ha`` is 0 whatever happens; this
+experiment does not report it as a result. The evidence is whether
+reward-irrelevant drift, entropy collapse and the learning tax *differ*
+between objectives that keep and that break exchangeability.
 
-Learning rates: all runs use the same AdamW lr. The objectives' losses differ
-by per-step constants (1/(N L_max), 1/sum L, the advantage's sigma); Adam's
-update is invariant to a constant rescaling of the loss (up to its epsilon), so
-one lr is the matched choice. What remains different between objectives is
-exactly the *relative* weight of tokens and sequences, which is the point.
+Testbed: ``--task=chain`` (toy_tasks.make_chain). Every correct completion of
+a problem has the same answer, but the teacher writes it in several equally
+correct forms: the ``restate`` point (the first token: restate the problem in
+brackets, ~10 tokens longer, or not) and the ``sep`` points (``,`` or ``;``).
+The verifier ignores both, so any change of the log-odds between the two forms
+since the warm start is reward-irrelevant drift. The restate point's history
+is the prompt, shared by every rollout of a group: exactly [P1]'s setting.
 
-Primary contrast (fixed before any result), without clipping, paired by seed
-(each seed's arms share the warm start and the seed): the log-odds drift and
-the answer entropy of ``dfpo_min`` and of ``dfpo_orth`` minus ``grpo``, and of
-``dr_grpo`` minus ``grpo`` (same sigma-normalised advantage, no 1/L_i: it
-separates the aggregation from the advantage). [P1] predicts drift lower (< 0)
-and answer entropy higher (> 0) for the exchangeable objectives. The next
-version of this experiment will add style_drift, answer drift per problem and
-tax_interior.
+Method: per seed the cached chain warm start (train.py's chain defaults), then
+each arm for ``--rl_steps`` RL steps from it with the same seed (so the first
+rollout batch is the same), with off-policy reuse: ``--minibatches=2
+--epochs=2 --batching=query`` (4 optimizer steps per rollout batch, groups kept
+whole inside a mini-batch so that only the objective decides whether a shared
+token cancels; E7 is about the cut), B = 4 prompts x G = 8, one AdamW lr 1e-4
+for all arms (Adam's step is invariant to the constant factors by which the
+objectives' losses differ), ``--diagnostics``.
 
-    python experiments/e8_objectives.py --quick    # one seed, 40 RL steps
-    python experiments/e8_objectives.py            # 3 seeds, 150 RL steps
+Arms and the factor each pair isolates (loss.py's table; c = coefficient):
+
+| pair                      | same                              | differs in                         |
+|---------------------------|-----------------------------------|------------------------------------|
+| dapo - grpo               | sigma-normalised A, token ratio   | 1/L_i against 1/sum L (aggregation)|
+| dr_grpo - dapo            | constant aggregation, token ratio | 1/sigma_g (a per-group scale)      |
+| dfpo_min - dr_grpo        | A = r - mu, 1/(N L_max)           | token ratio rho against min_j w_j  |
+| dfpo_orth - dr_grpo       | A = r - mu, 1/(N L_max)           | token ratio rho against w - proj_A |
+| grpo clip-higher - grpo   | everything but the clip           | clip 1-0.2 / 1+0.28 against none   |
+
+grpo against dr_grpo changes two factors at once (sigma and 1/L_i); dapo sits
+between them. On-policy dr_grpo, dfpo_min and dfpo_orth coincide; here, with
+reuse, they differ only in the off-policy weight. ``--arm_set`` picks the arms:
+``budget`` (default: grpo, dr_grpo, dfpo_min: the non-exchangeable reference,
+the usual fix, and DFPO, whose difference from dr_grpo is the off-policy
+weight alone), ``primary`` (+ dfpo_orth), ``all`` (+ dapo and grpo with
+clip-higher, which complete the factor pairs). ``gspo`` (sequence ratio and
+sequence clip) and clip-higher on the other objectives are not run: the
+budget below has no room for them, and the earlier 3-seed ``primes`` version
+of E8 had them and saw every interval overlap.
+
+Measured at every evaluation (every ``--eval_every`` steps, 256 held-out
+problems): ``style_drift_restate`` (mean over problems of |change of the
+log-odds between the two forms since the warm start|, in nats),
+``style_drift_signed_restate``, ``style_drift_sep``, ``style_entropy_restate``
+and ``_sep`` (entropy of the policy renormalised over the two equally correct
+forms: the chain task's answer entropy among equally correct completions),
+``entropy`` (mean token entropy of greedy completions) and greedy accuracy;
+per step ``tax_interior`` (KL at histories strictly before the group diverges)
+and its sum over the run, ``clip_frac``. The chain task has one answer per
+problem, so train.py's ``answer_drift`` does not apply: the style points are
+its equally correct completions.
+
+Primary contrast (fixed before any result): ``style_drift_restate`` at the last
+evaluation, dfpo_min - grpo, dfpo_orth - grpo and dr_grpo - grpo, paired by seed
+(the arms of a seed share its warm start and first batch); [P1] predicts < 0.
+Unsigned, because [P1] predicts less drift, not a direction (the signed
+restate drift was the on-policy chain_style experiment's contrast, where grpo
+and dr_grpo did not differ over 200 steps: -0.01 +- 0.50 nats, 10 seeds).
+Secondary: the same metric for each factor pair above; ``style_entropy_restate``
+(predicted > 0 for the exchangeable arm), ``entropy`` (> 0),
+``tax_interior_sum`` (< 0), ``style_drift_sep`` (< 0) and accuracy averaged over
+the last 3 evaluations (no prediction) against grpo.
+
+Budget (measured with /usr/bin/time as CPU seconds of single train.py runs at
+1 torch thread, grpo, seed 0, chain model n_embd 96, G = 8, M = 2, E = 2,
+--diagnostics; differences of runs with 5 and 25-45 steps): one RL step costs
+0.59 s at B = 8 and 0.32 s at B = 4 (on-policy, M = E = 1, B = 8: 0.36 s); the
+per-step learning tax about 0.04 s of that; one evaluation with diagnostics
+3.8 s; start-up 3 s. One run of 600 steps at B = 4 with 7 evaluations:
+600 x 0.32 + 7 x 3.8 + 3 = 222 s (B = 8: 383 s). 60 min on 2 cores is 7200
+CPU s: 32 runs at B = 4 (18 at B = 8). So 10 seeds x 600 steps hold 3 arms:
+``budget``, 30 runs, 6660 s, about 56 min with --jobs=2. ``primary`` is 40
+runs, about 74 min; ``all`` 60 runs, about 111 min: over the 60 min budget,
+and said so. B = 8 would give each arm a less noisy step but only 1.9 arms.
+
+    python experiments/e8_objectives.py --quick     # seed 0, the budget arms, 100 RL steps (out/quick/)
+    python experiments/e8_objectives.py             # seeds 0-9, the budget arms, 600 RL steps (results/)
+    python experiments/e8_objectives.py --arm_set=all   # seeds 0-9, six arms (about 111 min)
+    python experiments/e8_objectives.py --replot    # redraw results/e8_objectives.png from its JSON
 """
 
 import os
@@ -45,85 +101,160 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-OBJECTIVES = ["grpo", "dr_grpo", "dapo", "gspo", "dfpo_min", "dfpo_orth"]
-EXTRA = {"rl_steps": (150, "RL steps per run (quick: 40)"),
-         "sft_steps": (1000, "SFT steps of the warm start"),
-         "task": ("primes", "a task with several correct answers"),
+ARMS = {"grpo": ("grpo", "none"), "dapo": ("dapo", "none"), "dr_grpo": ("dr_grpo", "none"),
+        "dfpo_min": ("dfpo_min", "none"), "dfpo_orth": ("dfpo_orth", "none"),
+        "grpo clip-higher": ("grpo", "higher")}
+ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),  # what 60 min on 2 cores holds (docstring)
+            "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"), "all": tuple(ARMS)}
+PRIMARY = "style_drift_restate"
+FACTORS = {("dapo", "grpo"): "1/L_i vs 1/sum L", ("dr_grpo", "dapo"): "sigma_g",
+           ("dfpo_min", "dr_grpo"): "token ratio vs min-replace", ("dfpo_orth", "dr_grpo"): "token ratio vs orth",
+           ("grpo clip-higher", "grpo"): "clip-higher"}
+SECONDARY = {"style_entropy_restate": "> 0", "entropy": "> 0", "tax_interior_sum": "< 0",
+             "style_drift_sep": "< 0", "acc_last3": "none"}
+CURVES = ("style_drift_restate", "style_drift_signed_restate", "style_drift_sep", "style_entropy_restate",
+          "style_entropy_sep", "entropy", "eval_acc")
+EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own cached warm start)"),
+         "rl_steps": (600, "RL steps per run (quick: 100)"),
+         "eval_every": (100, "RL steps between evaluations"),
+         "prompts_per_step": (4, "B: prompts per rollout batch"), "group_size": (8, "G: completions per prompt"),
+         "minibatches": (2, "M: optimizer steps per rollout batch and epoch"),
+         "epochs": (2, "passes over each rollout batch"),
+         "sft_steps": (1500, "SFT steps of the chain warm start"),
+         "arm_set": ("budget", "budget (grpo, dr_grpo, dfpo_min) | primary (+ dfpo_orth) | all (+ dapo, "
+                               "grpo clip-higher)"),
          "small": (False, "tiny model and batches, for smoke tests")}
 
 
-def clip_flags(loss, clipped):
-    if not clipped:
-        return ["--clip=none"]
-    if loss == "gspo":
-        return ["--clip=higher", "--clip_low=0.0003", "--clip_high=0.0004"]
-    return ["--clip=higher", "--clip_low=0.2", "--clip_high=0.28"]
+def run_flags(o, seed, arm, warm):
+    """train.py's flags for one (seed, arm) run."""
+    loss, clip = ARMS[arm]
+    flags = ["--task=chain", f"--init_from={warm}", f"--seed={seed}", f"--loss={loss}", f"--clip={clip}",
+             f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}", "--batching=query",
+             f"--minibatches={o['minibatches']}", f"--epochs={o['epochs']}", "--diagnostics=true",
+             f"--prompts_per_step={o['prompts_per_step']}", f"--group_size={o['group_size']}"]
+    if clip == "higher":
+        flags += ["--clip_low=0.2", "--clip_high=0.28"]
+    return flags + (["--eval_size=16"] if o["small"] else [])
 
 
-def summarise(ms):
+def one_run(item):
+    """One (seed, arm) run in a worker: its curves at the evaluations and its per-run numbers."""
+    o, seed, arm, warm = item
+    d = os.path.join(o["out"], "runs", "e8", f"{arm.replace(' ', '_')}_s{seed}")
+    ms = common.run(run_flags(o, seed, arm, warm), d)
     rl = [m for m in ms if m["phase"] == "rl"]
     evals = [m for m in rl if "eval_acc" in m]
-    steps = [m for m in rl if "residual" in m]
-    first, last = evals[0], evals[-1]
-    out = {"acc_start": first["eval_acc"], "acc": last["eval_acc"], "entropy": last["entropy"],
-           "entropy_start": first["entropy"],
-           "residual": sum(m["residual"] for m in steps) / len(steps),
-           "tax_sum": steps[-1]["tax_sum"], "clip_frac": sum(m["clip_frac"] for m in steps) / len(steps),
-           "curve_steps": [m["step"] for m in evals], "curve_tax": [m.get("tax_sum", 0.0) for m in evals]}
-    if "answer_log_odds" in last:
-        out["logodds_drift"] = abs(last["answer_log_odds"] - first["answer_log_odds"])
-        out["answer_entropy"] = last["answer_entropy"]
-        out["answer_entropy_start"] = first["answer_entropy"]
-    return out
+    steps = [m for m in rl if "clip_frac" in m]
+    rec = {"seed": seed, "arm": arm, "steps": [m["step"] for m in evals]}
+    for k in CURVES:
+        rec[k] = [m.get(k) for m in evals]
+    rec["tax_interior_sum"] = steps[-1].get("tax_interior_sum") if steps else None
+    rec["clip_frac"] = sum(m["clip_frac"] for m in steps) / max(len(steps), 1)
+    return rec
 
 
-def primary(results):
-    """The docstring's primary contrasts from the per-seed runs (no clip)."""
+def final(rec, k):
+    """A run's value of metric k: the last evaluation's, accuracy averaged over the last 3."""
+    if k == "acc_last3":
+        xs = [x for x in rec.get("eval_acc", [])[-3:] if x is not None]
+        return sum(xs) / len(xs) if xs else None
+    return rec.get(k) if k == "tax_interior_sum" else (rec.get(k) or [None])[-1]
+
+
+def per_seed(runs, arm, k):
+    return {r["seed"]: final(r, k) for r in runs[arm]}
+
+
+def paired(runs, a, b, k, predicted):
+    """contrast of arm a - arm b on metric k, over the seeds of b (in its order) that a has."""
+    x, y = per_seed(runs, a, k), per_seed(runs, b, k)
+    seeds = [s for s in y if s in x]
+    return common.contrast([x[s] for s in seeds], [y[s] for s in seeds], predicted, seeds)
+
+
+def primary(runs):
+    """The docstring's primary contrasts: |restate drift| of each exchangeable arm - grpo."""
+    return {f"{PRIMARY} {a} - grpo": paired(runs, a, "grpo", PRIMARY, "< 0")
+            for a in ("dfpo_min", "dfpo_orth", "dr_grpo") if a in runs and "grpo" in runs}
+
+
+def secondary(runs):
+    """The factor pairs on the primary metric, and every arm - grpo on the secondary metrics."""
     out = {}
-    runs = lambda loss: results[f"{loss} / no clip"]["runs"]
-    for metric, sign in (("logodds_drift", "< 0"), ("answer_entropy", "> 0")):
-        for loss in ("dfpo_min", "dfpo_orth", "dr_grpo"):
-            a, b = {r["seed"]: r.get(metric) for r in runs(loss)}, {r["seed"]: r.get(metric) for r in runs("grpo")}
-            seeds = [s for s in b if s in a]  # in the order of the reference arm
-            out[f"{metric} {loss} - grpo"] = common.contrast([a[s] for s in seeds], [b[s] for s in seeds],
-                                                             sign, seeds)
+    for (a, b), factor in FACTORS.items():
+        if a in runs and b in runs:
+            out[f"{PRIMARY} {a} - {b} ({factor})"] = paired(runs, a, b, PRIMARY, "< 0" if b != "grpo clip-higher"
+                                                            and a != "grpo clip-higher" else "> 0")
+    for k, sign in SECONDARY.items():
+        for a in runs:
+            if a != "grpo" and "grpo" in runs:
+                pred = sign if a != "grpo clip-higher" else {"> 0": "< 0", "< 0": "> 0"}.get(sign, sign)
+                out[f"{k} {a} - grpo"] = paired(runs, a, "grpo", k, pred)
     return out
+
+
+def band(runs, k):
+    """Per evaluation step: (step, mean, t half-width) over the seeds that have a value."""
+    steps = runs[0]["steps"]
+    cols = [[r[k][i] for r in runs if i < len(r[k]) and r[k][i] is not None] for i in range(len(steps))]
+    return [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]
 
 
 def plot(plt, data):
-    """Residual, learning tax and accuracy per objective, without and with clip-higher."""
-    results = data["results"]
-    names = list(results)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8), sharey=True)
-    panels = [("residual", "Shared-token residual", "|Σ c| / Σ |c| at the first token (0 = cancels)", (0, 1)),
-              ("tax_sum", "Learning tax", "Σ over RL steps of KL(π_new ‖ π_old) (nats)", (0, None)),
-              ("acc", "Held-out accuracy at the end", "fraction correct (greedy)", (0, 1))]
-    colors = ["C0" if "no clip" in nm else "C1" for nm in names]
-    for i, (metric, title, xlabel, (lo, hi)) in enumerate(panels):
-        pairs = [results[nm]["summary"][metric] for nm in names]
-        axes[i].barh(range(len(names)), [p[0] or 0 for p in pairs], xerr=common.errbars(pairs, lo, hi),
-                     color=colors, capsize=2)
-        axes[i].set_title(title, fontsize=10)
-        axes[i].set_xlabel(xlabel, fontsize=9)
-        axes[i].grid(axis="x", alpha=0.3)
-        if metric == "acc":
-            start = results[names[0]]["summary"]["acc_start"][0]
-            axes[i].axvline(start, color="k", ls=":", lw=1)
-            axes[i].text(start, len(names) - 0.4, " warm start", fontsize=8, va="bottom")
-        if metric == "residual":
-            axes[i].axvline(0, color="k", lw=0.8)
-    axes[0].set_yticks(range(len(names)), names, fontsize=8)
-    axes[0].set_ylim(-0.6, len(names) + 0.2)
-    from matplotlib.patches import Patch
-    fig.legend([Patch(color="C0"), Patch(color="C1")], ["no clip", "clip-higher"], loc="upper center",
-               ncol=2, fontsize=9, bbox_to_anchor=(0.5, 1.05), frameon=False)
-    n = len(data["seeds"])
-    common.caption(fig, f"Task {data.get('task', 'primes')}, {data['rl_steps']} RL steps with "
-                        "--minibatches=4 --epochs=2 --batching=query (off-policy reuse, whole groups). "
-                        "Residual: mean over steps; learning tax: KL at the histories each group shares, summed "
-                        "over steps; accuracy on the held-out problems, dotted: the warm start. "
-                        + common.ci_note(n, "0 (and 1 for fractions)"))
-    fig.tight_layout()
+    """Curves per arm (mean, 95 % t band over seeds) and the paired contrasts against grpo."""
+    runs, n = data["runs"], len(data["seeds"])
+    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    fig.subplots_adjust(hspace=0.45, wspace=0.32)
+    fig.suptitle(f"E8 on the chain task: objectives under off-policy reuse (M={data['minibatches']}, "
+                 f"E={data['epochs']}), {data['rl_steps']} RL steps, {n} seed{'s' if n > 1 else ''}", fontsize=12)
+    colors = {a: f"C{i}" for i, a in enumerate(ARMS)}
+    curves = [("style_drift_restate", "|restate drift| since the warm start", "mean |Δ log-odds| (nats)"),
+              ("style_entropy_restate", "entropy over the two restate forms", "entropy (nats; ln 2 = 0.69 max)"),
+              ("entropy", "token entropy of greedy completions", "mean entropy per token (nats)")]
+    for ax, (k, title, ylabel) in zip(axes[0], curves):
+        for arm, rs in runs.items():
+            pts = band(rs, k)
+            if not pts:
+                continue
+            s, m, h = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0 for p in pts]
+            ax.plot(s, m, marker="o", ms=3, color=colors[arm], label=arm)
+            ax.fill_between(s, [a - b for a, b in zip(m, h)], [a + b for a, b in zip(m, h)],
+                            color=colors[arm], alpha=0.12)
+        if k == "style_entropy_restate":
+            ax.axhline(0.6931, color="k", ls=":", lw=0.8)
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=8, loc="upper left")
+    panels = [("style_drift_restate", "|restate drift|, arm - grpo (nats)"),
+              ("style_entropy_restate", "restate-form entropy, arm - grpo (nats)"),
+              ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)")]
+    contrasts = {**data["primary"], **data["secondary"]}
+    others = [a for a in runs if a != "grpo"]
+    for ax, (k, xlabel) in zip(axes[1], panels):
+        rows = [(a, contrasts.get(f"{k} {a} - grpo")) for a in others]
+        rows = [(a, c) for a, c in rows if c and c["diff"] is not None]
+        for i, (a, c) in enumerate(rows):
+            ax.errorbar([c["diff"]], [i], xerr=[[c["half"] or 0], [c["half"] or 0]], fmt="o",
+                        color=colors[a], capsize=3)
+        ax.set_yticks(range(len(rows)), [a for a, _ in rows], fontsize=9)
+        ax.set_ylim(-0.7, len(rows) - 0.3)
+        ax.axvline(0, color="k", lw=0.8)
+        ax.set_xlabel(xlabel, fontsize=9)
+        ax.set_title("paired by seed, last evaluation" if k != "tax_interior_sum" else "paired by seed, whole run",
+                     fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+    bands = (f"band: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)" if n > 1
+             else "one seed: no bands or intervals")
+    common.caption(fig, f"Top: mean over seeds at each evaluation (256 held-out problems), {bands}. "
+                        "Restate drift = mean over problems of |change since the warm start of log π(no "
+                        "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
+                        "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
+                        "line at zero. A DFPO residual of 0 holds by construction and is not shown as evidence.",
+                   width=170)
     return fig
 
 
@@ -131,40 +262,36 @@ def main(argv):
     o = common.parse(argv, EXTRA, __doc__)
     if o["replot"]:
         return common.replot("e8_objectives", o["out"], plot)
-    rl_steps = min(o["rl_steps"], 40) if o["quick"] else o["rl_steps"]
-    size = ["--n_layer=1", "--n_embd=32", "--prompts_per_step=4", "--group_size=4",
-            "--eval_size=16"] if o["small"] else []
+    if o["quick"]:
+        o["rl_steps"], o["eval_every"] = min(o["rl_steps"], 100), min(o["eval_every"], 25)
+    if o["arm_set"] not in ARM_SETS:
+        raise common.CliError(f"--arm_set: unknown set {o['arm_set']!r}; choose one of {', '.join(ARM_SETS)}")
+    arms = ARM_SETS[o["arm_set"]]
+    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96, "sft_flawed": 0.6}
+    if o["small"]:
+        o.update(prompts_per_step=4, group_size=4)
     t0 = time.time()
-    results, rows = {}, []
-    for clipped in (False, True):
-        for loss in OBJECTIVES:
-            key = f"{loss} / {'clip-higher' if clipped else 'no clip'}"
-            runs = []
-            for seed in o["seeds"]:
-                ws = common.warm_start(o["out"], seed, o["task"], sft_steps=o["sft_steps"],
-                                       **({"n_layer": 1, "n_embd": 32} if o["small"] else {}))
-                d = os.path.join(o["out"], "runs", "e8", f"{loss}_{'clip' if clipped else 'noclip'}_s{seed}")
-                flags = [f"--task={o['task']}", f"--init_from={ws}", f"--seed={seed}", f"--loss={loss}",
-                         f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 4, 1)}",
-                         "--minibatches=4", "--epochs=2", "--batching=query",
-                         "--diagnostics=true"] + clip_flags(loss, clipped) + size
-                runs.append({"seed": seed, **summarise(common.run(flags, d))})
-            agg = {k: common.mean_ci([r[k] for r in runs]) for k in runs[0]
-                   if not k.startswith("curve") and k != "seed"}
-            results[key] = {"summary": agg, "runs": runs}
-            rows.append([key, f"{agg['residual'][0]:.3f}", f"{agg['tax_sum'][0]:.3f} ± {agg['tax_sum'][1]:.3f}",
-                         f"{agg.get('logodds_drift', (float('nan'),))[0]:.2f}",
-                         f"{agg.get('answer_entropy', (float('nan'),))[0]:.2f}",
-                         f"{agg['entropy'][0]:.3f}", f"{agg['acc'][0]:.3f} ± {agg['acc'][1]:.3f}"])
-    seconds = round(time.time() - t0, 1)
-    data = {"experiment": "E8 objectives", "task": o["task"], "seeds": o["seeds"],
-            "rl_steps": rl_steps, "quick": o["quick"], "seconds": seconds, "results": results}
-    data["primary"] = primary(results)
-    common.table(rows, ["objective / clip", "residual", "tax sum (95% CI)", "log-odds drift",
-                        "answer entropy", "token entropy", "accuracy (95% CI)"])
+    warm = {s: common.warm_start(o["out"], s, "chain", sft_steps=o["sft_steps"], **size) for s in o["seeds"]}
+    keep = {k: o[k] for k in ("out", "rl_steps", "eval_every", "prompts_per_step", "group_size", "minibatches",
+                              "epochs", "small")}
+    items = [(keep, s, a, warm[s]) for s in o["seeds"] for a in arms]
+    t1 = time.time()
+    recs = common.pool(one_run, items, o["jobs"], o["threads"], desc="runs")
+    rate = common.rate("E8", len(items), time.time() - t1, o["jobs"])
+    runs = {a: [r for r in recs if r["arm"] == a] for a in arms}
+    data = {"experiment": "E8 objectives", "task": "chain", "seeds": o["seeds"], "arms": list(arms),
+            "quick": o["quick"], **{k: o[k] for k in keep if k not in ("out", "small")},
+            "runs": runs, "rate": rate}
+    data["primary"], data["secondary"] = primary(runs), secondary(runs)
+    data["per_arm"] = {a: {k: common.ci([final(r, k) for r in runs[a]]) for k in (PRIMARY, *SECONDARY)}
+                       for a in arms}
+    data["seconds"] = round(time.time() - t0, 1)
+    rows = [[a] + [common.fmt(data["per_arm"][a][k]) for k in (PRIMARY, *SECONDARY)] for a in arms]
+    common.table(rows, ["arm", "|restate drift|", "restate entropy", "token entropy", "tax interior sum",
+                        "|sep drift|", "acc (last 3)"])
     common.print_contrasts(data["primary"])
-    print(f"E8 took {seconds:.0f}s")
-
+    common.print_contrasts(data["secondary"], "secondary")
+    print(f"E8 took {data['seconds']:.0f}s")
     data = common.clean(data)
     common.save("e8_objectives", data, o["out"], lambda plt: plot(plt, data))
     return data

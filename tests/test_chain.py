@@ -1,5 +1,6 @@
 """The `chain` testbed: the properties that make cancellation observable, and the
 metrics that read it (residual_ha in test_loss.py; style drift, interior tax)."""
+import math
 import random
 import statistics
 
@@ -212,3 +213,18 @@ def test_sample_py_parses_chain_prompts():
     assert TASK.reward(p, "7+8=15,15*3=45,45-5=40") == 1.0
     for bad in ["7+8*3-5", "7+88=", "7/8=", "+7=", "0+1+2+3="]:
         assert sample.parse_problem("chain", bad) is None, bad
+
+
+def test_style_entropy_by_hand():
+    """Binary entropy of the two forms, per problem first: log-odds 0 gives ln 2;
+    log-odds ln 3 gives p = 3/4, H = -(3/4 ln 3/4 + 1/4 ln 1/4) = 0.562335."""
+    lo = torch.tensor([0.0, math.log(3.0), math.log(3.0), -math.log(3.0)])
+    prob = torch.tensor([0, 0, 1, 1])
+    kinds = ["restate", "sep", "restate", "sep"]
+    h3 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
+    assert abs(h3 - 0.562335) < 1e-6
+    out = D.style_entropy(lo, prob, kinds)
+    assert out["style_entropy_restate"] == pytest.approx((math.log(2) + h3) / 2)
+    assert out["style_entropy_sep"] == pytest.approx(h3)  # the sign of the log-odds does not matter
+    assert out["style_entropy"] == pytest.approx(((math.log(2) + h3) / 2 + h3) / 2)
+    assert D.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])["style_entropy"] < 1e-80

@@ -91,6 +91,33 @@ def test_masked_closed_form_twin_matches_masked_head_step():
     assert float((pos - d["positive_only"][m]).norm() / d["positive_only"][m].norm()) < 0.05
 
 
+def test_masked_sweep_equals_separate_sgd_steps():
+    """The linear route (one gradient per class, theta + lr (G - G_drop)) against
+    separate one_update steps with the removed coefficients zeroed, at two lrs."""
+    model, b = tiny_model(), hand_batch()
+    adv = L.advantages(b["rewards"], b["group"])
+    m, tok = b["mask"], b["tokens"]
+    sgn = torch.sign(adv)[:, None].expand_as(tok)
+    coef = D.token_coefficients(model, b, adv)
+    sweep = D.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
+    assert set(sweep) == {1e-2, 1e-1}
+    for lr in (1e-2, 1e-1):
+        step = lambda c: D.token_deltas(model, D.one_update(model, b, adv, "sgd", lr, coef=c), b)
+        d = sweep[lr]
+        assert torch.allclose(d["full"], step(coef), rtol=1e-9, atol=1e-12)
+        assert torch.allclose(d["positive_only"], step(coef * (sgn >= 0)), rtol=1e-9, atol=1e-12)
+        want = d["full"].clone()
+        for v in tok[m].unique().tolist():
+            for s in (1, -1):
+                cls, drop = m & (tok == v) & (sgn == s), m & (tok == v) & (sgn == -s)
+                if cls.any() and drop.any():
+                    want[cls] = step(coef * ~drop)[cls]
+        assert not torch.allclose(want, d["full"])  # some class really lost its partners
+        assert torch.allclose(d["no_opposite_same_token"], want, rtol=1e-9, atol=1e-12)
+    one = D.masked_update_deltas(model, b, adv, 1e-1)  # a single lr: the variants directly
+    assert torch.allclose(one["full"], sweep[1e-1]["full"])
+
+
 # ----------------------------------------------------------------------------- flips
 
 def test_flip_table_on_a_hand_made_delta():
@@ -135,6 +162,52 @@ def test_mc_value_known_values():
     assert bool((V[~torch.isnan(V)] == 1).all())
 
 
+def test_value_gap_bins_and_pick_by_hand():
+    v = torch.tensor([1.0, 0.5, 0.0, 0.25, 1.0])
+    d = torch.tensor([0.2, 0.05, -0.3, -0.2, 0.0])
+    g = D.value_gap(v, d, 0.1)  # boosted {1.0}, suppressed {0.0, 0.25}
+    assert g["gap"] == pytest.approx(1.0 - 0.125) and (g["n_boosted"], g["n_suppressed"]) == (1, 2)
+    assert D.value_gap(v, d, 0.0)["gap"] == pytest.approx((1.0 + 0.5) / 2 - 0.125)
+    assert D.value_gap(v, d, 1.0)["gap"] is None
+    bins = D.value_bins(torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2]), 3)
+    assert bins.tolist() == [2, 0, 1, 1, 2, 0]
+    tied = D.value_bins(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0))
+    assert tied[2] == 0 and sorted(tied.tolist()) == [0, 0, 1, 1]
+    cand = torch.tensor([[True, False, True], [False, True, False]])
+    pick = D.pick_tokens(cand, 2, torch.Generator().manual_seed(0))
+    assert len(pick) == 2 and all(bool(cand[r, t]) for r, t in pick.tolist())
+    assert sorted(map(tuple, D.pick_tokens(cand, 5).tolist())) == [(0, 0), (0, 2), (1, 1)]
+
+
+def test_shuffled_advantages_permute_inside_groups():
+    adv = torch.tensor([1.0, -1.0, 0.5, 0.0, 2.0, -2.0, 3.0])
+    group = torch.tensor([0, 0, 0, 0, 1, 1, 2])
+    out = D.shuffled_advantages(adv, group, torch.Generator().manual_seed(3))
+    for k in range(3):
+        assert sorted(out[group == k].tolist()) == sorted(adv[group == k].tolist())
+    assert out[6] == 3.0
+    moved = sum(not torch.equal(D.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv)
+                for s in range(20))
+    assert moved >= 15  # a permutation of 4 and of 2 is the identity with probability 1/48
+
+
+def test_token_values_match_mc_values_on_the_subset():
+    model = tiny_model(double=False)
+    task = toy_tasks.make_add(2)
+    probs = [(12, 34), (56, 78)]
+    gen = torch.Generator().manual_seed(0)
+    b = sample(model, [encode(task.prompt(p)) for p in probs], 2, task.max_new_tokens, 1.0, generator=gen)
+    b["problems"] = [probs[i // 2] for i in range(4)]
+    first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
+    b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
+                                 for p, t in zip(b["problems"], b["tokens"].tolist())])
+    rows_t = torch.tensor([[0, 0], [3, 0], [1, int(b["mask"][1].sum()) - 1]])
+    v = D.token_values(model, first_is_1, b, rows_t, 3, gen)
+    one = encode("1")[0]
+    assert v[0] == float(b["tokens"][0, 0] == one) and v[1] == float(b["tokens"][3, 0] == one)
+    assert v[2] == b["rewards"][1]  # the prefix ending in EOS is the whole completion: its reward
+
+
 def test_token_categories_rule():
     task = toy_tasks.make_add(2, scratchpad=True)
     p = (47, 85)
@@ -151,6 +224,25 @@ def test_token_categories_rule():
     assert "copy" in task.categories(p, sol)
     assert cats[2, :len(rows[2])].tolist() == idx(["compute" if c.isdigit() else "template" for c in other]
                                                   + ["template"])
+    assert bool((cats[2, len(rows[2]):] == -1).all())
+
+
+def test_token_categories_chain_labels_every_style():
+    """chain: a completion whose style choices differ from the canonical solution's
+    keeps its style, copy and compute labels (the layout rule would call ( and ;
+    template and every digit compute)."""
+    task = toy_tasks.make_task("chain")
+    p = (8, "-", 2, "+", 8, "*", 6)
+    texts = ["(8-2+8*6)8-2=6;6+8=14,14*6=84", "8-2=6,6+8=14;14*6=84", "8-2=6;6+8=4"]
+    rows = [encode(s) + [EOS] for s in texts]
+    T = max(map(len, rows))
+    tok = torch.tensor([r + [PAD] * (T - len(r)) for r in rows])
+    cats = D.token_categories(task, [p] * 3, tok, tok != PAD)
+    name = lambda i, j: D.CATEGORIES[int(cats[i, j])]
+    assert [name(0, j) for j in (0, 1, 9, 13, 14, 28, 29)] == \
+        ["style", "copy", "copy", "compute", "style", "compute", "template"]
+    assert [name(1, j) for j in (0, 1, 3, 4, 5, 12)] == ["copy", "template", "template", "compute", "style", "style"]
+    assert [name(2, j) for j in (5, 10, 11)] == ["style", "compute", "template"]
     assert bool((cats[2, len(rows[2]):] == -1).all())
 
 

@@ -22,15 +22,18 @@ EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair th
                                              s["2"]["sgd"]["flipped"]]),
     "e2_coupling": (["--steps=0,2"], lambda s: [s["2"]["adam_live"], s["0"]["sgd_all_w"], s["2"]["mass_same_low"],
                                                 s["2"]["mass_same"][0], s["0"]["head_vs_closed_form"]]),
-    "e3_masked": ([], lambda s: [s[v]["flipped_eps0"] for v in ("full", "no_opposite_same_token", "positive_only",
-                                                                "cf_full", "cf_no_opposite_same_token")]),
-    "e4_categories": ([], lambda s: [s[r][c]["share"] for r in ("grpo_adam", "positive_only_sgd")
-                                     for c in ("template", "compute")]),
-    "e5_value": (["--K=2"], lambda s: [s["adam"]["pos_boosted"]["value"], s["sgd"]["neg_suppressed"]["credit"]]),
-    "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16"],
-                      # R needs a prefix shared by both signs, which random tiny completions rarely have
-                      lambda s: [s["G"][1]["residual"], s["B"][1]["flipped_eps0"]]
-                      + [[0.0, None] for _ in (s["G"][0]["R"], s["B"][0]["R_prefix"])]),
+    "e3_masked": (["--sgd_lrs=1e-2,1e-1"],
+                  lambda s: [r[v]["flipped_eps0"] for r in (s["net"]["0.1"], s["cf"])
+                             for v in ("full", "no_opposite_same_token", "positive_only")]
+                  + [s["cf"]["full"]["flipped_by_lr"]["0.01"]]),
+    "e4_categories": (["--rl_step=2"], lambda s: [s["at"][t][r][c]["share"] for t in ("0", "2")
+                                                  for r in ("grpo_adam", "positive_only_sgd")
+                                                  for c in ("template", "compute", "style")]
+                      + [s["gap"]["2"]["adam"]["template+style"]]),
+    "e5_value": (["--K=2", "--tokens=8", "--rl_step=1"],
+                 lambda s: [s["adam"]["grpo"]["neg"], s["sgd"]["shuffled"]["pos"], s["adam"]["positive_only"]["neg"]]),
+    "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16", "--K=2", "--tokens=16",
+                       "--rl_step=1"], lambda s: [s["G"][1]["gap"], s["B"][0]["gap"]]),
 }
 
 BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
@@ -38,14 +41,21 @@ BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
                            r["steps"]["2"]["adam"]["pos"]["boosted"] - r["steps"]["2"]["adam"]["neg"]["boosted"]},
     "e2_coupling": lambda r: {"adam step 2: sign agreement full vs head (A!=0) - 0.7":
                               r["steps"]["2"]["adam_live"] - 0.7},
-    "e3_masked": lambda r: {"flipped full - no_opposite_same_token":
-                            r["full"]["flipped"] - r["no_opposite_same_token"]["flipped"]},
-    "e4_categories": lambda r: {f"{o}: compute share grpo - positive_only":
-                                r[f"grpo_{o}"]["compute"]["share"] - r[f"positive_only_{o}"]["compute"]["share"]
-                                for o in ("adam", "sgd")},
-    "e5_value": lambda r: {f"{o}: value gap boosted - suppressed, A{c}0":
-                           r[o][f"{s}_boosted"]["value"][0] - r[o][f"{s}_suppressed"]["value"][0]
-                           for o in ("adam", "sgd") for s, c in (("pos", ">"), ("neg", "<"))},
+    "e3_masked": lambda r: {
+        "full network, lr 0.1: flipped full - no_opposite_same_token":
+        r["net"]["0.1"]["full"]["flipped"] - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
+        "closed form, lr 0.1: flipped full - no_opposite_same_token":
+        r["cf"]["full"]["flipped_by_lr"]["0.1"] - r["cf"]["no_opposite_same_token"]["flipped_by_lr"]["0.1"]},
+    "e4_categories": lambda r: {f"{o}, step 2: template+style share grpo - positive_only":
+                                sum(r["at"]["2"][f"grpo_{o}"][c]["share"] - r["at"]["2"][f"positive_only_{o}"][c]["share"]
+                                    for c in ("template", "style")) for o in ("adam", "sgd")},
+    "e5_value": lambda r: {"adam: value gap A<0, grpo - shuffled":
+                           (r["adam"]["grpo"]["neg"]["boosted"] - r["adam"]["grpo"]["neg"]["suppressed"])
+                           - (r["adam"]["shuffled"]["neg"]["boosted"] - r["adam"]["shuffled"]["neg"]["suppressed"])},
+    "e6_group_size": lambda r: {f"value gap at {k} = {hi} - at {k} = {lo}":
+                                (r[k][-1]["boosted"] - r[k][-1]["suppressed"])
+                                - (r[k][0]["boosted"] - r[k][0]["suppressed"])
+                                for k, hi, lo in (("G", 4, 2), ("B", 4, 2))},
 }
 
 

@@ -65,26 +65,62 @@ def test_contrast_drops_missing_seeds_and_one_sample():
 
 
 def test_e8_primary_contrast_by_hand(capsys):
-    """E8's primary contrasts from synthetic per-seed runs, in shuffled seed
-    order, against a hand computation; one seed prints n/a, and the JSON stays strict."""
+    """E8's primary contrasts (|restate drift| at the last evaluation, arm - grpo)
+    from synthetic per-seed runs in shuffled seed order, against a hand
+    computation; a factor pair and accuracy over the last 3 evaluations; one seed
+    prints n/a, and the JSON stays strict."""
     import json
     import e8_objectives
     drift = {"grpo": [2.0, 3.0, 4.0], "dr_grpo": [1.5, 3.0, 3.0], "dfpo_min": [1.0, 1.0, 1.0],
-             "dfpo_orth": [2.0, 3.0, 4.0]}
-    order = {"grpo": [0, 1, 2], "dr_grpo": [2, 0, 1], "dfpo_min": [1, 2, 0], "dfpo_orth": [0, 2, 1]}
-    results = {f"{loss} / no clip": {"runs": [{"seed": s, "logodds_drift": drift[loss][s],
-                                               "answer_entropy": 0.5 + s} for s in order[loss]]}
-               for loss in drift}
-    p = e8_objectives.primary(results)
-    c = p["logodds_drift dr_grpo - grpo"]      # differences -0.5, 0, -1 over seeds 0, 1, 2
+             "dfpo_orth": [2.0, 3.0, 4.0], "dapo": [2.0, 2.0, 2.0]}
+    order = {"grpo": [0, 1, 2], "dr_grpo": [2, 0, 1], "dfpo_min": [1, 2, 0], "dfpo_orth": [0, 2, 1], "dapo": [1, 0, 2]}
+    run = lambda loss, s: {"seed": s, "steps": [0, 50, 100, 150], "style_drift_restate": [None, 9.0, 9.0, drift[loss][s]],
+                           "eval_acc": [0.1, 0.5 + s / 10, 0.6, 0.7 if loss == "grpo" else 0.4],
+                           "tax_interior_sum": 1.0}
+    runs = {loss: [run(loss, s) for s in order[loss]] for loss in drift}
+    p = e8_objectives.primary(runs)
+    c = p["style_drift_restate dr_grpo - grpo"]      # differences -0.5, 0, -1 over seeds 0, 1, 2
     sd = math.sqrt(((-0.5 + 0.5) ** 2 + 0.5 ** 2 + 0.5 ** 2) / 2)
-    assert c["n"] == 3 and abs(c["diff"] + 0.5) < 1e-12 and c["predicted"] == "< 0"
+    assert c["n"] == 3 and abs(c["diff"] + 0.5) < 1e-12 and c["predicted"] == "< 0" and c["seeds"] == [0, 1, 2]
     assert abs(c["half"] - 4.3027 * sd / math.sqrt(3)) < 1e-4
-    assert p["logodds_drift dfpo_min - grpo"]["per_seed"] == [-1.0, -2.0, -3.0]
-    assert p["logodds_drift dfpo_orth - grpo"]["sd"] == 0.0   # same per-seed values: exact zero
-    assert p["answer_entropy dfpo_min - grpo"]["per_seed"] == [0.0, 0.0, 0.0]
-    one = e8_objectives.primary({k: {"runs": [r for r in v["runs"] if r["seed"] == 0]}
-                                 for k, v in results.items()})
-    common.print_contrasts({"x": one["logodds_drift dfpo_min - grpo"]})
+    assert p["style_drift_restate dfpo_min - grpo"]["per_seed"] == [-1.0, -2.0, -3.0]
+    assert p["style_drift_restate dfpo_orth - grpo"]["sd"] == 0.0   # same per-seed values: exact zero
+    sec = e8_objectives.secondary(runs)
+    # in the order of the reference arm dapo (seeds 1, 0, 2): 3 - 2, 1.5 - 2, 3 - 2
+    assert sec["style_drift_restate dr_grpo - dapo (sigma_g)"]["per_seed"] == [1.0, -0.5, 1.0]
+    assert sec["style_drift_restate dapo - grpo (1/L_i vs 1/sum L)"]["per_seed"] == [0.0, -1.0, -2.0]
+    # accuracy: mean of the last 3 evaluations, (0.5 + s/10 + 0.6 + 0.4) / 3 - (0.5 + s/10 + 0.6 + 0.7) / 3 = -0.1
+    assert sec["acc_last3 dfpo_min - grpo"]["diff"] == pytest.approx(-0.1)
+    one = e8_objectives.primary({k: [r for r in v if r["seed"] == 0] for k, v in runs.items()})
+    common.print_contrasts({"x": one["style_drift_restate dfpo_min - grpo"]})
     assert "primary: x: -1 ± n/a (n=1, 95% t; smallest detectable n/a; predicted < 0)" in capsys.readouterr().out
     json.dumps(common.clean(one), allow_nan=False)
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def readme_number(x, digits=2):
+    """A number as the README prints it: the minus sign is U+2212, + is shown."""
+    s = f"{x:+.{digits}f}"
+    return s.replace("-", "\u2212")
+
+
+def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
+    """chain_style's primary contrast, recomputed from the committed per-seed
+    values alone (the last evaluation of each run), with an independent
+    Student-t computation, equals the JSON's and is what the README prints."""
+    import json
+    data = json.load(open(os.path.join(ROOT, "results", "chain_style.json")))
+    key = "style_drift_signed_restate"
+    by_seed = {arm: {r["seed"]: r[key][-1] for r in data["runs"][arm]} for arm in ("grpo", "dr_grpo")}
+    d = [by_seed["grpo"][s] - by_seed["dr_grpo"][s] for s in data["seeds"]]
+    n = len(d)
+    m = sum(d) / n
+    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1))
+    half = {9: 2.2622}[n - 1] * sd / math.sqrt(n)  # t_{0.975, 9} from the table
+    c = data["primary"]["signed restate drift, grpo - dr_grpo"]
+    assert n == c["n"] == 10 and abs(c["diff"] - m) < 1e-9 and abs(c["half"] - half) < 1e-3
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    printed = f"{readme_number(m)} ± {half:.2f}".replace("+", "")
+    assert f"**{printed}**" in readme, printed
