@@ -345,12 +345,13 @@ def caption(fig, text, width=150):
     fig.text(0.01, -0.01, textwrap.fill(text, width), ha="left", va="top", fontsize=8)
 
 
-def ci_note(n, cut="0"):
-    """The caption sentence about error bars over n seeds."""
+def ci_note(n, cut=None):
+    """The caption sentence about error bars over n seeds; ``cut`` names the bounds
+    (e.g. "0 and 1" for a share) at which the bars are cut, if any."""
     if n < 2:
         return "One seed: no error bars."
-    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom), "
-            f"cut at {cut} where the quantity cannot go beyond it.")
+    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
+            + (f", cut at {cut} where the quantity cannot go beyond it." if cut else "."))
 
 
 def replot(name, out, plot):

@@ -139,7 +139,7 @@ def plot(plt, data):
                         f"optimizer, whose first step is near sign descent), or plain SGD (lr {cfg['sgd_lr']:g}). "
                         "Left: each category's share of Σ|Δ|; hatched: the categories' share of the tokens. Right: "
                         "GRPO minus positive-only, per seed, then averaged; P2 predicts < 0 for template+style. "
-                        + common.ci_note(n, "nowhere"))
+                        + common.ci_note(n))
     fig.tight_layout()
     return fig
 
