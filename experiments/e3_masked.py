@@ -129,6 +129,8 @@ def plot(plt, data):
     s, eps, lrs = data["summary"], data["config"]["eps"], data["config"]["sgd_lrs"]
     n = len(data["per_seed"])
     fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
+    fig.suptitle("E3: masked plain-SGD updates on the chain testbed: do flips need opposite-sign "
+                 "copies of the same token?", fontsize=11)
     for i, (title, m) in enumerate(((f"ε = {eps:g} nats", "flipped"), ("ε = 0", "flipped_eps0"))):
         for k, v in enumerate(VARIANTS):
             shift = [lr * 1.07 ** (k - 1) for lr in lrs]  # side by side, so bars do not overlap

@@ -109,6 +109,8 @@ def plot(plt, data):
     pretty = lambda r: r.replace("positive_only", "positive-only").replace("grpo", "GRPO").replace(
         "_adam", "\nAdamW").replace("_sgd", "\nSGD")
     fig, ax = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig.suptitle("E4: where GRPO and positive-only training put their update, by token category (chain)",
+                 fontsize=11)
     bottom = [0.0] * (len(runs) + 1)
     tok = [s["at"][S]["tokens"][c][0] or 0 for c in CATS]
     for c, t in zip(CATS, tok):
