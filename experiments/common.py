@@ -13,9 +13,8 @@
   matplotlib is installed, ``<out>/<name>.png``; ``replot`` redraws the PNG
   from the JSON (``--replot``); ``errbars``, ``caption`` and ``ci_note``
   keep the figures honest (bars cut at 0, captions that say what they show);
-* ``mean_ci(xs)`` gives a mean and the half-width of a 95 % Student-t
-  interval (n - 1 degrees of freedom); ``paired(a, b)`` the same for the
-  per-seed differences of two arms that share seeds;
+* the statistics (Student-t intervals, paired contrasts, verdicts) live in
+  ``stats.py`` and are imported here, so ``common.mean_ci`` and friends work;
 * ``pool(fn, items, jobs)`` runs independent units of work (one seed, one
   run) in ``--jobs`` worker processes of ``--threads`` torch threads each:
   small models gain little from more threads, so on a 2-core laptop two
@@ -43,6 +42,8 @@ if ROOT not in sys.path:
 
 import config  # noqa: E402
 import train  # noqa: E402
+from stats import (ci, contrast, fmt, mean_ci, paired, print_contrasts, seeds_needed,  # noqa: E402,F401
+                   t_quantile, verdict)
 from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
 
 
@@ -190,140 +191,6 @@ def run(flags, out_dir):
     cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", "--device=cpu", "--overwrite"])
     train.main(cfg)
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
-
-
-def t_quantile(df, q=0.975):
-    """Quantile of Student's t with df degrees of freedom, computed exactly from
-    its CDF (regularised incomplete beta, by Lentz's continued fraction) and
-    bisection: no scipy. t_quantile(2) = 4.3027, t_quantile(9) = 2.2622."""
-    if df < 1:
-        raise ValueError(f"t_quantile needs df >= 1, got {df}")
-
-    def betacf(a, b, x):
-        tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        h = d
-        for m in range(1, 300):
-            for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                        -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-                d = 1.0 + num * d
-                d = 1.0 / (d if abs(d) > tiny else tiny)
-                c = 1.0 + num / c
-                c = c if abs(c) > tiny else tiny
-                h *= d * c
-        return h
-
-    def ibeta(a, b, x):  # regularised incomplete beta I_x(a, b)
-        if x <= 0 or x >= 1:
-            return float(x >= 1)
-        lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)
-        if x < (a + 1) / (a + b + 2):
-            return math.exp(lbt) * betacf(a, b, x) / a
-        return 1.0 - math.exp(lbt) * betacf(b, a, 1 - x) / b
-
-    def cdf(t):
-        tail = 0.5 * ibeta(df / 2, 0.5, df / (df + t * t))
-        return 1.0 - tail if t > 0 else tail
-
-    lo, hi = 0.0, 1e4
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
-    return (lo + hi) / 2
-
-
-def mean_ci(xs):
-    """(mean, half-width of the two-sided 95 % Student-t interval, n - 1 dof).
-    The half-width is NaN for a single value."""
-    xs = [float(x) for x in xs]
-    m = sum(xs) / len(xs)
-    if len(xs) < 2:
-        return m, float("nan")
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, t_quantile(len(xs) - 1) * sd / math.sqrt(len(xs))
-
-
-def paired(a, b):
-    """Paired contrast of two arms measured on the same seeds (or batches).
-
-    a, b: dicts seed -> value, or equal-length lists in the same seed order.
-    Returns {"diff": mean of a - b, "half": its t half-width, "n": pairs,
-    "sd": sd of the differences, "mde": the smallest true difference this n and
-    sd would detect with 80 % power at the 5 % level (two-sided, normal
-    approximation t_{0.975} + z_{0.8} on the t scale), "per_seed": the
-    differences}. Seeds present in only one arm are left out."""
-    if isinstance(a, dict):
-        keys = [k for k in a if k in b]
-        d = [float(a[k]) - float(b[k]) for k in keys]
-    else:
-        if len(a) != len(b):
-            raise ValueError(f"paired arms need the same seeds: {len(a)} against {len(b)} values")
-        d = [float(x) - float(y) for x, y in zip(a, b)]
-    if not d:
-        raise ValueError("paired contrast of arms that share no seed")
-    m, h = mean_ci(d)
-    n = len(d)
-    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1)) if n > 1 else float("nan")
-    mde = (t_quantile(n - 1) + 0.8416) * sd / math.sqrt(n) if n > 1 else float("nan")
-    return {"diff": m, "half": h, "n": n, "sd": sd, "mde": mde, "per_seed": d}
-
-
-def seeds_needed(sd, effect, most=1000):
-    """The smallest number of pairs n whose smallest detectable effect (paired's
-    "mde": (t_{0.975, n-1} + z_{0.8}) * sd / sqrt(n)) is at most ``effect``, for a
-    paired sd ``sd``; None if sd is undefined or more than ``most`` would be needed."""
-    if sd is None or sd != sd or effect is None or effect <= 0:
-        return None
-    for n in range(2, most + 1):
-        if (t_quantile(n - 1) + 0.8416) * sd / math.sqrt(n) <= effect:
-            return n
-    return None
-
-
-def contrast(a, b, predicted, seeds=None):
-    """The primary (or secondary) contrast of an experiment: paired(a, b) over the
-    seeds where both arms have a value, plus ``predicted`` (the sign the paper
-    predicts, fixed in the docstring before any result) and ``seeds``.
-
-    a, b: per-seed values in the order of ``seeds`` (None where undefined), or a
-    number b for a one-sample contrast against a reference (then diff = mean of
-    a - b and half its one-sample t interval). With no shared seed every number
-    is None and n = 0."""
-    seeds = list(range(len(a))) if seeds is None else list(seeds)
-    if not isinstance(b, (list, tuple)):
-        b = [b] * len(a)
-    if not len(seeds) == len(a) == len(b):
-        raise ValueError(f"contrast needs one value per seed: {len(seeds)} seeds, {len(a)} and {len(b)} values")
-    ok = lambda x: x is not None and x == x
-    keep = [(s, x, y) for s, x, y in zip(seeds, a, b) if ok(x) and ok(y)]
-    if not keep:
-        return {"diff": None, "half": None, "n": 0, "sd": None, "mde": None, "per_seed": [],
-                "seeds": [], "predicted": predicted}
-    out = paired([x for _, x, _ in keep], [y for _, _, y in keep])
-    return {**out, "seeds": [s for s, _, _ in keep], "predicted": predicted}
-
-
-def verdict(c, margin):
-    """The verdict on a claim that a contrast is about 0, with an equivalence
-    margin fixed before the run: *agree* if the 95 % interval lies inside
-    (-margin, margin), *contradict* if it lies wholly outside, else
-    *inconclusive*."""
-    if c["diff"] is None or c["half"] is None or c["half"] != c["half"]:
-        return "inconclusive (too few seeds)"
-    lo, hi = c["diff"] - c["half"], c["diff"] + c["half"]
-    if -margin < lo and hi < margin:
-        return f"agree: the interval lies inside +-{margin:g}"
-    if lo > margin or hi < -margin:
-        return f"contradict: the interval lies outside +-{margin:g}"
-    return f"inconclusive: the interval crosses +-{margin:g}"
-
-
-def print_contrasts(contrasts, label="primary"):
-    """One line per contrast: diff ± half (n, 95 % t; smallest detectable; predicted)."""
-    num = lambda x: "n/a" if x is None or x != x else f"{x:.4g}"
-    for name, c in contrasts.items():
-        print(f"{label}: {name}: {num(c['diff'])} ± {num(c['half'])} (n={c['n']}, 95% t; "
-              f"smallest detectable {num(c['mde'])}; predicted {c['predicted']})")
 
 
 def errbars(pairs, floor=None, ceil=None):
@@ -506,6 +373,33 @@ def load_state(opts, seed, path, dtype=torch.float32, lr=None):
     return model, opt
 
 
+def kept_steps(opts, argv, quick=(0, 20)):
+    """--steps (sorted, once each) and --primary_step of an experiment that measures
+    at kept RL states: --quick takes ``quick`` unless --steps is given, and its
+    primary step falls back to the last kept one; a full run refuses a primary step
+    that is not kept (CliError)."""
+    if opts["quick"] and not any(a.startswith("--steps=") for a in argv):
+        opts["steps"] = list(quick)
+    opts["steps"] = sorted(set(opts["steps"]))
+    if opts["primary_step"] not in opts["steps"]:
+        if not opts["quick"]:
+            raise CliError(f"--primary_step={opts['primary_step']} is not one of --steps")
+        opts["primary_step"] = opts["steps"][-1]
+    return opts
+
+
+def state_at(opts, seed, step):
+    """(model, AdamW, task, draw, gen) at RL step ``step`` of the seed's GRPO run
+    (rl_states, load_state), with the problem stream advanced past the problems the
+    run already drew, so that measurements use the problems it would draw next."""
+    path = rl_states(opts, seed, [step])[step]
+    _, task, draw, gen = diag_setup(opts, seed)
+    model, opt = load_state(opts, seed, path)
+    for _ in range(step * Config.prompts_per_step):
+        draw()
+    return model, opt, task, draw, gen
+
+
 def warm_path(opts, seed):
     """Where diag_setup's warm start of ``opts`` and ``seed`` lies (trained if missing)."""
     size = {k: opts[k] for k in ("n_layer", "n_head", "n_embd", "sft_batch", "sft_flawed")
@@ -549,23 +443,6 @@ def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
     batch["problems"] = [drawn[i // group_size] for i in range(prompts * group_size)]
     batch["max_len"] = task.max_new_tokens
     return batch
-
-
-def ci(xs):
-    """mean_ci over the values that exist, as [mean, half-width]; None where undefined."""
-    xs = [x for x in xs if x is not None and x == x]
-    if not xs:
-        return [None, None]
-    m, h = mean_ci(xs)
-    return [m, None if h != h else h]
-
-
-def fmt(mc, digits=3):
-    """'m ± h' for a [mean, half-width] pair."""
-    m, h = mc
-    if m is None:
-        return "n/a"
-    return f"{m:.{digits}f}" + (f" ± {h:.{digits}f}" if h is not None else "")
 
 
 def clean(x):

@@ -104,13 +104,7 @@ def main(argv):
     opts = common.parse(argv, EXTRA, __doc__)
     if opts["replot"]:
         return common.replot("e1_flips", opts["out"], plot)
-    if opts["quick"] and "--steps" not in " ".join(argv):
-        opts["steps"] = [0, 20]
-    opts["steps"] = sorted(set(opts["steps"]) | ({0} if opts["quick"] else set()))
-    if opts["primary_step"] not in opts["steps"]:
-        if not opts["quick"]:
-            raise common.CliError(f"--primary_step={opts['primary_step']} is not one of --steps")
-        opts["primary_step"] = opts["steps"][-1]
+    common.kept_steps(opts, argv)
     t0 = time.time()
     got = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
     per_seed, deltas = [g[0] for g in got], got[0][1]

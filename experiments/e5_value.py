@@ -82,11 +82,7 @@ def one_seed(item):
     arm and sign, the value gap and its counts."""
     opts, seed = item
     step = opts["rl_step"]
-    path = common.rl_states(opts, seed, [step])[step]
-    _, task, draw, gen = common.diag_setup(opts, seed)
-    model, opt = common.load_state(opts, seed, path)
-    for _ in range(step * opts["prompts"]):  # the run drew these problems already
-        draw()
+    model, opt, task, draw, gen = common.state_at(opts, seed, step)
     pooled = {"v": [], "sign": [], **{(o, a): [] for o in OPTS for a in ARMS}}
     rewards = []
     for _ in range(opts["batches"]):

@@ -110,11 +110,7 @@ def one_seed(item):
     """Every setting of both sweeps for one seed (the shared setting measured once)."""
     opts, seed = item
     step = opts["rl_step"]
-    path = common.rl_states(opts, seed, [step])[step]
-    _, task, draw, gen = common.diag_setup(opts, seed)
-    model, opt = common.load_state(opts, seed, path)
-    for _ in range(step * opts["prompts"]):  # the run drew these problems already
-        draw()
+    model, opt, task, draw, gen = common.state_at(opts, seed, step)
     cache, rec = {}, {"seed": seed}
     for name, pts in sweeps(opts).items():
         rec[name] = []

@@ -82,3 +82,16 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
 def test_pool_keeps_order_with_workers():
     assert common.pool(math.factorial, [5, 3, 4], jobs=2, desc="test") == [120, 6, 24]
     assert common.pool(math.factorial, [5, 3], jobs=1, desc="test") == [120, 6]
+
+
+def test_kept_steps_rules():
+    import pytest
+    from config import CliError
+    o = common.kept_steps({"quick": True, "steps": [0, 100, 200], "primary_step": 100}, [])
+    assert o["steps"] == [0, 20] and o["primary_step"] == 20  # quick: its own steps, the last is primary
+    o = common.kept_steps({"quick": True, "steps": [2, 0, 2], "primary_step": 100}, ["--steps=2,0,2"])
+    assert o["steps"] == [0, 2] and o["primary_step"] == 2
+    o = common.kept_steps({"quick": False, "steps": [200, 0, 100], "primary_step": 100}, [])
+    assert o["steps"] == [0, 100, 200] and o["primary_step"] == 100
+    with pytest.raises(CliError, match="not one of --steps"):
+        common.kept_steps({"quick": False, "steps": [0, 50], "primary_step": 100}, [])
