@@ -28,9 +28,29 @@ each arm for ``--rl_steps`` RL steps from it with the same seed (so the first
 rollout batch is the same), with off-policy reuse: ``--minibatches=2
 --epochs=2 --batching=query`` (4 optimizer steps per rollout batch, groups kept
 whole inside a mini-batch so that only the objective decides whether a shared
-token cancels; E7 is about the cut), B = 4 prompts x G = 8, one AdamW lr 1e-4
-for all arms (Adam's step is invariant to the constant factors by which the
+token cancels; E7 is about the cut), B = 4 prompts x G = 8, the ratio clip
+``--clip=sym`` (1 +- 0.2, train.py's default) and one AdamW lr 3e-5 for all
+arms (Adam's step is invariant to the constant factors by which the
 objectives' losses differ), ``--diagnostics``.
+
+Clip and lr were fixed on stability alone, before any run on seeds 0-9. The
+first quick run (seed 0, no clip, lr 1e-4) collapsed: greedy accuracy 0.72 ->
+0.43 under grpo and -> 0.05 under dfpo_min (mean of the last 3 evaluations),
+so it would have compared the drift of broken policies. The rule, written
+down before probing: on probe seeds 10 and 11 (not evaluation seeds), 600 RL
+steps, every arm keeps every evaluation within 0.10 of its best earlier one
+and ends at or above its warm start; candidates in this order, the first that
+passes is taken: (A) clip sym, lr 1e-4; (B) clip sym, lr 3e-5; (C) B with one
+epoch. A failed: dfpo_min on seed 10 went 0.16 -> 0.32 (step 100) -> 0.06 ->
+0.004 (grpo and dr_grpo ended at 0.71 and 0.72). B passed for grpo, dr_grpo,
+dfpo_min and dfpo_orth on both seeds (final accuracies 0.89-0.95, largest
+fall below an earlier best 0.05). A likely reason, not tested here: DFPO's
+update, -sg(w~) A log pi with no per-token ratio, has no trust region: the clip only truncates w
+before the transform, so a rollout batch reused 4 times keeps pushing its
+negative tokens down at full weight. With the clip, grpo's and dr_grpo's
+tokens lose their gradient where it binds, which breaks exchangeability for
+dr_grpo too (loss.py): the comparison is the practical one [P1] draws, clipped
+PPO-style objectives against DFPO; ``clip_frac`` is logged.
 
 Arms and the factor each pair isolates (loss.py's table; c = coefficient):
 
@@ -40,18 +60,19 @@ Arms and the factor each pair isolates (loss.py's table; c = coefficient):
 | dr_grpo - dapo            | constant aggregation, token ratio | 1/sigma_g (a per-group scale)      |
 | dfpo_min - dr_grpo        | A = r - mu, 1/(N L_max)           | token ratio rho against min_j w_j  |
 | dfpo_orth - dr_grpo       | A = r - mu, 1/(N L_max)           | token ratio rho against w - proj_A |
-| grpo clip-higher - grpo   | everything but the clip           | clip 1-0.2 / 1+0.28 against none   |
+| grpo clip-higher - grpo   | everything but the clip           | clip 1-0.2 / 1+0.28 against 1+-0.2 |
 
 grpo against dr_grpo changes two factors at once (sigma and 1/L_i); dapo sits
 between them. On-policy dr_grpo, dfpo_min and dfpo_orth coincide; here, with
 reuse, they differ only in the off-policy weight. ``--arm_set`` picks the arms:
-``budget`` (default: grpo, dr_grpo, dfpo_min: the non-exchangeable reference,
-the usual fix, and DFPO, whose difference from dr_grpo is the off-policy
-weight alone), ``primary`` (+ dfpo_orth), ``all`` (+ dapo and grpo with
-clip-higher, which complete the factor pairs). ``gspo`` (sequence ratio and
-sequence clip) and clip-higher on the other objectives are not run: the
-budget below has no room for them, and the earlier 3-seed ``primes`` version
-of E8 had them and saw every interval overlap.
+``primary`` (default: grpo, dr_grpo, dfpo_min, dfpo_orth: the
+non-exchangeable reference, the usual fix, and DFPO's two transforms, whose
+difference from dr_grpo is the off-policy weight alone), ``budget`` (without
+dfpo_orth), ``all`` (+ dapo and grpo with clip-higher, which complete the
+factor pairs). ``gspo`` (sequence ratio and sequence clip) and clip-higher on
+the other objectives are not run: the budget below has no room for them, and
+the earlier 3-seed ``primes`` version of E8 had them and saw every interval
+overlap.
 
 Measured at every evaluation (every ``--eval_every`` steps, 256 held-out
 problems): ``style_drift_restate`` (mean over problems of |change of the
@@ -76,21 +97,18 @@ Secondary: the same metric for each factor pair above; ``style_entropy_restate``
 ``tax_interior_sum`` (< 0), ``style_drift_sep`` (< 0) and accuracy averaged over
 the last 3 evaluations (no prediction) against grpo.
 
-Budget (measured with /usr/bin/time as CPU seconds of single train.py runs at
-1 torch thread, grpo, seed 0, chain model n_embd 96, G = 8, M = 2, E = 2,
---diagnostics; differences of runs with 5 and 25-45 steps): one RL step costs
-0.59 s at B = 8 and 0.32 s at B = 4 (on-policy, M = E = 1, B = 8: 0.36 s); the
-per-step learning tax about 0.04 s of that; one evaluation with diagnostics
-3.8 s; start-up 3 s. One run of 600 steps at B = 4 with 7 evaluations:
-600 x 0.32 + 7 x 3.8 + 3 = 222 s (B = 8: 383 s). 60 min on 2 cores is 7200
-CPU s: 32 runs at B = 4 (18 at B = 8). So 10 seeds x 600 steps hold 3 arms:
-``budget``, 30 runs, 6660 s, about 56 min with --jobs=2. ``primary`` is 40
-runs, about 74 min; ``all`` 60 runs, about 111 min: over the 60 min budget,
-and said so. B = 8 would give each arm a less noisy step but only 1.9 arms.
+Budget: the stability probe B above measured 162-176 s of one core per
+600-step run with 7 evaluations (8 runs in 680 s with --jobs=2: 42 runs per
+hour). 10 seeds x 4 arms (``primary``) is 40 runs, about 57 min with
+--jobs=2 on 2 cores; ``budget`` 30 runs, about 43 min; ``all`` 60 runs, about
+86 min, over the 60 min target and said so. (Earlier estimate from short runs
+at lr 1e-4: 0.32 s per RL step at B = 4 and 0.59 s at B = 8, one evaluation
+with diagnostics 3.8 s; B = 8 would give each arm a less noisy step but
+halve the arms that fit.)
 
-    python experiments/e8_objectives.py --quick     # seed 0, the budget arms, 100 RL steps (out/quick/)
-    python experiments/e8_objectives.py             # seeds 0-9, the budget arms, 600 RL steps (results/)
-    python experiments/e8_objectives.py --arm_set=all   # seeds 0-9, six arms (about 111 min)
+    python experiments/e8_objectives.py --quick     # seed 0, the primary arms, 100 RL steps (out/quick/)
+    python experiments/e8_objectives.py             # seeds 0-9, the primary arms, 600 RL steps (results/)
+    python experiments/e8_objectives.py --arm_set=all   # seeds 0-9, six arms (about 86 min)
     python experiments/e8_objectives.py --replot    # redraw results/e8_objectives.png from its JSON
 """
 
@@ -104,8 +122,9 @@ import common  # noqa: E402
 ARMS = {"grpo": ("grpo", "none"), "dapo": ("dapo", "none"), "dr_grpo": ("dr_grpo", "none"),
         "dfpo_min": ("dfpo_min", "none"), "dfpo_orth": ("dfpo_orth", "none"),
         "grpo clip-higher": ("grpo", "higher")}
-ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),  # what 60 min on 2 cores holds (docstring)
-            "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"), "all": tuple(ARMS)}
+ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),
+            "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"),  # fits 60 min on 2 cores (docstring)
+            "all": tuple(ARMS)}
 PRIMARY = "style_drift_restate"
 FACTORS = {("dapo", "grpo"): "1/L_i vs 1/sum L", ("dr_grpo", "dapo"): "sigma_g",
            ("dfpo_min", "dr_grpo"): "token ratio vs min-replace", ("dfpo_orth", "dr_grpo"): "token ratio vs orth",
@@ -120,16 +139,20 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own c
          "prompts_per_step": (4, "B: prompts per rollout batch"), "group_size": (8, "G: completions per prompt"),
          "minibatches": (2, "M: optimizer steps per rollout batch and epoch"),
          "epochs": (2, "passes over each rollout batch"),
+         "clip": ("sym", "ratio clip of every arm but 'grpo clip-higher': none | sym (1 +- 0.2)"),
+         "lr": (3e-5, "RL learning rate (AdamW), the same for every arm"),
          "sft_steps": (1500, "SFT steps of the chain warm start"),
-         "arm_set": ("budget", "budget (grpo, dr_grpo, dfpo_min) | primary (+ dfpo_orth) | all (+ dapo, "
-                               "grpo clip-higher)"),
+         "arm_set": ("primary", "primary (grpo, dr_grpo, dfpo_min, dfpo_orth) | budget (no dfpo_orth) | all "
+                                "(+ dapo, grpo clip-higher)"),
          "small": (False, "tiny model and batches, for smoke tests")}
 
 
 def run_flags(o, seed, arm, warm):
     """train.py's flags for one (seed, arm) run."""
     loss, clip = ARMS[arm]
+    clip = o["clip"] if clip == "none" else clip
     flags = ["--task=chain", f"--init_from={warm}", f"--seed={seed}", f"--loss={loss}", f"--clip={clip}",
+             f"--lr={o['lr']}",
              f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}", "--batching=query",
              f"--minibatches={o['minibatches']}", f"--epochs={o['epochs']}", "--diagnostics=true",
              f"--prompts_per_step={o['prompts_per_step']}", f"--group_size={o['group_size']}"]
@@ -266,6 +289,8 @@ def main(argv):
         o["rl_steps"], o["eval_every"] = min(o["rl_steps"], 100), min(o["eval_every"], 25)
     if o["arm_set"] not in ARM_SETS:
         raise common.CliError(f"--arm_set: unknown set {o['arm_set']!r}; choose one of {', '.join(ARM_SETS)}")
+    if o["clip"] not in ("none", "sym"):
+        raise common.CliError(f"--clip: {o['clip']!r} is not none or sym")
     arms = ARM_SETS[o["arm_set"]]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96, "sft_flawed": 0.6}
     if o["small"]:
@@ -273,7 +298,7 @@ def main(argv):
     t0 = time.time()
     warm = {s: common.warm_start(o["out"], s, "chain", sft_steps=o["sft_steps"], **size) for s in o["seeds"]}
     keep = {k: o[k] for k in ("out", "rl_steps", "eval_every", "prompts_per_step", "group_size", "minibatches",
-                              "epochs", "small")}
+                              "epochs", "clip", "lr", "small")}
     items = [(keep, s, a, warm[s]) for s in o["seeds"] for a in arms]
     t1 = time.time()
     recs = common.pool(one_run, items, o["jobs"], o["threads"], desc="runs")
