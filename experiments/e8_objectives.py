@@ -227,14 +227,15 @@ def band(runs, k):
 def plot(plt, data):
     """Curves per arm (mean, 95 % t band over seeds) and the paired contrasts against grpo."""
     runs, n = data["runs"], len(data["seeds"])
-    fig, axes = plt.subplots(2, 3, figsize=(17, 9.5))
+    fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
     fig.subplots_adjust(hspace=0.45, wspace=0.32)
     fig.suptitle(f"E8 on the chain task: objectives under off-policy reuse (M={data['minibatches']}, "
                  f"E={data['epochs']}), {data['rl_steps']} RL steps, {n} seed{'s' if n > 1 else ''}", fontsize=12)
     colors = {a: f"C{i}" for i, a in enumerate(ARMS)}
     curves = [("style_drift_restate", "|restate drift| since the warm start", "mean |Δ log-odds| (nats)"),
               ("style_entropy_restate", "entropy over the two restate forms", "entropy (nats; ln 2 = 0.69 max)"),
-              ("entropy", "token entropy of greedy completions", "mean entropy per token (nats)")]
+              ("entropy", "token entropy of greedy completions", "mean entropy per token (nats)"),
+              ("eval_acc", "greedy accuracy (256 held-out problems)", "accuracy (fraction correct)")]
     for ax, (k, title, ylabel) in zip(axes[0], curves):
         for arm, rs in runs.items():
             pts = band(rs, k)
@@ -254,7 +255,8 @@ def plot(plt, data):
     axes[0][0].legend(fontsize=8, loc="upper left")
     panels = [("style_drift_restate", "|restate drift|, arm - grpo (nats)"),
               ("style_entropy_restate", "restate-form entropy, arm - grpo (nats)"),
-              ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)")]
+              ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)"),
+              ("acc_last3", "accuracy, mean of the last 3 evaluations, arm - grpo")]
     contrasts = {**data["primary"], **data["secondary"]}
     others = [a for a in runs if a != "grpo"]
     for ax, (k, xlabel) in zip(axes[1], panels):
@@ -267,8 +269,8 @@ def plot(plt, data):
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.axvline(0, color="k", lw=0.8)
         ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_title("paired by seed, last evaluation" if k != "tax_interior_sum" else "paired by seed, whole run",
-                     fontsize=10)
+        ax.set_title({"tax_interior_sum": "paired by seed, whole run", "acc_last3": "paired by seed, last 3 "
+                      "evaluations"}.get(k, "paired by seed, last evaluation"), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
     bands = (f"band: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)" if n > 1
              else "one seed: no bands or intervals")
@@ -277,7 +279,7 @@ def plot(plt, data):
                         "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
                         "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
                         "line at zero. A DFPO residual of 0 holds by construction and is not shown as evidence.",
-                   width=170)
+                   width=230)
     return fig
 
 
