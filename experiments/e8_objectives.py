@@ -256,7 +256,7 @@ def plot(plt, data):
     panels = [("style_drift_restate", "|restate drift|, arm - grpo (nats)"),
               ("style_entropy_restate", "restate-form entropy, arm - grpo (nats)"),
               ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)"),
-              ("acc_last3", "accuracy, mean of the last 3 evaluations, arm - grpo")]
+              ("acc_last3", "accuracy (fraction correct), mean of the last 3 evaluations, arm - grpo")]
     contrasts = {**data["primary"], **data["secondary"]}
     others = [a for a in runs if a != "grpo"]
     for ax, (k, xlabel) in zip(axes[1], panels):

@@ -70,19 +70,20 @@ def test_e7_last3_and_settings():
 
 
 def test_e8_quick(tmp_path):
-    """Quick mode's three arms from one warm start and seed; the primary contrast is
+    """Quick mode's four arms from one warm start and seed; the primary contrast is
     recomputed from the JSON's per-run curves (last evaluation of |restate drift|)."""
     import e8_objectives
     data = e8_objectives.main(SMALL + ["--jobs=1", f"--out={tmp_path}"])
     saved = json.load(open(os.path.join(tmp_path, "e8_objectives.json")))
-    assert saved["arms"] == ["grpo", "dr_grpo", "dfpo_min"] and saved["minibatches"] == 2
+    assert saved["arms"] == ["grpo", "dr_grpo", "dfpo_min", "dfpo_orth"] and saved["minibatches"] == 2
+    assert saved["clip"] == "sym" and saved["lr"] == 3e-5
     for arm, runs in saved["runs"].items():
         (r,) = runs
         assert r["seed"] == 0 and r["steps"] == [0, 2] and r["style_drift_restate"][0] is None
         assert r["style_drift_restate"][-1] >= abs(r["style_drift_signed_restate"][-1]) - 1e-12
         assert 0 <= r["style_entropy_restate"][-1] <= 0.6932 and r["tax_interior_sum"] >= 0
     check_primary(saved)
-    assert set(saved["primary"]) == {"style_drift_restate dfpo_min - grpo", "style_drift_restate dr_grpo - grpo"}
+    assert set(saved["primary"]) == {f"style_drift_restate {a} - grpo" for a in ("dfpo_min", "dfpo_orth", "dr_grpo")}
     g, d = saved["runs"]["grpo"][0], saved["runs"]["dfpo_min"][0]
     p = saved["primary"]["style_drift_restate dfpo_min - grpo"]
     assert p["n"] == 1 and p["predicted"] == "< 0"
@@ -93,7 +94,7 @@ def test_e8_quick(tmp_path):
     a = saved["secondary"]["acc_last3 dr_grpo - grpo"]["diff"]
     acc = lambda r: sum(r["eval_acc"][-3:]) / len(r["eval_acc"][-3:])
     assert abs(a - (acc(saved["runs"]["dr_grpo"][0]) - acc(g))) < 1e-12
-    assert data["rate"]["units"] == 3
+    assert data["rate"]["units"] == 4
 
 
 def test_chain_style_quick(tmp_path):

@@ -300,7 +300,8 @@ BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e5_value", ["--sgd_lr=0"], "> 0
         ("e5_value", ["--K=0"], "at least 1"), ("e6_group_size", ["--group_sizes=2,x"], "list of integers"),
         ("e6_group_size", ["--prompt_counts=0,4"], "at least 1"), ("e7_schedulers", ["--minibatches=17"], "exceeds the 16 groups"),
         ("e7_schedulers", ["--rl_steps=0"], "at least 1"), ("e8_objectives", ["--small=2"], "true or false"),
-        ("e8_objectives", ["--arm_set=gspo"], "unknown set"), ("e8_objectives", ["--task=chain"], "unknown flag")]
+        ("e8_objectives", ["--arm_set=gspo"], "unknown set"),
+        ("e8_objectives", ["--clip=higher"], "not none or sym"), ("e8_objectives", ["--lr=0"], "> 0"), ("e8_objectives", ["--task=chain"], "unknown flag")]
 BAD += [("e3_masked", ["--sgd_lrs=1e-1,x"], "list of numbers"), ("e3_masked", ["--sgd_lrs=0,1e-1"], "> 0"),
         ("e3_masked", ["--sgd_lrs=1e-2", "--primary_lr=0.1"], "not one of --sgd_lrs")]
 BAD += [("e4_categories", ["--scratchpad"], "does not apply"), ("e4_categories", ["--rl_step=0"], "at least 1"),

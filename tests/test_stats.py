@@ -127,7 +127,8 @@ def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
 
 
 T975 = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 19: 2.0930}  # t_{0.975, df}, from tables
-RERUN = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size", "e7_schedulers"]  # README prints their primaries
+RERUN = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size", "e7_schedulers",
+         "e8_objectives"]  # README prints their primaries
 
 
 @pytest.mark.parametrize("name", RERUN)
