@@ -43,7 +43,7 @@ and ends at or above its warm start; candidates in this order, the first that
 passes is taken: (A) clip sym, lr 1e-4; (B) clip sym, lr 3e-5; (C) B with one
 epoch. A failed: dfpo_min on seed 10 went 0.16 -> 0.32 (step 100) -> 0.06 ->
 0.004 (grpo and dr_grpo ended at 0.71 and 0.72). B passed for grpo, dr_grpo,
-dfpo_min and dfpo_orth on both seeds (final accuracies 0.89-0.95, largest
+dfpo_min and dfpo_orth on both seeds (final accuracies 0.87-0.95, largest
 fall below an earlier best 0.05). A likely reason, not tested here: DFPO's
 update, -sg(w~) A log pi with no per-token ratio, has no trust region: the clip only truncates w
 before the transform, so a rollout batch reused 4 times keeps pushing its
