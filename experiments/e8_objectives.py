@@ -119,8 +119,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-ARMS = {"grpo": ("grpo", "none"), "dapo": ("dapo", "none"), "dr_grpo": ("dr_grpo", "none"),
-        "dfpo_min": ("dfpo_min", "none"), "dfpo_orth": ("dfpo_orth", "none"),
+ARMS = {"grpo": ("grpo", None), "dapo": ("dapo", None), "dr_grpo": ("dr_grpo", None),  # None: the run's --clip
+        "dfpo_min": ("dfpo_min", None), "dfpo_orth": ("dfpo_orth", None),
         "grpo clip-higher": ("grpo", "higher")}
 ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),
             "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"),  # fits 60 min on 2 cores (docstring)
@@ -150,7 +150,7 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own c
 def run_flags(o, seed, arm, warm):
     """train.py's flags for one (seed, arm) run."""
     loss, clip = ARMS[arm]
-    clip = o["clip"] if clip == "none" else clip
+    clip = clip or o["clip"]
     flags = ["--task=chain", f"--init_from={warm}", f"--seed={seed}", f"--loss={loss}", f"--clip={clip}",
              f"--lr={o['lr']}",
              f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}", "--batching=query",

@@ -108,3 +108,16 @@ def test_chain_style_quick(tmp_path):
     assert p["n"] == 1 and p["predicted"] == "< 0"
     assert abs(p["diff"] - (g["style_drift_signed_restate"][-1] - d["style_drift_signed_restate"][-1])) < 1e-12
     assert g["style_drift_restate"][-1] >= abs(g["style_drift_signed_restate"][-1]) - 1e-12
+
+
+def test_e8_run_flags_take_the_run_clip_except_clip_higher():
+    """Every arm runs with the run's --clip and --lr; only 'grpo clip-higher' has its own clip."""
+    import e8_objectives as e8
+    o = {"rl_steps": 600, "eval_every": 100, "minibatches": 2, "epochs": 2, "prompts_per_step": 4,
+         "group_size": 8, "clip": "sym", "lr": 3e-5, "small": False}
+    f = e8.run_flags(o, 3, "dfpo_orth", "w.pt")
+    assert "--loss=dfpo_orth" in f and "--clip=sym" in f and "--lr=3e-05" in f and "--seed=3" in f
+    assert "--init_from=w.pt" in f and "--minibatches=2" in f and "--batching=query" in f
+    f = e8.run_flags({**o, "clip": "none"}, 0, "grpo clip-higher", "w.pt")
+    assert "--clip=higher" in f and "--clip_high=0.28" in f and "--clip=none" not in f
+    assert "--clip=none" in e8.run_flags({**o, "clip": "none"}, 0, "grpo", "w.pt")
