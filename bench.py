@@ -208,7 +208,7 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
         counts = L.step_counts(mask, adv, cfg.loss, max_len=task.max_new_tokens)
         loss, _ = L.policy_loss(logp, out["logprobs"], mask, adv, group, cfg.loss, cfg.clip,
                                 cfg.clip_low, cfg.clip_high, counts)
-        L.shared_residual(L.coefficients(loss, logp), group)
+        L.first_token_residual(L.coefficients(loss, logp), group)
         opt.zero_grad(set_to_none=True)
         loss.backward()
     t["fwd_bwd"], _ = timed(fwd_bwd, device)
@@ -322,7 +322,7 @@ def parse(argv):
             opts[key] = val
     if opts["device"] not in ("auto", "cpu", "cuda"):
         raise CliError(f"unknown device {opts['device']!r}; choose cpu, cuda or auto")
-    opts["device"] = train.resolve_device(opts["device"])
+    opts["device"] = D.resolve_device(opts["device"])
     if opts["out"]:
         if os.path.isdir(opts["out"]):
             raise CliError(f"--out={opts['out']} is a folder; give a file name")

@@ -38,7 +38,8 @@ import os
 import random
 import re
 import sys
-from dataclasses import fields, replace
+from dataclasses import dataclass, field, fields, replace
+from typing import Callable
 
 import torch
 
@@ -197,7 +198,7 @@ def validate(ck):
                          f"{toy_tasks.VOCAB_SIZE}/{toy_tasks.N_OUT}")
     if mcfg.n_embd % mcfg.n_head:
         raise ValueError(f"n_embd={mcfg.n_embd} is not divisible by n_head={mcfg.n_head}")
-    need = longest_prompt(task) + task.max_new_tokens
+    need = toy_tasks.longest_prompt(task) + task.max_new_tokens
     if need > mcfg.block_size:
         raise ValueError(f"block_size={mcfg.block_size} is too short for task {task.name} "
                          f"(needs {need})")
@@ -240,12 +241,6 @@ def validate_state(s):
     _need(s, "sums", dict, "resume")
 
 
-def longest_prompt(task, n=200):
-    """Longest prompt (tokens) among n problems drawn with a fixed seed, and the largest."""
-    rng = random.Random(0)
-    return max(len(task.prompt(task.sample(rng))) for _ in range(n))
-
-
 def load_checkpoint(path, device="cpu"):
     """Load and validate a checkpoint -> (model, dict); raise CliError with one line if bad."""
     if not path:
@@ -272,25 +267,49 @@ def load_checkpoint(path, device="cpu"):
 
 # ----------------------------------------------------------------------------- resume state
 
-def capture(phase, step, opt, gen, draw, sol_rng, sums, metrics_bytes):
-    """Everything that decides the steps after ``step`` (see the docstring)."""
-    return {"phase": phase, "step": step, "optimizer": opt.state_dict(),
-            "torch_gen": gen.get_state(), "torch_global": torch.get_rng_state(),
-            "python_random": random.getstate(),
-            "rngs": {"problems": draw.rng.getstate(), "solutions": sol_rng.getstate()},
-            "sums": dict(sums), "metrics_bytes": metrics_bytes}
+def new_sums():
+    """The running sums of a run: the last evaluation, the warm start's accuracy, the
+    mixed fraction at the start of RL, the learning tax so far, the warm start's
+    diagnostics (the reference of drift)."""
+    return {"acc0": None, "acc": None, "mixed_at_start": None, "tax_sum": 0.0, "tax_interior_sum": 0.0,
+            "diag_ref": None}
 
 
-def restore(state, opt, gen, draw, sol_rng):
-    """Put a captured state back (the model's weights are loaded with the checkpoint)."""
-    if opt is not None:
-        opt.load_state_dict(state["optimizer"])
-    gen.set_state(state["torch_gen"].cpu())
-    torch.set_rng_state(state["torch_global"].cpu())
-    random.setstate(_tuples(state["python_random"]))
-    draw.rng.setstate(_tuples(state["rngs"]["problems"]))
-    sol_rng.setstate(_tuples(state["rngs"]["solutions"]))
-    return dict(state["sums"])
+@dataclass
+class RunState:
+    """Everything besides the weights that decides the steps after ``step`` of
+    ``phase`` (see the docstring): the random streams, the running sums, and the
+    saved state a resumed run starts from (None for a new run)."""
+    draw: Callable           # toy_tasks.train_sampler: the problem stream (draw.rng)
+    sol_rng: random.Random   # SFT: which teacher writes each solution
+    gen: torch.Generator     # rollouts and mini-batch cuts
+    saved: dict = None       # ckpt.pt's "resume" entry, put back by restore()
+    phase: str = "sft"
+    step: int = 0            # the last finished step of phase
+    sums: dict = field(default_factory=new_sums)
+
+    def __post_init__(self):
+        if self.saved is not None:
+            self.phase, self.step = self.saved["phase"], self.saved["step"]
+
+    def capture(self, opt, metrics_bytes):
+        """The state after ``self.step``, as a dict of tensors and plain values."""
+        return {"phase": self.phase, "step": self.step, "optimizer": opt.state_dict(),
+                "torch_gen": self.gen.get_state(), "torch_global": torch.get_rng_state(),
+                "python_random": random.getstate(),
+                "rngs": {"problems": self.draw.rng.getstate(), "solutions": self.sol_rng.getstate()},
+                "sums": dict(self.sums), "metrics_bytes": metrics_bytes}
+
+    def restore(self, opt):
+        """Put the saved state back into the optimizer, the random streams and the sums."""
+        s = self.saved
+        opt.load_state_dict(s["optimizer"])
+        self.gen.set_state(s["torch_gen"].cpu())
+        torch.set_rng_state(s["torch_global"].cpu())
+        random.setstate(_tuples(s["python_random"]))
+        self.draw.rng.setstate(_tuples(s["rngs"]["problems"]))
+        self.sol_rng.setstate(_tuples(s["rngs"]["solutions"]))
+        self.sums = dict(s["sums"])
 
 
 def _tuples(x):
@@ -351,3 +370,79 @@ def init_from_checks(cfg, model, ck):
         print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
               file=sys.stderr)
     return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
+
+
+# ----------------------------------------------------------------------------- a run's folder
+
+def open_run(cfg, device):
+    """Check --out_dir, --resume and --overwrite before anything is written.
+    Returns (cfg, found, model, saved): the config to run (a resumed run's own),
+    the run files already there, and for --resume with a ckpt.pt its model and
+    resume state (else None, None)."""
+    found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
+    if found and not (cfg.resume or cfg.overwrite):
+        raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
+                       f"continue it with --resume or replace it with --overwrite")
+    if cfg.resume and "config.json" not in found:
+        raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
+    if not (cfg.resume and "ckpt.pt" in found):
+        return (resumed_config(cfg) if cfg.resume else cfg), found, None, None
+    cfg = resumed_config(cfg)
+    model, ck = load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
+    if "resume" not in ck:
+        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
+    path = os.path.join(cfg.out_dir, "metrics.jsonl")
+    have = os.path.getsize(path) if os.path.exists(path) else 0
+    if have < ck["resume"]["metrics_bytes"]:
+        raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
+                       f"checkpoint says ({ck['resume']['metrics_bytes']})")
+    return cfg, found, model, ck["resume"]
+
+
+def start_writing(cfg, found, resolved, saved):
+    """The first writes of a run (rank 0): clear stale temp files, replace the old
+    run (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume), write
+    config.json (the resolved config: what actually runs) and print it."""
+    clear_stale_temps(cfg.out_dir)
+    if cfg.overwrite:
+        for f in found:
+            os.remove(os.path.join(cfg.out_dir, f))
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if not cfg.resume:
+        atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
+    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+    if cfg.resume:
+        metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
+        os.truncate(metrics, saved["metrics_bytes"]) if saved else open(metrics, "w").close()
+        print(f"resuming after {saved['phase']} step {saved['step']}" if saved else
+              "resuming from the start: the run had written no checkpoint")
+
+
+class RunDir:
+    """Where rank 0 writes as a run goes: metrics.jsonl (one JSON object a line,
+    flushed) and the checkpoints. On the other ranks every call does nothing."""
+
+    def __init__(self, cfg, raw, master):
+        self.cfg, self.raw, self.master = cfg, raw, master
+        self.metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
+
+    def log(self, d):
+        if self.master:
+            self.metrics.write(json.dumps(d) + "\n")
+            self.metrics.flush()
+
+    def checkpoint(self, state, opt, name="ckpt.pt"):
+        """ckpt.pt with the resume state after ``state.step`` of ``state.phase``."""
+        if self.master:
+            save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase, state.step,
+                            state.capture(opt, self.metrics.tell()))
+
+    def warm_start(self, step):
+        """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
+        if self.master:
+            save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
+                            "warm_start", step)
+
+    def close(self):
+        if self.master:
+            self.metrics.close()

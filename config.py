@@ -10,6 +10,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, fields
 
+import batching
+import loss
+import toy_tasks
+
 
 class CliError(Exception):
     """A user error: reported as one line, no traceback."""
@@ -161,7 +165,6 @@ def parse_args(argv, cls=Config, doc="", check=True):
             if key in values:
                 raise CliError(f"--{key} does not apply to --task={task}")
         values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
-        import loss
         if "clip" not in values and values.get("loss") in loss.NO_CLIP:
             values["clip"] = "none"  # these objectives have no ratio clip; an explicit --clip is refused
         if values.get("micro_batch", 1) < 1:
@@ -197,9 +200,6 @@ def validate(cfg):
             raise CliError(f"--{f.name} must be a finite number, got {v}")
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
         raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20")
-    import batching
-    import loss
-    import toy_tasks
     if cfg.task not in toy_tasks.TASKS:
         raise CliError(f"unknown task {cfg.task!r}; choose one of {', '.join(toy_tasks.TASKS)}")
     try:
@@ -281,8 +281,7 @@ def validate(cfg):
     if cfg.temperature > 10:
         raise CliError(f"--temperature={cfg.temperature} is not a sane sampling temperature; use (0, 10]")
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    import checkpoint
-    need = checkpoint.longest_prompt(task) + task.max_new_tokens
+    need = toy_tasks.longest_prompt(task) + task.max_new_tokens
     if need > BLOCK_SIZE:
         raise CliError(f"--task={cfg.task} --digits={cfg.digits} --scratchpad={cfg.scratchpad} needs "
                        f"{need} tokens of prompt + completion, more than the block size {BLOCK_SIZE}")

@@ -2,9 +2,9 @@
 
 What it teaches
 ---------------
-A copy of a token that a whole group emits after one history cancels only if
-every copy gets the same weight (loss.py). Splitting a step must therefore not
-change any weight. The step's loss is a sum over its rollouts,
+Copies of a token that a whole group emits after one history cancel for every
+centred advantage when every copy gets the same weight (loss.py). Splitting a
+step must therefore not change any weight. The step's loss is a sum over its rollouts,
 
     loss = sum_{i in step} sum_t norm_i(D) * l_{i,t}(w~_i),
 
@@ -53,6 +53,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from config import CliError
 from toy_tasks import PAD
@@ -92,6 +93,36 @@ def check_world(cfg, world):
     if smallest < world:
         raise CliError(f"--minibatches={cfg.minibatches} leaves mini-batches of {smallest} "
                        f"rollouts, fewer than the {world} processes")
+
+
+def resolve_device(name):
+    """--device: auto is cuda where there is one, else cpu."""
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise CliError("--device=cuda but no CUDA device is available")
+    return name
+
+
+def wrap(model, cfg, device, local_rank, world):
+    """Join the process group (torchrun), compile if asked, and wrap the model in
+    DDP, which all-reduces (averages) the gradients in backward. Returns (the
+    model to train, the plain module: sampling, evaluation and checkpoints use it).
+    One process: (model, model)."""
+    if world > 1:
+        backend = setup_device(device, local_rank, world)
+        dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=world, timeout=TIMEOUT)
+    if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
+        model.forward = torch.compile(model.forward, dynamic=True)
+    if world == 1:
+        return model, model
+    return DDP(model, device_ids=[local_rank] if device == "cuda" else None), model
+
+
+def teardown():
+    """Leave the process group, if there is one."""
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def setup_device(device, local_rank, world):

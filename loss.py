@@ -9,12 +9,18 @@ Every objective here is a weighted policy gradient. Write its gradient as
 with a per-token coefficient ``c_{i,t} = -d loss / d log pi_new(y_{i,t})``.
 Take a token ``a`` that every rollout of a group emits after the same history
 ``h`` (the first completion token, a shared format prefix). Its gradient is
-``(sum_i c_i) grad log pi(a|h)``. With centred advantages (sum_i A_i = 0)
-that vanishes iff every copy gets the same weight, ``c_i = w * A_i`` with ``w``
-independent of ``i``: *gradient exchangeability* [P1, arXiv 2604.13088].
-Then shared tokens cancel and only tokens that differ between good and bad
-rollouts move. ``shared_residual`` below measures how far an objective is
-from that, live, on every step.
+``(sum_i c_i) grad log pi(a|h)``. Write ``c_i = w_i * A_i``. Three statements,
+kept apart (THEORY.md section 2.1; tests/test_loss.py checks each):
+
+* sufficient: equal weights (w_i = w for every copy, *gradient exchangeability*
+  [P1, arXiv 2604.13088]) cancel for every centred A (sum_i A_i = 0);
+* necessary only for all A: if the w_i are not all equal, some centred A
+  (e.g. A_i = w_i - mean w) leaves sum_i c_i != 0;
+* exact, for one given A: the copies cancel iff sum_i w_i A_i = 0, which
+  unequal weights can meet too (Adv-Orthogonal below does so by design).
+
+Where they cancel, only tokens that differ between good and bad rollouts move.
+``first_token_residual`` and ``exch_residual`` below measure it on every step.
 
 Objectives (``--loss``), N = sequences and sum L = completion tokens in the
 optimizer step, L_i = length of completion i, rho = pi_new/pi_old per token:
@@ -63,7 +69,7 @@ Switches that add to any row (each off by default):
 |                 |                                                | the rewards: a pull towards pi_ref   |
 | entropy_coef=e  | nothing on c: -e grad H(pi(.|h)) / sum L at    | the same reward-free push at every   |
 |                 |   every history h of the step                  | copy of h; it never cancels, and     |
-|                 |                                                | residual_ha (on c) does not see it   |
+|                 |                                                | exch_residual (on c) does not see it   |
 
 Token-level objectives (grpo, dr_grpo, dapo, rloo, positive_only) use the PPO
 surrogate per token, ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``,
@@ -103,6 +109,8 @@ docstring says which upstream function each one follows and what differs.
 """
 
 import torch
+
+import loss_engines
 
 LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "positive_only",
           "bnpo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "gpg", "luspo", "vespo")
@@ -298,6 +306,9 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
         ratio = log_ratio.exp()
         per_tok, clipped = ppo_term(ratio, adv[:, None], bounds, dual_clip)
+        if loss == "clip_cov":  # the PPO token loss, less the tokens its covariance picks
+            per_tok, clipped, stats = loss_engines.clip_cov_cut(per_tok, clipped, new_logp, mask, adv,
+                                                                cov_ratio or loss_engines.COV["ratio"])
         total = (per_tok * norm[:, None] * mask_f).sum()
         clip_frac = (clipped & mask).float().sum() / mask_f.sum().clamp(min=1)
 
@@ -319,12 +330,12 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
 
 def coefficients(loss_value, new_logp):
     """c_{i,t} = -d loss / d log pi_new(y_{i,t}), by autograd through the loss
-    only (the model is not touched), e.g. for ``shared_residual``."""
+    only (the model is not touched), e.g. for ``first_token_residual``."""
     (g,) = torch.autograd.grad(loss_value, new_logp, retain_graph=True)
     return -g
 
 
-def shared_residual(coef, group):
+def first_token_residual(coef, group):
     """First-token residual: per group, |sum_i c_i| / sum_i |c_i| over the
     coefficients of the first completion token (whose history, the prompt, the
     whole group shares), averaged over groups with any weight.
@@ -332,7 +343,7 @@ def shared_residual(coef, group):
     It sums over the first tokens *whatever they are*: when the rollouts of a
     group start with different tokens, their legitimate per-token differences
     (other ratios, other clips) count too, so it can be non-zero although every
-    (history, token) set cancels. ``residual_ha`` is the exact measure; this one
+    (history, token) set cancels. ``exch_residual`` is the exact measure; this one
     is kept because it is cheap and is what the exercises use."""
     c0 = coef[:, 0]
     g = _compact(group)
@@ -364,8 +375,8 @@ def history_token_sets(tokens, mask, group):
     return ids
 
 
-def residual_ha(coef, adv, tokens, mask, group):
-    """Exchangeability per (history, token).
+def exch_residual(coef, adv, tokens, mask, group):
+    """The exchangeability residual, per (history, token) set (logged as exch_residual).
 
     Inside a group, the copies of one token a after one identical history h form
     a set S (``history_token_sets``). If every copy got the same weight w, the
@@ -376,9 +387,12 @@ def residual_ha(coef, adv, tokens, mask, group):
         res_S = |sum_S c_i - wbar_S sum_S A_i| / sum_S |c_i|,
         wbar_S = sum_S sign(A_i) c_i / sum_S |A_i|   (the |A|-weighted mean weight).
 
-    With c_i = w_i A_i this is |sum_S A_i (w_i - wbar)| / (wbar sum_S |A_i|): 0 iff
-    the weights are equal, whatever the advantages. On a set that holds the whole
-    group (sum_S A_i = 0) it is the plain |sum_S c_i| / sum_S |c_i|.
+    With c_i = w_i A_i this is |sum_S A_i (w_i - wbar)| / (wbar sum_S |A_i|): 0 when
+    the weights are equal, whatever the advantages. The converse does not hold:
+    unequal weights with sum_S A_i (w_i - wbar) = 0 give 0 too (w = (1.15, 0.95,
+    0.85, 1.05) with A = (1, -1, 1, -1); Adv-Orthogonal), so 0 says that this
+    step's copies cancel, not that the objective is exchangeable. On a set that
+    holds the whole group (sum_S A_i = 0) it is the plain |sum_S c_i| / sum_S |c_i|.
     Returns the mean of res_S over sets with at least two copies and non-zero
     mass (0.0 if there are none)."""
     ids = history_token_sets(tokens, mask, group)
@@ -397,5 +411,3 @@ def residual_ha(coef, adv, tokens, mask, group):
     res = (net - wbar * sum_a).abs() / mass.clamp(min=1e-300)
     return float(res[live].mean()) if bool(live.any()) else 0.0
 
-
-import loss_engines  # noqa: E402  (after the definitions it uses: loss_engines imports loss)

@@ -57,8 +57,6 @@ import math
 
 import torch
 
-import loss as L
-
 SAPO_TAU = (1.0, 1.05)                        # tau for A > 0, A <= 0 (TRL's defaults)
 VESPO = {"pos": (2.0, 3.0), "neg": (3.0, 2.0)}  # (k, lam) for A >= 0, A < 0 (TRL's defaults)
 COV = {"ratio": 2e-4, "lb": 1.0, "ub": 5.0, "kl_coef": 1.0}  # verl's clip_cov / kl_cov defaults
@@ -122,11 +120,11 @@ def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
     return -(adv * g * norm * lens).sum(), _frac(clipped, mask), {}
 
 
-def _clip_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
-    per_tok, clipped = L.ppo_term(log_ratio.exp(), adv[:, None], bounds)
+def clip_cov_cut(per_tok, clipped, new_logp, mask, adv, cov_ratio):
+    """clip_cov on top of the PPO token loss (loss.ppo_term): the selected tokens
+    lose their gradient. Returns (per_tok, no-gradient mask, extra stats)."""
     sel = cov_select(adv, new_logp, mask, cov_ratio, COV["lb"], COV["ub"], exclude=clipped)
-    total = (per_tok * (~sel).float() * norm[:, None] * mask.float()).sum()
-    return total, _frac(clipped | sel, mask), {"cov_frac": float(_frac(sel, mask))}
+    return per_tok * (~sel).float(), clipped | sel, {"cov_frac": float(_frac(sel, mask))}
 
 
 def _kl_cov(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
@@ -154,5 +152,5 @@ def _vespo(new_logp, log_ratio, mask, adv, norm, bounds, cov_ratio):
     return -((phi * adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
 
 
-ENGINE = {"cispo": _cispo, "sapo": _sapo, "gmpo": _gmpo, "clip_cov": _clip_cov, "kl_cov": _kl_cov,
+ENGINE = {"cispo": _cispo, "sapo": _sapo, "gmpo": _gmpo, "kl_cov": _kl_cov,
           "gpg": _gpg, "vespo": _vespo}

@@ -11,7 +11,8 @@ cancellation analysis of THEORY.md section 4:
   its own parameter, and ``forward`` can return ``h``;
 * the RL objectives need per-token log-probabilities of given tokens,
   ``log pi(y_t | s_t) = z_t[y_t] - logsumexp(z_t)``, from one forward pass
-  (``token_logprobs``).
+  (``token_logprobs``), their entropy (``token_entropy``, for --entropy_coef),
+  and ``amp``, the bf16 autocast they run under on CUDA.
 
 Equations (one block, pre-LN as in GPT-2 / nanoGPT)::
 
@@ -25,6 +26,7 @@ query attends only to real keys, and positions count real tokens only, so a
 prompt gets the same positions and the same output whatever its padding.
 """
 
+import contextlib
 import math
 from dataclasses import dataclass
 
@@ -177,7 +179,7 @@ def completion_logprobs(model, prompts, tokens, mask, pad_id, temperature=1.0, r
     Returns logp [N,T] (0 where mask is False) and, if asked, the hidden states
     h [N,T,C] that produced each completion token's logits."""
     ids, valid, _ = left_pad(prompts, pad_id, tokens.device)
-    Lp, T = ids.shape[1], tokens.shape[1]
+    Lp = ids.shape[1]
     seq = torch.cat([ids, tokens], 1)[:, :-1]  # the last token predicts nothing we need
     val = torch.cat([valid, mask], 1)[:, :-1]
     logits, h = model(seq, val, return_hidden=True)
@@ -190,3 +192,15 @@ def token_logprobs(logits, targets):
     """log pi(y_t | s_t) = z_t[y_t] - logsumexp(z_t), for given target ids."""
     logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
     return logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, -1)
+
+
+def token_entropy(model, h, temperature=1.0):
+    """H(pi(.|s_t)) in nats at every completion position, differentiable (--entropy_coef)."""
+    logp = torch.log_softmax(model.lm_head(h).float() / temperature, -1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def amp(cfg, device):
+    """bf16 autocast on CUDA (and on CPU with --bf16=true); log-probs stay fp32."""
+    on = cfg.bf16 == "true" or (cfg.bf16 == "auto" and device == "cuda")
+    return torch.autocast(device_type=device, dtype=torch.bfloat16) if on else contextlib.nullcontext()

@@ -5,8 +5,8 @@ What it teaches
 How to read a run: held-out accuracy should climb from the warm start, the
 mean reward with it; the fraction of *mixed* groups (some rollouts right,
 some wrong) is the share of the batch that carries any learning signal; the
-shared-token residual |sum_i c_i| / sum_i |c_i| (THEORY.md section 2.1) is 0
-where the objective keeps gradient exchangeability. With ``--diagnostics``
+residuals of the step's coefficients (THEORY.md section 2: first_token_residual
+and exch_residual) are 0 where the shared tokens' coefficients cancel. With ``--diagnostics``
 the run also logs token entropy, pass@k and the learning tax (THEORY.md
 section 4), which get their own panels.
 
@@ -39,16 +39,19 @@ PANELS = [
     ("eval_acc", "Held-out accuracy (greedy)", "fraction correct", "eval"),
     ("reward", "Mean reward of the rollouts", "mean reward (0 to 1)", "step"),
     ("mixed", "Mixed groups (carry a signal)", "fraction of groups", "step"),
-    ("residual", "Shared-token residual (first token)", "|Σc| / Σ|c| (0 = cancels)", "step"),
-    ("residual_ha", "Residual per (history, token)", "|Σc − w̄ΣÂ| / Σ|c| (0 = equal weights)", "step"),
+    ("first_token_residual", "First-token residual", "|Σc| / Σ|c| (0 = cancels)", "step"),
+    ("exch_residual", "Exchangeability residual per (history, token)", "|Σc − w̄ΣÂ| / Σ|c|", "step"),
     ("entropy", "Mean token entropy, held out", "nats per token", "eval"),
     ("tax_sum", "Learning tax, cumulative", "Σ KL(π_new‖π_old) (nats)", "step"),
     ("tax_interior", "Learning tax before divergence", "KL per step (nats)", "step"),
     ("style_drift", "Reward-irrelevant style drift", "mean |Δ log-odds| since warm start (nats)", "eval"),
-    ("answer_logodds", "Log-odds between two correct answers", "log-odds (nats)", "eval"),
+    ("answer_log_odds", "Log-odds between two correct answers", "log-odds (nats)", "eval"),
     ("answer_entropy", "Entropy over correct answers", "nats", "eval"),
     ("clip_frac", "Clipped fraction", "fraction of tokens", "step"),
 ]
+
+
+OLD_KEYS = {"residual": "first_token_residual", "residual_ha": "exch_residual"}  # runs logged before the rename
 
 
 def usage():
@@ -89,6 +92,8 @@ def load_run(path):
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 raise CliError(f"{path}/metrics.jsonl line {n} is not JSON") from None
+            if isinstance(rec, dict):
+                rec = {OLD_KEYS.get(k, k): v for k, v in rec.items()}
             if rec.get("phase") in runs:
                 runs[rec["phase"]].append(rec)
     label = os.path.basename(os.path.normpath(path)) or path
@@ -153,7 +158,7 @@ def draw(runs, path):
                 ax.plot(x, y, color=c, lw=0.6, alpha=0.3)
                 ax.plot(x, running_mean(y) if kind == "step" else running_mean(y, 25), color=c, lw=1.5,
                         label=run["label"])
-        if key in ("residual", "residual_ha"):
+        if key in ("first_token_residual", "exch_residual"):
             ax.axhline(0, color="k", lw=0.8)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("SFT step" if kind == "sft" else "RL step")

@@ -16,7 +16,7 @@ import torch
 import toy_tasks
 from config import CliError, _f, fail, parse_args
 from sampler import sample
-from train import load_checkpoint
+from checkpoint import load_checkpoint
 
 
 @dataclass

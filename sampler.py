@@ -31,12 +31,17 @@ Mechanics
   same random numbers: given a seed both return the same samples.
 ``sample(..., use_cache=False)`` is the reference path: it recomputes the
 whole sequence at every step. Tests check that both agree token for token.
+
+Steps 1 and 2 of an RL step (THEORY.md section 1) are ``rollouts``: G samples
+per prompt, each rewarded by the task's verifier. ``evaluate`` is the greedy
+held-out accuracy.
 """
 
 import torch
 import torch.nn.functional as F
 
-from model import left_pad
+import toy_tasks
+from model import amp, left_pad
 from toy_tasks import EOS, PAD
 
 
@@ -114,3 +119,28 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     group = torch.arange(len(prompts), device=device).repeat_interleave(n_per_prompt)
     return {"tokens": tokens, "mask": mask, "logprobs": logp_out[:, :T] * mask,
             "prompts": rows, "group": group}
+
+
+# ----------------------------------------------------------------------------- rollouts and their rewards
+
+def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
+    """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it."""
+    problems = [draw() for _ in range(n_prompts or cfg.prompts_per_step)]
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    with amp(cfg, device):
+        out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
+                     cfg.top_k, generator=gen)
+    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
+                                   for i, t in enumerate(texts)], device=device)
+    return out
+
+
+@torch.no_grad()
+def evaluate(model, task, problems, cfg, device):
+    """Greedy accuracy on held-out problems."""
+    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    with amp(cfg, device):
+        out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
+    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)

@@ -31,16 +31,21 @@ Without matplotlib it prints the same information as text.
 """
 
 import copy
+import os
 import random
 import sys
 from dataclasses import dataclass
 
 import torch
 
-import diagnostics as D
 import loss as L
 import toy_tasks
-from config import CliError, _f, fail, parse_args
+from checkpoint import load_checkpoint
+from config import CliError, Config, _f, fail, parse_args
+from sampler import rollouts
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
+import probes as P  # noqa: E402  (experiments/probes.py: one update, its Deltas and coefficients)
 
 
 @dataclass
@@ -65,12 +70,10 @@ def pick_group(model, task, cfg):
     def record():
         drawn.append(draw())
         return drawn[-1]
-    import train
-    from config import Config
     for _ in range(20):
         drawn.clear()
-        batch = train.rollouts(model, task, record, Config(prompts_per_step=cfg.prompts, group_size=cfg.group_size),
-                               gen, "cpu")
+        batch = rollouts(model, task, record, Config(prompts_per_step=cfg.prompts, group_size=cfg.group_size),
+                         gen, "cpu")
         batch["problems"] = [drawn[i // cfg.group_size] for i in range(len(batch["group"]))]
         r, g, lens = batch["rewards"], batch["group"], batch["mask"].sum(1)
         for k in range(cfg.prompts):
@@ -83,10 +86,10 @@ def pick_group(model, task, cfg):
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
     adv = L.advantages(batch["rewards"], batch["group"], name)
-    new = D.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
-    delta = D.token_deltas(model64, new, batch)
-    coef = D.token_coefficients(model64, batch, adv, name)
-    res = L.residual_ha(coef, adv, batch["tokens"], batch["mask"], batch["group"])
+    new = P.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
+    delta = P.token_deltas(model64, new, batch)
+    coef = P.token_coefficients(model64, batch, adv, name)
+    res = L.exch_residual(coef, adv, batch["tokens"], batch["mask"], batch["group"])
     return delta, adv, res
 
 
@@ -122,7 +125,7 @@ def draw(plt, batch, k, task, panels, cfg):
         ax.set_xlim(-4.5, T + 0.5)
         ax.set_ylim(-len(rows) + 0.3, 0.8)
         ax.axis("off")
-        ax.set_title(f"{name}: colour ±{scale:.2g} nats, residual_ha {res:.3f}", fontsize=8)
+        ax.set_title(f"{name}: colour ±{scale:.2g} nats, exch_residual {res:.3f}", fontsize=8)
     fig.suptitle(f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}) on a batch of "
                  f"{cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
                  fontsize=10)
@@ -136,7 +139,6 @@ def draw(plt, batch, k, task, panels, cfg):
 
 
 def main(cfg):
-    import train
     if not cfg.init_from:
         raise CliError("--init_from=CKPT is required (a warm start of --task=chain)")
     names = [x for x in cfg.losses.split(",") if x]
@@ -151,7 +153,7 @@ def main(cfg):
         raise CliError("--prompts must be >= 1 and --group_size >= 2")
     if not cfg.lr > 0:
         raise CliError(f"--lr must be positive, got {cfg.lr}")
-    model, ck = train.load_checkpoint(cfg.init_from)
+    model, ck = load_checkpoint(cfg.init_from)
     t = ck["task"]
     task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])
     if task.style_points is None:
@@ -170,7 +172,7 @@ def main(cfg):
         plt = None
     rows = (batch["group"] == k).nonzero()[:, 0].tolist()
     for n, (delta, adv, res) in panels.items():
-        print(f"{n} (residual_ha {res:.3f}):")
+        print(f"{n} (exch_residual {res:.3f}):")
         for i in rows:
             toks = [toy_tasks.decode([x]) or "<eos>" for x in batch["tokens"][i, :int(batch["mask"][i].sum())].tolist()]
             print(f"  r={float(batch['rewards'][i]):.0f} A={float(adv[i]):+.2f}  " +

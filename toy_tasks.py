@@ -386,7 +386,6 @@ TASKS = {
     "primes": lambda digits=2, scratchpad=False: _no_scratchpad("primes", scratchpad) or make_primes(),
     "chain": lambda digits=2, scratchpad=False: make_chain(digits, scratchpad),
 }
-TASK_NAMES = tuple(TASKS)  # kept for readers of older code
 
 
 def _no_scratchpad(name, scratchpad):
@@ -428,3 +427,10 @@ def train_sampler(task, held_out, seed):
                 return p
     draw.rng = rng  # the stream's state, saved in a resumable checkpoint (checkpoint.py)
     return draw
+
+
+def longest_prompt(task, n=200):
+    """Longest prompt (tokens) among n problems drawn with a fixed seed: with
+    ``task.max_new_tokens`` it sizes the block a model of this task needs."""
+    rng = random.Random(0)
+    return max(len(task.prompt(task.sample(rng))) for _ in range(n))

@@ -58,8 +58,8 @@ def net_and_mass(coef):
 
 
 def residual(loss_name, batch, clip="none", **kw):
-    """loss.shared_residual of one objective on a batch from ``shared_group``."""
+    """loss.first_token_residual of one objective on a batch from ``shared_group``."""
     new, old, mask, r, grp = batch
     adv = L.advantages(r, grp, loss_name)
     c, _ = coefficients(loss_name, new, old, mask, adv, grp, clip, **kw)
-    return L.shared_residual(c, grp)
+    return L.first_token_residual(c, grp)

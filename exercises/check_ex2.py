@@ -117,9 +117,9 @@ def test_ex2_inside_the_objective_the_shared_token_cancels_off_policy(monkeypatc
     # Without a transform (w~ = w) the shared token does not cancel on this batch ...
     monkeypatch.setattr(L, "adv_orthogonal", lambda w, a, g: w)
     c, _ = H.coefficients("dfpo_orth", new, old, mask, adv, grp, clip)
-    assert L.shared_residual(c, grp) > 0.01
+    assert L.first_token_residual(c, grp) > 0.01
     # ... with yours it must.
     monkeypatch.setattr(L, "adv_orthogonal", adv_orthogonal)
     c, _ = H.coefficients("dfpo_orth", new, old, mask, adv, grp, clip)
     assert float(c[:, 0].abs().sum()) > 1e-3, "the shared token has no weight at all"
-    assert L.shared_residual(c, grp) < 1e-6, "the shared token's coefficients do not sum to 0"
+    assert L.first_token_residual(c, grp) < 1e-6, "the shared token's coefficients do not sum to 0"

@@ -10,7 +10,7 @@ The batch: one group of 4 rollouts of the same prompt.
 
 All four emit the same first completion token (same history: the prompt). Its
 residual is |sum_i c_i| / sum_i |c_i| over the four copies of that token
-(loss.shared_residual), where c_i is the token's coefficient in rollout i.
+(loss.first_token_residual), where c_i is the token's coefficient in rollout i.
 On-policy (pi_new = pi_old), c_i = A_i / (N L_i) for grpo and
 c_i = A_i / (N L_max) for dr_grpo (THEORY.md section 3).
 

@@ -6,7 +6,7 @@ Run from the repository root:
 
 Every setting is one group of 4 rollouts, rewards 1, 0, 1, 0, whose first
 completion token is shared (same history, same log pi_new, same log pi_old in
-all four rollouts). The residual is loss.shared_residual:
+all four rollouts). The residual is loss.first_token_residual:
 |sum_i c_i| / sum_i |c_i| over the 4 copies of that token; 0 means the
 token cancels.
 

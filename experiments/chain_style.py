@@ -47,9 +47,7 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__)
-    if o["replot"]:
-        return common.replot("chain_style", o["out"], plot)
+    o = common.parse(argv, EXTRA, __doc__, redraw=("chain_style", plot))  # --replot: redraw, exit
     rl_steps = min(o["rl_steps"], 60) if o["quick"] else o["rl_steps"]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
     batch = ["--prompts_per_step=4", "--group_size=4", "--eval_size=16"] if o["small"] else []

@@ -1,28 +1,17 @@
 """experiments/common.py: what every experiment script shares.
 
-* ``warm_start(...)`` trains (or reuses) an SFT warm-start checkpoint with
-  train.py's own code and returns its path, so every experiment starts from
-  the same kind of policy as the default run;
-* ``parse(argv)`` reads ``--quick``, ``--seeds=0,1,2``, ``--out=DIR`` and
-  ``--threads`` plus any extra ``--key=value`` an experiment declares, and
-  checks them all. Full runs write to ``results/`` (committed); ``--quick``
-  writes to the scratch folder ``out/quick/`` (ignored by git) unless ``--out``
-  says otherwise; ``cli(main)`` runs an experiment from the command line (bad
-  input: one ``error:`` line, exit status 2);
-* ``save(name, data, plot)`` writes ``<out>/<name>.json`` and, when
-  matplotlib is installed, ``<out>/<name>.png``; ``replot`` redraws the PNG
-  from the JSON (``--replot``); ``errbars``, ``caption`` and ``ci_note``
-  keep the figures honest (bars cut at 0, captions that say what they show);
-* the statistics (Student-t intervals, paired contrasts, verdicts) live in
-  ``stats.py`` and are imported here, so ``common.mean_ci`` and friends work;
-* ``pool(fn, items, jobs)`` runs independent units of work (one seed, one
-  run) in ``--jobs`` worker processes of ``--threads`` torch threads each:
-  small models gain little from more threads, so on a 2-core laptop two
-  one-thread workers do about twice the work of one two-thread process;
-  ``rate`` prints the runs per hour it achieved;
-* ``rl_states(opts, seed, steps)`` runs GRPO RL from a warm start and keeps
-  the model *and the AdamW state* at the given steps, so that a measurement
-  can take the next step as real training would.
+* ``parse(argv)``: ``--quick``, ``--seeds``, ``--out``, ``--threads``, ``--jobs``,
+  ``--replot`` and the experiment's own ``--key=value`` flags, all checked before
+  any work; ``cli(main)`` turns bad input into one ``error:`` line, exit status 2.
+  Full runs write to ``results/`` (committed), ``--quick`` to ``out/quick/``.
+* ``warm_start(...)`` and ``run(...)``: train.py's own code, in-process.
+* ``save``, ``replot``, ``errbars``, ``caption``, ``ci_note``: the JSON and an
+  honest figure (bars cut at 0 are said to be cut); statistics: stats.py.
+* ``pool(fn, items, jobs)``: independent seeds or runs in ``--jobs`` one-thread
+  workers (two such workers do about twice the work of one two-thread process).
+* ``rl_states(opts, seed, steps)``: GRPO RL from a warm start, keeping the model
+  *and the AdamW state* at the given steps, so that E1-E6 can take the next
+  step as real training would (``real_step``).
 """
 
 import copy
@@ -40,18 +29,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+import checkpoint  # noqa: E402
 import config  # noqa: E402
 import train  # noqa: E402
+from model import completion_logprobs  # noqa: E402
+from toy_tasks import PAD  # noqa: E402
 from stats import (ci, contrast, fmt, mean_ci, paired, print_contrasts, seeds_needed,  # noqa: E402,F401
                    t_quantile, verdict)
 from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
+from output import caption, ci_note, clean, draw, errbars, replot, report, save, table  # noqa: E402,F401
 
 
-def parse(argv, extra=None, doc=""):
+def parse(argv, extra=None, doc="", redraw=None):
     """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
     before any work (CliError, one line): counts are >= 1 (--threads >= 0: 0 keeps
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
-    as "2,4,8" are lists of counts, task names exist, and --out is a writable folder."""
+    as "2,4,8" are lists of counts, task names exist, and --out is a writable folder.
+    With ``redraw=(name, plot)``, --replot redraws the figure from the JSON and
+    exits, as --help prints and exits."""
     import toy_tasks
     opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "jobs": 2, "replot": False}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
@@ -109,6 +104,9 @@ def parse(argv, extra=None, doc=""):
     check_out_dir(opts["out"], "--out")
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
+    if opts["replot"] and redraw:
+        replot(redraw[0], opts["out"], redraw[1])
+        sys.exit(0)
     if not opts["replot"]:
         os.makedirs(opts["out"], exist_ok=True)
     return opts
@@ -193,76 +191,6 @@ def run(flags, out_dir):
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
 
 
-def errbars(pairs, floor=None, ceil=None):
-    """[[below], [above]] half-widths for matplotlib's yerr/xerr from [mean, half]
-    pairs, cut so that no bar crosses ``floor`` or ``ceil`` (a fraction, an
-    entropy or a KL cannot go below 0). Missing values draw no bar."""
-    below, above = [], []
-    for pair in pairs:
-        m, h = (pair if pair else (None, None))
-        m, h = (0.0 if m is None else m), (0.0 if h is None or h != h else h)
-        below.append(max(0.0, min(h, m - floor)) if floor is not None else h)
-        above.append(max(0.0, min(h, ceil - m)) if ceil is not None else h)
-    return [below, above]
-
-
-def caption(fig, text, width=150):
-    """A caption under the figure: what the bars and lines mean."""
-    import textwrap
-    fig.text(0.01, -0.01, textwrap.fill(text, width), ha="left", va="top", fontsize=8)
-
-
-def ci_note(n, cut=None):
-    """The caption sentence about error bars over n seeds; ``cut`` names the bounds
-    (e.g. "0 and 1" for a share) at which the bars are cut, if any."""
-    if n < 2:
-        return "One seed: no error bars."
-    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
-            + (f", cut at {cut} where the quantity cannot go beyond it." if cut else "."))
-
-
-def replot(name, out, plot):
-    """Redraw <out>/<name>.png from <out>/<name>.json with plot(plt, data):
-    no model is trained and nothing is recomputed."""
-    path = os.path.join(out, f"{name}.json")
-    if not os.path.isfile(path):
-        fail(f"{path} does not exist: run the experiment first (--replot only redraws its figure)")
-    with open(path) as f:
-        data = json.load(f)
-    draw(name, out, lambda plt: plot(plt, data))
-    print(f"redrew {os.path.join(out, name + '.png')} from {path}")
-    return data
-
-
-def draw(name, out, plot):
-    """<out>/<name>.png via plot(plt) -> figure, when matplotlib is installed."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print(f"(matplotlib not installed: {name}.png not written)")
-        return
-    fig = plot(plt)
-    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
-    plt.close(fig)
-
-
-def save(name, data, out, plot=None):
-    """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
-    if plot is not None:
-        draw(name, out, plot)
-
-
-def table(rows, header):
-    """Print a plain text table."""
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    for r in [header] + rows:
-        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
-
-
 # ----------------------------------------------------------------------------- parallel work
 
 def _init_worker(threads):
@@ -283,6 +211,12 @@ def pool(fn, items, jobs=1, threads=1, desc="seeds"):
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(threads,)) as p:
         return list(tqdm(p.imap(fn, items), total=len(items), desc=desc, dynamic_ncols=True))
+
+
+def over_seeds(one_seed, opts):
+    """one_seed((opts, seed)) for each of --seeds, in --jobs workers -> (results, seeds, start time)."""
+    t0 = time.time()
+    return pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"]), opts["seeds"], t0
 
 
 def rate(name, runs, seconds, jobs, unit="runs"):
@@ -316,7 +250,7 @@ def diag_setup(opts, seed):
     """The warm start of these options (trained once, reused), its task, a
     training-problem sampler and a generator: (model, task, draw, gen)."""
     import toy_tasks
-    model, _ = train.load_checkpoint(warm_path(opts, seed))
+    model, _ = checkpoint.load_checkpoint(warm_path(opts, seed))
     task = toy_tasks.make_task(opts["task"], opts["digits"], opts["scratchpad"])
     held_out = toy_tasks.eval_problems(task, Config.eval_size, seed)
     draw = toy_tasks.train_sampler(task, held_out, 1000 + seed)
@@ -361,7 +295,7 @@ def load_state(opts, seed, path, dtype=torch.float32, lr=None):
     with ``real_step(copy.deepcopy(model).double(), opt, ...)``, which carries
     the moments over to float64 (so that the Delta of confident tokens is not
     rounding noise)."""
-    model, _ = train.load_checkpoint(warm_path(opts, seed))
+    model, _ = checkpoint.load_checkpoint(warm_path(opts, seed))
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     model = model.to(dtype)
@@ -424,7 +358,7 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     new_opt.load_state_dict(opt.state_dict())
     cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
-        old = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], train.PAD)
+        old = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)
     train.optimizer_step(new, new_opt, {**batch, "logprobs": old}, adv, torch.arange(len(adv)), cfg)
     for p in new.parameters():
         p.requires_grad_(True)
@@ -443,14 +377,3 @@ def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
     batch["problems"] = [drawn[i // group_size] for i in range(prompts * group_size)]
     batch["max_len"] = task.max_new_tokens
     return batch
-
-
-def clean(x):
-    """NaN and inf -> None, recursively, so that the JSON is strict."""
-    if isinstance(x, dict):
-        return {k: clean(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [clean(v) for v in x]
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x

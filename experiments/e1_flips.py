@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"),
@@ -82,15 +82,15 @@ def one_seed(item):
             adv = L.advantages(b["rewards"], b["group"], "grpo")
             rewards.append(float(b["rewards"].mean()))
             new = {"adam": common.real_step(m64, opt, b, adv)[0],
-                   "sgd": D.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}
+                   "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}
             for o in OPTS:
-                pooled[o][0].append(D.token_deltas(m64, new[o], b)[b["mask"]])
+                pooled[o][0].append(P.token_deltas(m64, new[o], b)[b["mask"]])
                 pooled[o][1].append(per_token(adv, b["mask"]))
         out = {"reward": sum(rewards) / len(rewards)}
         for o in OPTS:
             d, a = torch.cat(pooled[o][0]), torch.cat(pooled[o][1])
             ones = torch.ones(len(d), 1, dtype=torch.bool)
-            t, tz = D.flip_table(d[:, None], ones, a, opts["eps"]), D.flip_table(d[:, None], ones, a, 0.0)
+            t, tz = P.flip_table(d[:, None], ones, a, opts["eps"]), P.flip_table(d[:, None], ones, a, 0.0)
             deltas[f"{o}_{step}"] = {"pos": t["delta_pos"][:2000], "neg": t["delta_neg"][:2000]}
             out[o] = {"pos": t["pos"], "neg": t["neg"], "flipped": t["flipped"],
                       "flipped_eps0": tz["flipped"], "pos_boosted_eps0": tz["pos"]["boosted"],
@@ -101,14 +101,10 @@ def one_seed(item):
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e1_flips", opts["out"], plot)
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e1_flips", plot))  # --replot: redraw, exit
     common.kept_steps(opts, argv)
-    t0 = time.time()
-    got = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
+    got, seeds, t0 = common.over_seeds(one_seed, opts)
     per_seed, deltas = [g[0] for g in got], got[0][1]
-    seeds = [r["seed"] for r in per_seed]
     at = lambda s, o, f: [f(r["steps"][str(s)][o]) for r in per_seed]
     summary = {}
     for s in opts["steps"]:

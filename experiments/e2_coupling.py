@@ -53,7 +53,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 from e1_flips import nan  # noqa: E402
 
@@ -85,25 +85,25 @@ def one_state(opts, seed, step, path, task, draw):
         m = b["mask"]
         a_tok = adv[:, None].expand_as(m)[m]
         live = a_tok != 0
-        coef = D.token_coefficients(m64, b, adv)
-        ct = D.coupling_terms(m64, b, coef, opts["sgd_lr"])
-        delta = lambda new: D.token_deltas(m64, new, b)[m]
+        coef = P.token_coefficients(m64, b, adv)
+        ct = P.coupling_terms(m64, b, coef, opts["sgd_lr"])
+        delta = lambda new: P.token_deltas(m64, new, b)[m]
         full = {"adam": delta(common.real_step(m64, opt, b, adv)[0]),
-                "sgd": delta(D.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef))}
+                "sgd": delta(P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef))}
         head = {"adam": delta(common.real_step(m64, opt, b, adv, params="head")[0]),
-                "sgd": delta(D.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head"))}
+                "sgd": delta(P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head"))}
         rec = {"mixed": float(live.any()), "live_tokens": int(live.sum()),  # the closed form checks the head step
-               "head_vs_closed_form": D.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None}
+               "head_vs_closed_form": P.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None}
         for k in AGREE:
             for sel_name, sel in (("live", live), ("all", torch.ones_like(live))):
                 ok = bool(sel.any())
-                rec[f"{k}_{sel_name}"] = D.sign_agreement(full[k], head[k], sel) if ok else None
-                rec[f"{k}_{sel_name}_w"] = D.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
-        cats = D.token_categories(task, b["problems"], b["tokens"], m)[m]
+                rec[f"{k}_{sel_name}"] = P.sign_agreement(full[k], head[k], sel) if ok else None
+                rec[f"{k}_{sel_name}_w"] = P.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
+        cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
         rows = torch.bucketize(ct["conf"], torch.tensor(BINS, dtype=ct["conf"].dtype), right=True)
-        rows = torch.where(cats == D.CATEGORIES.index("style"), len(BINS) + 1, rows)
-        rec.update(D.coupling_by_row(ct["terms"], ct["y"], rows, len(ROWS)))
-        summ = D.coupling_summary(ct, a_tok, BINS)
+        rows = torch.where(cats == P.CATEGORIES.index("style"), len(BINS) + 1, rows)
+        rec.update(P.coupling_by_row(ct["terms"], ct["y"], rows, len(ROWS)))
+        summ = P.coupling_summary(ct, a_tok, BINS)
         rec["mass_same_total"], rec["pairs_same_total"] = summ["mass_same"], summ["pairs_same"]
         low = ct["conf"] < BINS[0]
         both_low = (ct["y"][:, None] == ct["y"][None, :]) & low[:, None] & low[None, :]
@@ -130,13 +130,9 @@ def one_seed(item):
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e2_coupling", opts["out"], plot)
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e2_coupling", plot))  # --replot: redraw, exit
     common.kept_steps(opts, argv)
-    t0 = time.time()
-    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
-    seeds = [r["seed"] for r in per_seed]
+    per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     col = lambda s, k: [r["steps"][str(s)][k] for r in per_seed]
     summary = {}
     for s in opts["steps"]:

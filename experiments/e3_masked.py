@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed"),
@@ -80,7 +80,7 @@ def key(lr):
 
 def fractions(delta, adv_tok, eps):
     """flip_table of pooled token Deltas [M] with their rollouts' advantages [M]."""
-    t = D.flip_table(delta[:, None], torch.ones(len(delta), 1, dtype=torch.bool), adv_tok, eps)
+    t = P.flip_table(delta[:, None], torch.ones(len(delta), 1, dtype=torch.bool), adv_tok, eps)
     return {"flipped": t["flipped"], **{f"{s}_{k}": t[s][k] for s in ("pos", "neg") for k in KEYS}}
 
 
@@ -99,14 +99,14 @@ def one_seed(item):
         m = b["mask"]
         a_tok, y = adv[:, None].expand_as(m)[m], b["tokens"][m]
         advs.append(a_tok)
-        for lr, ds in D.masked_update_deltas(m64, b, adv, lrs).items():
+        for lr, ds in P.masked_update_deltas(m64, b, adv, lrs).items():
             for v, d in ds.items():
                 net[key(lr)][v].append(d[m])
-        coef = D.token_coefficients(m64, b, adv)  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
-        cf["full"].append(D.coupling_terms(m64, b, coef, 1.0)["pred"])
-        keep = D.opposite_same_token_keep(y, a_tok)
-        cf["no_opposite_same_token"].append(D.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"])
-        cf["positive_only"].append(D.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"])
+        coef = P.token_coefficients(m64, b, adv)  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
+        cf["full"].append(P.coupling_terms(m64, b, coef, 1.0)["pred"])
+        keep = P.opposite_same_token_keep(y, a_tok)
+        cf["no_opposite_same_token"].append(P.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"])
+        cf["positive_only"].append(P.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"])
     a = torch.cat(advs)
     rec = {"seed": seed, "tokens": int((a != 0).sum()), "net": {}, "cf": {}}
     for lr in lrs:
@@ -128,7 +128,7 @@ def plot(plt, data):
     closed form (dashed), per variant; at eps and at eps = 0."""
     s, eps, lrs = data["summary"], data["config"]["eps"], data["config"]["sgd_lrs"]
     n = len(data["per_seed"])
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4))
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4.4), layout="tight")
     fig.suptitle("E3: masked plain-SGD updates on the chain testbed: do flips need opposite-sign "
                  "copies of the same token?", fontsize=11)
     for i, (title, m) in enumerate(((f"ε = {eps:g} nats", "flipped"), ("ε = 0", "flipped_eps0"))):
@@ -157,18 +157,14 @@ def plot(plt, data):
                         "closed form (linear in lr, so at ε = 0 it is one number). A mask that removed the cause "
                         "of the flips would bring its curve well below 'full'. " + common.ci_note(n, "0 and 1")
                         + " The closed form is drawn at its mean only.")
-    fig.tight_layout()
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e3_masked", opts["out"], plot)
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e3_masked", plot))  # --replot: redraw, exit
     if opts["primary_lr"] not in opts["sgd_lrs"]:
         raise common.CliError(f"--primary_lr={opts['primary_lr']:g} is not one of --sgd_lrs")
-    t0 = time.time()
-    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
+    per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     wall = time.time() - t0
     lrs, seeds = opts["sgd_lrs"], [r["seed"] for r in per_seed]
     summary = {"net": {key(lr): {v: {k: common.ci([r["net"][key(lr)][v][k] for r in per_seed])

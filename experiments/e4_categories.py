@@ -48,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed and state"),
@@ -56,7 +56,7 @@ EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed and state"
              sgd_lr=(1e-3, "plain SGD lr"), rl_step=(100, "GRPO RL steps before the second measured state"))
 LOSSES = ("grpo", "positive_only")
 OPTS = ("adam", "sgd")
-CATS = list(D.CATEGORIES)
+CATS = list(P.CATEGORIES)
 GROUPS = {"template+style": ("template", "style"), **{c: (c,) for c in CATS}}
 COLORS = {"template": "0.6", "style": "tab:purple", "copy": "tab:blue", "compute": "tab:orange"}
 
@@ -75,14 +75,14 @@ def one_seed(item):
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             m = b["mask"]
-            cats = D.token_categories(task, b["problems"], b["tokens"], m)[m]
+            cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
                 adv = L.advantages(b["rewards"], b["group"], l)
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
-                       "sgd": D.one_update(m64, b, adv, "sgd", opts["sgd_lr"], loss=l)}
+                       "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], loss=l)}
                 for o in OPTS:
-                    d = D.token_deltas(m64, new[o], b)[m]
+                    d = P.token_deltas(m64, new[o], b)[m]
                     mass[l, o].index_add_(0, cats, d.abs())
         at = {"tokens": dict(zip(CATS, count.tolist()))}
         for (l, o), ms in mass.items():
@@ -108,7 +108,7 @@ def plot(plt, data):
     runs = [f"{l}_{o}" for o in OPTS for l in LOSSES]
     pretty = lambda r: r.replace("positive_only", "positive-only").replace("grpo", "GRPO").replace(
         "_adam", "\nAdamW").replace("_sgd", "\nSGD")
-    fig, ax = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, ax = plt.subplots(1, 2, figsize=(13, 4.6), layout="tight")
     fig.suptitle("E4: where GRPO and positive-only training put their update, by token category (chain)",
                  fontsize=11)
     bottom = [0.0] * (len(runs) + 1)
@@ -142,16 +142,12 @@ def plot(plt, data):
                         "Left: each category's share of Σ|Δ|; hatched: the categories' share of the tokens. Right: "
                         "GRPO minus positive-only, per seed, then averaged; P2 predicts < 0 for template+style. "
                         + common.ci_note(n))
-    fig.tight_layout()
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e4_categories", opts["out"], plot)
-    t0 = time.time()
-    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e4_categories", plot))  # --replot: redraw, exit
+    per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     wall = time.time() - t0
     seeds, steps = [r["seed"] for r in per_seed], ["0", str(opts["rl_step"])]
     runs = [f"{l}_{o}" for o in OPTS for l in LOSSES]

@@ -59,7 +59,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
@@ -74,7 +74,7 @@ SIGNS = ("pos", "neg")
 
 def arm_advantages(adv, group, gen):
     """The three arms' advantages on one batch."""
-    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": D.shuffled_advantages(adv, group, gen)}
+    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": P.shuffled_advantages(adv, group, gen)}
 
 
 def one_seed(item):
@@ -91,20 +91,20 @@ def one_seed(item):
         rewards.append(float(b["rewards"].float().mean()))
         m64 = copy.deepcopy(model).double()
         with torch.no_grad():
-            lp0 = D._logp(m64, b)
+            lp0 = P.logp_of(m64, b)
         deltas = {}
         for a, av in arm_advantages(adv, b["group"], gen).items():
             for o in OPTS:
                 new = (common.real_step(m64, opt, b, av, "grpo")[0] if o == "adam"
-                       else D.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
+                       else P.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
                 with torch.no_grad():
-                    deltas[o, a] = (D._logp(new, b) - lp0) * b["mask"]
+                    deltas[o, a] = (P.logp_of(new, b) - lp0) * b["mask"]
         moved = torch.stack([d.abs() > opts["eps"] for d in deltas.values()]).any(0) & b["mask"]
-        rows_t = torch.cat([D.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
-                            D.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
+        rows_t = torch.cat([P.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
+                            P.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
         if not len(rows_t):
             continue
-        pooled["v"].append(D.token_values(model, task, b, rows_t, opts["K"], gen).double())
+        pooled["v"].append(P.token_values(model, task, b, rows_t, opts["K"], gen).double())
         pooled["sign"].append(torch.sign(adv[rows_t[:, 0]]))
         for k, d in deltas.items():
             pooled[k].append(d[rows_t[:, 0], rows_t[:, 1]])
@@ -112,7 +112,7 @@ def one_seed(item):
     cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.float64)
     v, sign = cat(pooled["v"]), cat(pooled["sign"])
     for o in OPTS:
-        rec[o] = {a: {s: D.value_gap(v[sign == (1 if s == "pos" else -1)],
+        rec[o] = {a: {s: P.value_gap(v[sign == (1 if s == "pos" else -1)],
                                      cat(pooled[o, a])[sign == (1 if s == "pos" else -1)], opts["eps"])
                       for s in SIGNS} for a in ARMS}
     rec["n_valued"] = {s: int((sign == (1 if s == "pos" else -1)).sum()) for s in SIGNS}
@@ -126,7 +126,7 @@ def gaps(per_seed, o, a, s):
 def plot(plt, data):
     """Value gap (boosted - suppressed) per arm, in A>0 and A<0 rollouts, per optimizer."""
     summary, n = data["summary"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="tight")
     colors = {"grpo": "tab:blue", "positive_only": "tab:green", "shuffled": "tab:gray"}
     for i, o in enumerate(OPTS):
         for j, a in enumerate(ARMS):
@@ -153,17 +153,12 @@ def plot(plt, data):
                         f"Boosted: Δ log π > {cfg['eps']:g}; suppressed: Δ < -{cfg['eps']:g}. positive-only: "
                         "GRPO's coefficients with A < 0 set to 0; shuffled: advantages permuted inside each "
                         "group. " + (common.ci_note(n) if n > 1 else "One seed: no error bars."))
-    fig.tight_layout()
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e5_value", opts["out"], plot)
-    t0 = time.time()
-    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
-    seeds = [r["seed"] for r in per_seed]
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e5_value", plot))  # --replot: redraw, exit
+    per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     summary = {o: {a: {s: common.ci(gaps(per_seed, o, a, s)) for s in SIGNS} for a in ARMS} for o in OPTS}
     summary["ci_over"] = "seeds" if len(per_seed) > 1 else "none (one seed)"
     sgn = {"pos": ">", "neg": "<"}
@@ -186,9 +181,7 @@ def main(argv):
             for o in OPTS for a in ARMS for s in SIGNS]
     common.table(rows, ["optimizer", "arm", "rollouts", "value gap", "n boosted", "n suppressed"])
     print(f"(95 % CI over {summary['ci_over']})")
-    common.print_contrasts(data["primary"])
-    common.print_contrasts(data["secondary"], "secondary")
-    print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e5_value.json")
+    common.report("e5_value", data, opts["out"])
     return data
 
 

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import diagnostics as D  # noqa: E402
+import probes as P  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
@@ -73,7 +73,7 @@ def setting(model, opt, task, draw, gen, B, G, opts):
         m64 = copy.deepcopy(model).double()
         new = common.real_step(m64, opt, b, adv, "grpo")[0]
         with torch.no_grad():
-            d = (D._logp(new, b) - D._logp(m64, b)) * b["mask"]
+            d = (P.logp_of(new, b) - P.logp_of(m64, b)) * b["mask"]
         batches.append((b, adv))
         deltas.append(d)
         moved.append(b["mask"] & (adv != 0)[:, None] & (d.abs() > opts["eps"]))
@@ -84,22 +84,22 @@ def setting(model, opt, task, draw, gen, B, G, opts):
         offsets.append(offsets[-1] + mv.shape[0])
     T = max(mv.shape[1] for mv in moved)
     cand = torch.cat([torch.nn.functional.pad(mv, (0, T - mv.shape[1])) for mv in moved])
-    pick = D.pick_tokens(cand, opts["tokens"], gen)
+    pick = P.pick_tokens(cand, opts["tokens"], gen)
     v, d, sign = [], [], []
     for k, ((b, adv), dk) in enumerate(zip(batches, deltas)):
         rows_t = pick[(pick[:, 0] >= offsets[k]) & (pick[:, 0] < offsets[k + 1])]
         rows_t = rows_t - torch.tensor([offsets[k], 0])
         if len(rows_t):
-            v.append(D.token_values(model, task, b, rows_t, opts["K"], gen).double())
+            v.append(P.token_values(model, task, b, rows_t, opts["K"], gen).double())
             d.append(dk[rows_t[:, 0], rows_t[:, 1]])
             sign.append(torch.sign(adv[rows_t[:, 0]]))
     v, d, sign = (torch.cat(x) if x else torch.zeros(0) for x in (v, d, sign))
-    bins = D.value_bins(v, opts["quantiles"], gen)
+    bins = P.value_bins(v, opts["quantiles"], gen)
     out = {"B": B, "G": G, "batches": len(batches), "reward": sum(rewards) / len(rewards), "n_valued": len(v),
-           **D.value_gap(v, d, opts["eps"]),
-           "gap_pos": D.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
-           "gap_neg": D.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
-           "gap_bins": [D.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
+           **P.value_gap(v, d, opts["eps"]),
+           "gap_pos": P.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
+           "gap_neg": P.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
+           "gap_bins": [P.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
                         for q in range(opts["quantiles"])],
            "v_bins": [float(v[bins == q].mean()) if bool((bins == q).any()) else None
                       for q in range(opts["quantiles"])]}
@@ -133,7 +133,7 @@ def nan(x):
 def plot(plt, data):
     """Value gap against G and against B, overall and per value quantile (missing: not drawn)."""
     summary, cfg, n = data["summary"], data["config"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True)
+    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="tight")
     Q = cfg["quantiles"]
     cmap = plt.get_cmap("viridis")
     for i, (name, fixed) in enumerate((("G", f"B = {cfg['prompts']}"), ("B", f"G = {cfg['group_size']}"))):
@@ -164,17 +164,12 @@ def plot(plt, data):
                         f"{cfg['eps']:g}, suppressed < -{cfg['eps']:g}. Quantile bins: the valued tokens cut into "
                         f"{Q} equal-count bins of V; the gap is taken inside each bin. Points of the bins are "
                         "shifted sideways a little. " + common.ci_note(n))
-    fig.tight_layout()
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__)
-    if opts["replot"]:
-        return common.replot("e6_group_size", opts["out"], plot)
-    t0 = time.time()
-    per_seed = common.pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"])
-    seeds = [r["seed"] for r in per_seed]
+    opts = common.parse(argv, EXTRA, __doc__, redraw=("e6_group_size", plot))  # --replot: redraw, exit
+    per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     Q = opts["quantiles"]
     col = lambda name, i, k, q=None: [r[name][i][k] if q is None else r[name][i][k][q] for r in per_seed]
     summary = {name: [{"B": B, "G": G, **{k: common.ci(col(name, i, k)) for k in ("gap", "gap_pos", "gap_neg")},
@@ -196,9 +191,7 @@ def main(argv):
     rows = [[name, p["B"], p["G"], common.fmt(p["gap"]), common.fmt(p["gap_pos"]), common.fmt(p["gap_neg"]),
              " ".join(common.fmt(x) for x in p["gap_bins"])] for name in summary for p in summary[name]]
     common.table(rows, ["sweep", "B", "G", "value gap", "A>0", "A<0", f"by value quantile (1..{Q})"])
-    common.print_contrasts(data["primary"])
-    common.print_contrasts(data["secondary"], "secondary")
-    print(f"[{data['wall_s']:.0f}s] wrote {opts['out']}/e6_group_size.json")
+    common.report("e6_group_size", data, opts["out"])
     return data
 
 

@@ -132,9 +132,7 @@ def last3(acc):
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__)
-    if o["replot"]:
-        return common.replot("e7_schedulers", o["out"], plot)
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e7_schedulers", plot))  # --replot: redraw, exit
     if o["quick"]:
         o["rl_steps"], o["evals"] = min(o["rl_steps"], 18), min(o["evals"], 3)
     prompts = 8 if o["small"] else 16

@@ -10,7 +10,7 @@ on weak-credit/high-frequency tokens".
 
 What a DFPO residual of 0 means: nothing, as evidence. ``dfpo_min`` and
 ``dfpo_orth`` give every copy of a token the group shares the same weight by
-construction (loss.py), so their ``residual_ha`` is 0 whatever happens; this
+construction (loss.py), so their ``exch_residual`` is 0 whatever happens; this
 experiment does not report it as a result. The evidence is whether
 reward-irrelevant drift, entropy collapse and the learning tax *differ*
 between objectives that keep and that break exchangeability.
@@ -284,9 +284,7 @@ def plot(plt, data):
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__)
-    if o["replot"]:
-        return common.replot("e8_objectives", o["out"], plot)
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e8_objectives", plot))  # --replot: redraw, exit
     if o["quick"]:
         o["rl_steps"], o["eval_every"] = min(o["rl_steps"], 100), min(o["eval_every"], 25)
     if o["arm_set"] not in ARM_SETS:

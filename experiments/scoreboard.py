@@ -6,12 +6,12 @@ For every ``--loss`` of loss.py, and the switches ``dual_clip``, ``beta`` and
 ``entropy_coef``, the coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) are read
 off by autograd on synthetic rollout groups, and scored with
 
-    residual_ha = mean over (history, token) sets S of |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|
+    exch_residual = mean over (history, token) sets S of |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|
 
-(loss.residual_ha): 0 iff every copy of a token after one identical history gets
+(loss.exch_residual): 0 iff every copy of a token after one identical history gets
 the same weight, i.e. the objective keeps gradient exchangeability [P1]. Beside
 it stands the verdict that loss.py's table predicts, and the old first-token
-residual (loss.shared_residual).
+residual (loss.first_token_residual).
 
 The data: groups of G completions over a 3-token alphabet, so that prefixes are
 shared by chance, the first token shared by the whole group, lengths 2 to 8.
@@ -150,11 +150,11 @@ def score(n_groups, seeds=(0,)):
             for seed in seeds:
                 b = make_batch(regime, n_groups, seed=seed)
                 c, adv = coefficients(b, name)
-                ha.append(L.residual_ha(c, adv, b["tokens"], b["mask"], b["group"]))
-                first.append(L.shared_residual(c, b["group"]))
+                ha.append(L.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
+                first.append(L.first_token_residual(c, b["group"]))
                 pred = pred and regime in CANCELS[name] and not selection_hits_shared(b, name, adv)
             res = max(ha)  # the worst seed: 0 only if every seed cancels
-            out[name][regime] = {"predicted": "0" if pred else ">0", "residual_ha": res,
+            out[name][regime] = {"predicted": "0" if pred else ">0", "exch_residual": res,
                                  "first_token": max(first), "match": (res < 1e-6) == pred}
     return out
 
@@ -167,10 +167,10 @@ def main(argv):
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     t0 = time.time()
     board = score(n_groups, seeds=tuple(o["seeds"]))
-    rows = [[name] + [f"{'0' if d['predicted'] == '0' else '>0'} | {d['residual_ha']:.3f}"
+    rows = [[name] + [f"{'0' if d['predicted'] == '0' else '>0'} | {d['exch_residual']:.3f}"
                       f"{'' if d['match'] else ' (!)'}" for d in (board[name][r] for r in REGIMES)]
             + [WHY.get(name, "")] for name in board]
-    common.table(rows, ["objective"] + [f"{r}: predicted | residual_ha" for r in REGIMES] + ["what breaks it"])
+    common.table(rows, ["objective"] + [f"{r}: predicted | exch_residual" for r in REGIMES] + ["what breaks it"])
     mism = [(n, r) for n in board for r in REGIMES if not board[n][r]["match"]]
     print(f"scoreboard: {len(board)} rows x {len(REGIMES)} regimes, {len(mism)} mismatches"
           + "".join(f"; {n} / {r}" for n, r in mism) + f" [{time.time() - t0:.1f}s]")
@@ -181,22 +181,22 @@ def main(argv):
 
     def plot(plt):
         names = list(board)
-        vals = [[board[n][r]["residual_ha"] for r in REGIMES] for n in names]
+        vals = [[board[n][r]["exch_residual"] for r in REGIMES] for n in names]
         fig, ax = plt.subplots(figsize=(9, 0.42 * len(names) + 1.6))
         top = max(max(v) for v in vals) or 1.0
         im = ax.imshow(vals, cmap="Reds", vmin=0, vmax=top, aspect="auto")
         for i, n in enumerate(names):
             for j, r in enumerate(REGIMES):
                 d = board[n][r]
-                ax.text(j, i, f"{d['residual_ha']:.3f}  (pred. {d['predicted']})" + ("" if d["match"] else " !"),
+                ax.text(j, i, f"{d['exch_residual']:.3f}  (pred. {d['predicted']})" + ("" if d["match"] else " !"),
                         ha="center", va="center", fontsize=8, color="white" if vals[i][j] > 0.55 * top else "black")
         ax.set_xticks(range(len(REGIMES)))
         ax.set_xticklabels(REGIMES, fontsize=9)
         ax.set_yticks(range(len(names)))
         ax.set_yticklabels(names, fontsize=9)
-        ax.set_title("residual_ha (max over seeds): 0 = exchangeable; the table's verdict in brackets, "
+        ax.set_title("exch_residual (max over seeds): 0 = exchangeable; the table's verdict in brackets, "
                      "! = mismatch", fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("residual_ha (0: every copy of a shared (history, token) has the same weight)", fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("exch_residual (0: every copy of a shared (history, token) has the same weight)", fontsize=8)
         fig.tight_layout()
         return fig
     common.save("scoreboard", data, out_dir, plot)

@@ -1,5 +1,5 @@
 """The `chain` testbed: the properties that make cancellation observable, and the
-metrics that read it (residual_ha in test_loss.py; style drift, interior tax)."""
+metrics that read it (exch_residual in test_loss.py; style drift, interior tax)."""
 import math
 import random
 import statistics

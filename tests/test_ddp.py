@@ -19,6 +19,7 @@ import torch
 import dist_utils as D
 import loss as L
 import toy_tasks as T
+import checkpoint
 import train
 from config import CliError, parse_args
 from ddp_driver import (CASES, INVARIANT, MAIN_FLAGS, fixed_batch, fixed_rollouts, one_update, step_config,
@@ -125,8 +126,8 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
     model = tiny_model()
     out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), shared_group(), cfg,
                           torch.Generator().manual_seed(0))
-    assert out["residual_ha"] == pytest.approx(expected, abs=1e-6)
-    assert out["residual"] == pytest.approx(expected, abs=1e-6)  # only the first token is shared
+    assert out["exch_residual"] == pytest.approx(expected, abs=1e-6)
+    assert out["first_token_residual"] == pytest.approx(expected, abs=1e-6)  # only the first token is shared
 
 
 # ----------------------------------------------------------------------------- helpers and errors
@@ -187,7 +188,7 @@ def test_torchrun_train_logs_each_step_once_and_checkpoints(two_processes):
     assert [m["step"] for m in ms if m["phase"] == "sft"] == [1, 2]
     assert sorted(os.listdir(out)) == ["ckpt.pt", "config.json", "metrics.jsonl", "warm_start.pt"]
     assert json.load(open(out / "config.json"))["world_size"] == 2
-    _, ck = train.load_checkpoint(str(out / "ckpt.pt"))
+    _, ck = checkpoint.load_checkpoint(str(out / "ckpt.pt"))
     assert ck["step"] == 3
 
 
@@ -196,8 +197,8 @@ def test_torchrun_main_step_equals_single_process_on_fixed_rollouts(two_processe
     monkeypatch.setattr(train, "rollouts", fixed_rollouts(fixed_batch(torch.float32)))
     monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr, **kw: torch.optim.SGD(params, lr=lr))
     train.main(parse_args(MAIN_FLAGS + [f"--out_dir={tmp_path}"]))
-    two, _ = train.load_checkpoint(str(two_processes / "ckpt.pt"))
-    one, _ = train.load_checkpoint(str(tmp_path / "ckpt.pt"))
+    two, _ = checkpoint.load_checkpoint(str(two_processes / "ckpt.pt"))
+    one, _ = checkpoint.load_checkpoint(str(tmp_path / "ckpt.pt"))
     with torch.no_grad():
         start = tiny_model(torch.float32)
         moved = max(float((a - b).abs().max()) for a, b in zip(one.parameters(), start.parameters()))
@@ -207,7 +208,7 @@ def test_torchrun_main_step_equals_single_process_on_fixed_rollouts(two_processe
     steps = [[m for m in ms if m["phase"] == "rl" and m["step"] > 0] for ms in logs]
     assert len(steps[1]) == 2  # once per step: rank 0 only
     for a, b in zip(*steps):
-        for key in ("loss", "residual", "residual_ha", "reward"):
+        for key in ("loss", "first_token_residual", "exch_residual", "reward"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 

@@ -7,7 +7,7 @@ import sys
 
 import torch
 
-import diagnostics as D
+import probes as P
 import loss as L
 from test_diagnostics import hand_batch, tiny_model
 
@@ -29,10 +29,10 @@ def test_weighted_sign_agreement_by_hand():
     a = torch.tensor([1.0, -2.0, 3.0, -4.0], dtype=torch.float64)
     b = torch.tensor([1.0, 2.0, 3.0, -1.0], dtype=torch.float64)  # agree on 0, 2, 3
     m = torch.ones(4, dtype=torch.bool)
-    assert D.sign_agreement(a, b, m) == 0.75
-    assert abs(D.sign_agreement(a, b, m, weighted=True) - (1 + 3 + 4) / 10) < 1e-12
+    assert P.sign_agreement(a, b, m) == 0.75
+    assert abs(P.sign_agreement(a, b, m, weighted=True) - (1 + 3 + 4) / 10) < 1e-12
     m[3] = False
-    assert abs(D.sign_agreement(a, b, m, weighted=True) - 4 / 6) < 1e-12
+    assert abs(P.sign_agreement(a, b, m, weighted=True) - 4 / 6) < 1e-12
 
 
 def test_coupling_by_row_by_hand():
@@ -41,7 +41,7 @@ def test_coupling_by_row_by_hand():
                           [-5.0, 6.0, 9.0]])  # the diagonal (self terms) is not coupling
     y = torch.tensor([7, 7, 8])               # tokens 0 and 1 are the same id
     rows = torch.tensor([0, 1, 1])
-    out = D.coupling_by_row(terms, y, rows, 2)
+    out = P.coupling_by_row(terms, y, rows, 2)
     total = 1 + 2 + 3 + 4 + 5 + 6
     assert out["mass_same"] == [1 / total, 3 / total]
     assert out["mass_diff"] == [2 / total, (4 + 5 + 6) / total]

@@ -91,7 +91,7 @@ def write_run(d, loss="grpo", diagnostics=False, n=30):
             f.write(json.dumps({"phase": "sft", "step": s, "loss": 2.0 / s}) + "\n")
         f.write(json.dumps({"phase": "rl", "step": 0, "eval_acc": 0.5}) + "\n")
         for s in range(1, n + 1):
-            rec = {"phase": "rl", "step": s, "reward": s / n, "mixed": 0.7, "residual": 0.01, "clip_frac": 0.0}
+            rec = {"phase": "rl", "step": s, "reward": s / n, "mixed": 0.7, "first_token_residual": 0.01, "clip_frac": 0.0}
             if diagnostics:
                 rec.update(tax=0.1, tax_sum=0.1 * s)
             if s % 10 == 0:
@@ -111,7 +111,7 @@ def test_plot_series_and_panels(tmp_path):
     assert plot.series(a, "loss", "sft")[1] == [2.0, 1.0, 2 / 3, 0.5, 0.4]
     keys = lambda runs: [p[0] for p in plot.panels_present(runs)]
     assert "tax_sum" not in keys([a]) and "entropy" not in keys([a])
-    assert {"tax_sum", "entropy", "eval_acc", "reward", "mixed", "residual"} <= set(keys([a, b]))
+    assert {"tax_sum", "entropy", "eval_acc", "reward", "mixed", "first_token_residual"} <= set(keys([a, b]))
     assert plot.running_mean([1, 2, 3, 4], k=2) == [1, 1.5, 2.5, 3.5]
 
 

@@ -190,14 +190,14 @@ def test_dapo_clip_higher_breaks_cancellation_when_shared_ratio_crosses_a_bound(
     assert net < -0.1 * mass
 
 
-def test_shared_residual_stat():
+def test_first_token_residual_stat():
     c = torch.tensor([[1.0, 5], [-1.0, 5], [2.0, 0], [2.0, 0]])
     g = torch.tensor([0, 0, 1, 1])
-    assert L.shared_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
+    assert L.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
     new, old, mask, r, grp = shared_group()
     for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
         c, _ = coef(name, new, old, L.advantages(r, grp, name), mask, grp)
-        assert (L.shared_residual(c, grp) < 1e-6) == expect_zero
+        assert (L.first_token_residual(c, grp) < 1e-6) == expect_zero
 
 
 # ----------------------------------------------------------------------------- zero variance
@@ -268,7 +268,7 @@ def test_bad_names():
         coef("ppo", ON, ON, A_STD)
 
 
-# ----------------------------------------------------------------------------- residual_ha
+# ----------------------------------------------------------------------------- exch_residual
 
 # One group of four; rewards 1, 1, 0, 0. Rollouts 0-2 start with token 5, rollout 3 with 1;
 # rollouts 0 and 2 share the whole completion.
@@ -289,31 +289,70 @@ def test_history_token_sets_by_hand():
     assert two[0, 0] == two[1, 0] != two[2, 0] == two[3, 0]
 
 
-def test_residual_ha_by_hand():
+def test_exch_residual_by_hand():
     c = HA_A[:, None].expand(4, 3).clone()
     # equal weights: 0, although the first tokens differ and no set but one sums A to 0
-    assert L.residual_ha(c, HA_A, HA_TOK, HA_MASK, HA_G) == 0.0
+    assert L.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) == 0.0
     # per-sequence weights 1/3, 1/3, 1/4, 1/2 (a 1/L_i): three sets with >= 2 copies.
     # {0,1,2} after the prompt: c = 1/6, 1/6, -1/8; wbar = (11/24)/1.5; res = (1/18)/(11/24) = 4/33
     # {0,2} twice: c = 1/6, -1/8, sum A = 0: res = (1/24)/(7/24) = 1/7
     w = torch.tensor([1 / 3, 1 / 3, 1 / 4, 1 / 2])[:, None]
     expected = (4 / 33 + 2 / 7) / 3
-    assert abs(L.residual_ha(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6  # float32 coefficients
+    assert abs(L.exch_residual(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6  # float32 coefficients
 
 
-def test_residual_ha_zero_for_dr_grpo_where_first_token_residual_is_not():
+def test_exch_residual_zero_for_dr_grpo_where_first_token_residual_is_not():
     """Off-policy dr_grpo on a whole group whose first tokens differ: the copies of
     each (h, a) share one ratio, so every set cancels up to the credit sum_S A. The
     first-token residual mixes the ratios of token 5 and token 1 and is not 0."""
     new = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.5, 0.3, 0.9], [0.5, 0.4, 0.9], [0.2, 0.6, 0.8]]))
     old = new - torch.tensor([[0.2, 0.1, -0.1], [0.2, 0.3, 0.0], [0.2, 0.1, -0.1], [-0.3, 0.05, 0.1]])
     c, _ = coef("dr_grpo", new, old, HA_A, mask=HA_MASK, group=HA_G, clip="none")
-    assert L.residual_ha(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
-    assert L.shared_residual(c, HA_G) > 0.05
+    assert L.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
+    assert L.first_token_residual(c, HA_G) > 0.05
     # on-policy both are 0
     c0, _ = coef("dr_grpo", new, new.detach(), HA_A, mask=HA_MASK, group=HA_G, clip="none")
-    assert L.residual_ha(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6 and L.shared_residual(c0, HA_G) < 1e-6
+    assert L.exch_residual(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6 and L.first_token_residual(c0, HA_G) < 1e-6
     # grpo's 1/L_i with unequal lengths breaks it on-policy
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
     cg, _ = coef("grpo", new, new.detach(), HA_A, mask=mask, group=HA_G, clip="none")
-    assert L.residual_ha(cg, HA_A, HA_TOK, mask, HA_G) > 0.05
+    assert L.exch_residual(cg, HA_A, HA_TOK, mask, HA_G) > 0.05
+
+
+# ----------------------------------------------------------------------------- the three statements
+
+def test_equal_weights_cancel_for_every_centred_advantage():
+    """Sufficient: c_i = w A_i with one w, any centred A -> sum_i c_i = 0."""
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        n = int(torch.randint(2, 9, (1,), generator=g))
+        r = torch.rand(n, generator=g, dtype=torch.float64)
+        A = r - r.mean()
+        w = float(torch.rand(1, generator=g)) * 3 + 0.1
+        assert abs(float((w * A).sum())) < 1e-12
+
+
+def test_unequal_weights_can_cancel_and_the_residual_is_then_zero():
+    """Exact for one A: sum_i w_i A_i = 0 also with unequal weights; exch_residual
+    is then 0, so a residual of 0 does not mean the weights are equal."""
+    w = torch.tensor([1.15, 0.95, 0.85, 1.05], dtype=torch.float64)
+    A = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    assert abs(float((w * A).sum())) < 1e-12
+    tokens = torch.full((4, 1), 7)  # one shared first token, the whole group
+    mask, group = torch.ones(4, 1, dtype=torch.bool), torch.zeros(4, dtype=torch.long)
+    assert L.exch_residual((w * A)[:, None], A, tokens, mask, group) < 1e-12
+    # unequal weights that do not cancel: |sum c| / sum |c| = 0.15 / 4.15 by hand
+    w2 = torch.tensor([1.3, 0.95, 0.85, 1.05], dtype=torch.float64)
+    assert abs(L.exch_residual((w2 * A)[:, None], A, tokens, mask, group) - 0.15 / 4.15) < 1e-12
+
+
+def test_unequal_weights_fail_to_cancel_for_some_centred_advantage():
+    """Necessary only for all A: for any unequal w, A_i = w_i - mean(w) is centred
+    and sum_i w_i A_i = sum_i (w_i - mean w)^2 > 0."""
+    g = torch.Generator().manual_seed(1)
+    for _ in range(200):
+        n = int(torch.randint(2, 9, (1,), generator=g))
+        w = torch.rand(n, generator=g, dtype=torch.float64) + 0.5
+        A = w - w.mean()
+        assert abs(float(A.sum())) < 1e-12
+        assert float((w * A).sum()) > 0.5 * float(((w - w.mean()) ** 2).sum()) > 0

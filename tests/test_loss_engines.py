@@ -230,7 +230,7 @@ def test_exchangeability_verdict_of_each_row(name, regime):
     clip = ("none", 0.2) if name in L.NO_CLIP else \
         ("higher", 3e-4, 4e-4) if name in ("gspo", "luspo") else ("higher", 0.2, 0.28)
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip[0], **dict(zip(("clip_low", "clip_high"), clip[1:])))
-    res = L.residual_ha(c, adv, tok, mask, grp)
+    res = L.exch_residual(c, adv, tok, mask, grp)
     if regime in CANCELS[name].split():
         assert res < 1e-6, res
     else:
@@ -241,7 +241,7 @@ def test_switch_verdicts():
     tok, mask, grp, new, old, r = verdict_group("off")
     adv = L.advantages(r, grp, "dapo")
     ref = new - 0.2 * mask
-    res = lambda **kw: L.residual_ha(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
+    res = lambda **kw: L.exch_residual(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
                                      adv, tok, mask, grp)
     assert res() < 1e-6
     assert res(beta=0.04, ref_logp=ref) > 1e-3               # the same k on every copy: no cancel
@@ -250,9 +250,9 @@ def test_switch_verdicts():
     old[:, 0] = new[:, 0] - 1.2                               # shared rho = 3.3 > C = 3
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher", dual_clip=3.0)
     assert bool((c[:, 0] == 0).all())                         # every copy cut: nothing left to break
-    assert L.residual_ha(c, adv, tok, mask, grp) < 1e-6
+    assert L.exch_residual(c, adv, tok, mask, grp) < 1e-6
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher")
-    assert L.residual_ha(c, adv, tok, mask, grp) > 1e-3       # without it, only the A < 0 copies keep one
+    assert L.exch_residual(c, adv, tok, mask, grp) > 1e-3       # without it, only the A < 0 copies keep one
 
 
 def test_dfpo_orth_cancels_whole_group_tokens_only():
@@ -261,8 +261,8 @@ def test_dfpo_orth_cancels_whole_group_tokens_only():
     tok, mask, grp, new, old, r = verdict_group("off")
     adv = L.advantages(r, grp, "dfpo_orth")
     c, _ = coef("dfpo_orth", new, old, adv, mask, grp)
-    assert abs(float(c[:, 0].sum())) < 1e-6 and L.shared_residual(c, grp) < 1e-6
-    assert L.residual_ha(c, adv, tok, mask, grp) > 1e-3
+    assert abs(float(c[:, 0].sum())) < 1e-6 and L.first_token_residual(c, grp) < 1e-6
+    assert L.exch_residual(c, adv, tok, mask, grp) > 1e-3
 
 
 def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
@@ -272,9 +272,9 @@ def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
     hi[:, 0] = -0.01          # the shared first token far above the mean log pi: cov > 1 for A > 0
     hi[mask & (torch.arange(6) > 0)] = -3.0
     c, st = coef("clip_cov", hi, hi.detach(), adv, mask, grp, clip="sym", cov_ratio=0.01)
-    assert st["cov_frac"] > 0 and L.residual_ha(c, adv, tok, mask, grp) > 1e-3
+    assert st["cov_frac"] > 0 and L.exch_residual(c, adv, tok, mask, grp) > 1e-3
     c, st = coef("clip_cov", new, new.detach(), adv, mask, grp, clip="sym", cov_ratio=0.01)
-    assert st["cov_frac"] == 0 and L.residual_ha(c, adv, tok, mask, grp) < 1e-6
+    assert st["cov_frac"] == 0 and L.exch_residual(c, adv, tok, mask, grp) < 1e-6
 
 
 # ----------------------------------------------------------------------------- scoreboard
@@ -288,7 +288,7 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
     assert set(L.LOSSES) <= set(saved["summary"]) and saved["regimes"] == list(scoreboard.REGIMES)
     for row in saved["summary"].values():
         for cell in row.values():
-            assert cell["predicted"] in ("0", ">0") and 0 <= cell["residual_ha"] <= 1
+            assert cell["predicted"] in ("0", ">0") and 0 <= cell["exch_residual"] <= 1
     assert "scoreboard:" in capsys.readouterr().out
 
 

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import toy_tasks as T
+import checkpoint
 import train
 from model import GPT, GPTConfig, completion_logprobs, left_pad
 from sampler import sample
@@ -128,9 +129,9 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
     m = tiny(7)
     cfg = Config()
     path = os.path.join(tmp_path, "c.pt")
-    train.save_checkpoint(path, m, cfg, "warm_start", 5)
+    checkpoint.save_checkpoint(path, m, cfg, "warm_start", 5)
     assert os.listdir(tmp_path) == ["c.pt"]  # no temp file left behind
-    m2, ck = train.load_checkpoint(path)
+    m2, ck = checkpoint.load_checkpoint(path)
     assert ck["kind"] == "warm_start" and ck["step"] == 5 and ck["task"]["task"] == cfg.task
     for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(a, b), k
@@ -141,16 +142,16 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
 def test_bad_checkpoints_raise_one_line(tmp_path):
     from config import CliError, Config
     with pytest.raises(CliError, match="does not exist"):
-        train.load_checkpoint(os.path.join(tmp_path, "nope.pt"))
+        checkpoint.load_checkpoint(os.path.join(tmp_path, "nope.pt"))
     path = os.path.join(tmp_path, "c.pt")
-    train.save_checkpoint(path, tiny(), Config(), "rl", 1)
+    checkpoint.save_checkpoint(path, tiny(), Config(), "rl", 1)
     data = open(path, "rb").read()
     for name, blob in [("trunc.pt", data[: len(data) // 2]), ("junk.pt", b"not a checkpoint")]:
         p = os.path.join(tmp_path, name)
         open(p, "wb").write(blob)
         with pytest.raises(CliError, match="corrupt") as e:
-            train.load_checkpoint(p)
+            checkpoint.load_checkpoint(p)
         assert "\n" not in str(e.value)
     torch.save({"hello": 1}, os.path.join(tmp_path, "other.pt"))
     with pytest.raises(CliError, match="corrupt"):
-        train.load_checkpoint(os.path.join(tmp_path, "other.pt"))
+        checkpoint.load_checkpoint(os.path.join(tmp_path, "other.pt"))

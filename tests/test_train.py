@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import loss as L
+import checkpoint
 import train
 from config import CliError, Config, parse_args
 
@@ -36,7 +37,7 @@ def test_every_loss_and_clip_runs_an_rl_step(tmp_path, loss, clip):
     _, summary = run_main(tmp_path, f"--loss={loss}", f"--clip={clip}", "--minibatches=2",
                           "--batching=query", "--rl_steps=1", "--sft_steps=1")
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
-    for key in ("clip_frac", "seq_ratio", "residual", "zero_var", "mb_pos", "mb_neg",
+    for key in ("clip_frac", "seq_ratio", "first_token_residual", "zero_var", "mb_pos", "mb_neg",
                 "groups_split", "token_spread", "eval_acc"):
         assert key in rl, key
 
@@ -185,7 +186,7 @@ def test_bf16_autocast_path_runs_on_cpu(tmp_path):
     from model import completion_logprobs
     cfg, summary = run_main(tmp_path, "--bf16=true")
     assert 0.0 <= summary["final_acc"] <= 1.0
-    model, _ = train.load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
+    model, _ = checkpoint.load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
     prompts = [T.encode("12+34="), T.encode("5+7=")]
     tokens = torch.tensor([T.encode("46") + [T.EOS], T.encode("12") + [T.EOS]])
     mask = torch.ones_like(tokens, dtype=torch.bool)

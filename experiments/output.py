@@ -1,0 +1,106 @@
+"""experiments/output.py: what an experiment writes, and how its figure stays honest.
+
+* ``save(name, data, out, plot)``: ``<out>/<name>.json`` (strict JSON, NaN ->
+  null) and, when matplotlib is installed, ``<out>/<name>.png``; ``replot``
+  redraws the PNG from the JSON alone (``--replot``);
+* ``errbars`` cuts error bars at the bounds a quantity cannot pass, and
+  ``ci_note`` says so in the caption; ``caption`` puts the caption under the
+  figure;
+* ``report`` and ``table``: what an experiment prints.
+The statistics behind the bars are stats.py's; common.py imports all of these.
+"""
+
+import json
+import math
+import os
+
+from config import fail
+from stats import print_contrasts
+
+
+def errbars(pairs, floor=None, ceil=None):
+    """[[below], [above]] half-widths for matplotlib's yerr/xerr from [mean, half]
+    pairs, cut so that no bar crosses ``floor`` or ``ceil`` (a fraction, an
+    entropy or a KL cannot go below 0). Missing values draw no bar."""
+    below, above = [], []
+    for pair in pairs:
+        m, h = (pair if pair else (None, None))
+        m, h = (0.0 if m is None else m), (0.0 if h is None or h != h else h)
+        below.append(max(0.0, min(h, m - floor)) if floor is not None else h)
+        above.append(max(0.0, min(h, ceil - m)) if ceil is not None else h)
+    return [below, above]
+
+
+def caption(fig, text, width=150):
+    """A caption under the figure: what the bars and lines mean."""
+    import textwrap
+    fig.text(0.01, -0.01, textwrap.fill(text, width), ha="left", va="top", fontsize=8)
+
+
+def ci_note(n, cut=None):
+    """The caption sentence about error bars over n seeds; ``cut`` names the bounds
+    (e.g. "0 and 1" for a share) at which the bars are cut, if any."""
+    if n < 2:
+        return "One seed: no error bars."
+    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
+            + (f", cut at {cut} where the quantity cannot go beyond it." if cut else "."))
+
+
+def replot(name, out, plot):
+    """Redraw <out>/<name>.png from <out>/<name>.json with plot(plt, data):
+    no model is trained and nothing is recomputed."""
+    path = os.path.join(out, f"{name}.json")
+    if not os.path.isfile(path):
+        fail(f"{path} does not exist: run the experiment first (--replot only redraws its figure)")
+    with open(path) as f:
+        data = json.load(f)
+    draw(name, out, lambda plt: plot(plt, data))
+    print(f"redrew {os.path.join(out, name + '.png')} from {path}")
+    return data
+
+
+def draw(name, out, plot):
+    """<out>/<name>.png via plot(plt) -> figure, when matplotlib is installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"(matplotlib not installed: {name}.png not written)")
+        return
+    fig = plot(plt)
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def save(name, data, out, plot=None):
+    """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
+    with open(os.path.join(out, f"{name}.json"), "w") as f:
+        json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
+    if plot is not None:
+        draw(name, out, plot)
+
+
+def report(name, data, out):
+    """Print an experiment's primary and secondary contrasts and where it wrote."""
+    print_contrasts(data["primary"])
+    print_contrasts(data["secondary"], "secondary")
+    print(f"[{data['wall_s']:.0f}s] wrote {out}/{name}.json")
+
+
+def table(rows, header):
+    """Print a plain text table."""
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    for r in [header] + rows:
+        print("  ".join(str(x).ljust(w) for x, w in zip(r, widths)))
+
+
+def clean(x):
+    """NaN and inf -> None, recursively, so that the JSON is strict."""
+    if isinstance(x, dict):
+        return {k: clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

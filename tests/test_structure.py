@@ -1,0 +1,128 @@
+"""The shape of the code: no import cycles, no module importing up into a script,
+no source file over 450 lines. Read from the source with ast, nothing is run."""
+import ast
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FOLDERS = ("", "experiments", "exercises")  # tests/ may import anything
+SCRIPTS = {"train", "plot", "see", "sample", "bench"}  # entry points at the top level
+LIBRARY = {"model", "sampler", "toy_tasks", "loss", "loss_engines", "batching", "config", "checkpoint",
+           "dist_utils", "diagnostics"}
+MAX_LINES = 450
+
+
+def modules():
+    """{name: path} of every module in FOLDERS (a module is named by its file, as the
+    scripts put their own folder on sys.path)."""
+    out = {}
+    for folder in FOLDERS:
+        d = os.path.join(ROOT, folder)
+        for dirpath, dirs, files in os.walk(d):
+            dirs[:] = [x for x in dirs if not x.startswith(".") and x != "__pycache__"]
+            if folder == "" and dirpath != d:
+                continue
+            for f in files:
+                if f.endswith(".py"):
+                    out.setdefault(f[:-3], []).append(os.path.join(dirpath, f))
+    return out
+
+
+def imports(path, known):
+    """Names of known modules that the file imports anywhere (also inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found & set(known)
+
+
+def graph(folders=("",)):
+    mods = modules()
+    g = {}
+    for name, paths in mods.items():
+        for p in paths:
+            if os.path.relpath(os.path.dirname(p), ROOT).replace(".", "") in folders:
+                g[name] = imports(p, mods) - {name}
+    return g
+
+
+def cycle(g):
+    """One import cycle as a list of names, or None (depth-first search)."""
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = "open"
+        stack.append(n)
+        for m in sorted(g.get(n, ())):
+            if state.get(m) == "open":
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        state[n] = "done"
+        stack.pop()
+        return None
+
+    for n in sorted(g):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_cycle_finder_finds_a_planted_cycle():
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert cycle({"a": {"b"}, "b": {"c"}, "c": set()}) is None
+
+
+def test_no_import_cycle_among_the_top_level_modules():
+    g = graph()
+    assert LIBRARY | SCRIPTS <= set(g), sorted(LIBRARY | SCRIPTS - set(g))
+    assert cycle(g) is None, " -> ".join(cycle(g))
+
+
+def test_no_import_cycle_with_the_experiments_and_exercises():
+    g = graph(("", "experiments", "exercises"))
+    assert cycle(g) is None, " -> ".join(cycle(g))
+
+
+@pytest.mark.parametrize("name", sorted(LIBRARY))
+def test_library_modules_import_no_script_and_no_experiment(name):
+    g = graph(("", "experiments", "exercises"))
+    below = set(graph())  # top-level modules
+    up = g[name] - (below - SCRIPTS)
+    assert not up, f"{name}.py imports {sorted(up)}"
+
+
+def test_no_source_file_over_the_limit():
+    long = []
+    for dirpath, dirs, files in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in ("__pycache__", "venv")]
+        for f in files:
+            if f.endswith(".py"):
+                p = os.path.join(dirpath, f)
+                n = sum(1 for _ in open(p))
+                if n > MAX_LINES:
+                    long.append(f"{os.path.relpath(p, ROOT)}: {n}")
+    assert not long, long
+
+
+def test_train_reads_top_to_bottom():
+    """train.py: one page, main short, every function defined before a call to it
+    inside another function of the file."""
+    path = os.path.join(ROOT, "train.py")
+    tree = ast.parse(open(path).read())
+    assert sum(1 for _ in open(path)) <= 350
+    defs = {n.name: n.lineno for n in tree.body if isinstance(n, ast.FunctionDef)}
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    assert main.end_lineno - main.lineno + 1 <= 80
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        for call in ast.walk(fn):
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in defs:
+                assert defs[call.func.id] < fn.lineno, f"{fn.name} calls {call.func.id}, defined later"
