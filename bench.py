@@ -307,7 +307,11 @@ def parse(argv):
     usage = "usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
     for a in argv:
         if a in ("-h", "--help"):
-            print(__doc__.strip())
+            print(__doc__.strip().splitlines()[0] + "\n\n" + usage + "\n\n"
+                  "  --quick         a tiny model, small batches, one repeat: every line, no speed claim\n"
+                  "  --ddp           also time 1 against 2 torchrun processes (default: on without --quick)\n"
+                  "  --device=auto   cpu | cuda | auto\n"
+                  "  --out=FILE      also write the JSON lines to FILE (default: none)")
             sys.exit(0)
         key, eq, val = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:

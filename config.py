@@ -62,8 +62,8 @@ class Config:
     batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
-    micro_batch: int = _f(0, "K: rollouts per micro-batch, gradients accumulate into one optimizer step "
-                             "(0: a mini-batch's share in one pass)")
+    micro_batch: int = _f(0, "K >= 1: rollouts per micro-batch, gradients accumulate into one optimizer "
+                             "step (left out: each mini-batch's share in one pass)")
     norm: str = _f("global", "denominators of a step: global (the whole mini-batch's, however it is split) | "
                              "local (each micro-batch's and process's own: a lesson, not a recommendation)")
     # run
@@ -119,10 +119,12 @@ EXAMPLES = """examples:
   python train.py --task=chain --diagnostics --out_dir=out-chain && python plot.py out-chain"""
 
 
-def usage(cls, doc="", groups=None, examples=""):
-    """The --help text: the doc's first line, the flags by group, examples."""
+def usage(cls, doc="", groups=None, examples="", defaults=None):
+    """The --help text: the doc's first line, the flags by group with the defaults
+    they run with (``defaults`` overrides the dataclass's, e.g. a task's), examples."""
     lines = [doc.strip().splitlines()[0] if doc else ""]
     by_name = {f.name: f for f in fields(cls)}
+    defaults = defaults or {}
     sections = [(title, [n for n in names if n in by_name]) for title, names in (groups or {}).items()]
     sections.append(("other" if groups else "flags", [n for n in by_name if not any(
         n in names for names in (groups or {}).values())]))
@@ -132,8 +134,10 @@ def usage(cls, doc="", groups=None, examples=""):
         lines += ["", f"{title}:"]
         for n in names:
             f = by_name[n]
-            lines.append(f"  {'--' + f.name + '=' + str(f.default):<28} {f.metadata.get('help', '')}")
-    lines += ["", "flags are --key=value; a bool flag alone (--diagnostics) means true"]
+            value = defaults.get(f.name, f.default)
+            lines.append(f"  {'--' + f.name + '=' + str(value):<28} {f.metadata.get('help', '')}")
+    bools = sorted((f.name for f in fields(cls) if f.type is bool), key=lambda n: n != "diagnostics")
+    lines += ["", "flags are --key=value" + (f"; a bool flag alone (--{bools[0]}) means true" if bools else "")]
     if examples:
         lines += ["", examples]
     return "\n".join(lines)
@@ -142,7 +146,12 @@ def usage(cls, doc="", groups=None, examples=""):
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
     if any(a in ("-h", "--help") for a in argv):
-        print(usage(cls, doc, GROUPS, EXAMPLES) if cls is Config else usage(cls, doc))
+        if cls is Config:  # the defaults of the task asked for: --task=chain --help shows chain's
+            task = next((a.partition("=")[2] for a in argv if a.startswith("--task=")), Config.task)
+            head = f"defaults shown for --task={task}" if task in TASK_DEFAULTS else ""
+            print(usage(cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task)) + ("\n\n" + head if head else ""))
+        else:
+            print(usage(cls, doc))
         sys.exit(0)
     known = {f.name: f for f in fields(cls)}
     values = {}

@@ -61,7 +61,9 @@ def usage():
 def parse(argv):
     """(run folders, output file) from the command line."""
     if any(a in ("-h", "--help") for a in argv):
-        print(__doc__.strip())
+        print(__doc__.strip().splitlines()[0] + "\n\nusage: " + usage() + "\n\n"
+              "  OUT_DIR ...    run folders of train.py (each holds metrics.jsonl), overlaid\n"
+              "  --out=FILE     the figure (default: OUT_DIR/curves.png of the first folder)")
         sys.exit(0)
     dirs, out = [], None
     for a in argv:

@@ -50,7 +50,7 @@ import probes as P  # noqa: E402  (experiments/probes.py: one update, its Deltas
 
 @dataclass
 class SeeConfig:
-    init_from: str = _f("", "warm-start checkpoint of --task=chain (e.g. out/warm_start.pt); required")
+    init_from: str = _f("", "warm-start checkpoint of a train.py --task=chain run (e.g. out/warm_start.pt); required")
     losses: str = _f("grpo,dr_grpo,positive_only", "objectives, one panel each (comma-separated)")
     prompts: int = _f(16, "B: prompts in the rollout batch the update is taken on")
     group_size: int = _f(8, "G: completions per prompt")
