@@ -219,8 +219,9 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] = sums.get("mixed_start_sum", 0.0) + rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
-    if step == 1 and master and weak_start_hint(rec["mixed"], cfg):
-        tqdm.write(weak_start_hint(rec["mixed"], cfg))
+    hint = weak_start_hint(rec["mixed"], cfg) if step == 1 and master else ""
+    if hint:
+        tqdm.write(hint)
     if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
         sums["acc"] = rec["eval_acc"] = evaluate(raw, task, held_out, cfg, device)
         if cfg.diagnostics:
