@@ -186,7 +186,7 @@ def parse_args(argv, cls=Config, doc="", check=True):
 
 
 # Defaults that differ by task: the values `python train.py --task=NAME` runs with
-# unless a flag says otherwise (README: how they were chosen).
+# unless a flag says otherwise (docs/NOTES.md and results/README.md: how they were chosen).
 TASK_DEFAULTS = {
     "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
 }

@@ -22,38 +22,42 @@ kept apart (THEORY.md section 2.1; tests/test_loss.py checks each):
 Where they cancel, only tokens that differ between good and bad rollouts move.
 ``first_token_residual`` and ``exch_residual`` below measure it on every step.
 
-Objectives (``--loss``), N = sequences and sum L = completion tokens in the
-optimizer step, L_i = length of completion i, rho = pi_new/pi_old per token:
+Objectives (``--loss``). N = sequences and sum L = completion tokens in the
+optimizer step, L_i = length of completion i, L_max = the task's longest
+completion, rho = pi_new/pi_old per token, s_i = exp(mean_t log rho_{i,t}) per
+sequence, w~ = DFPO's transformed weights (below), mu_g and sigma_g = the mean
+and sd of the group's rewards. This table is the one home of these facts; the
+README shows it verbatim (tests/test_docs.py checks the copy):
 
-| name          | advantage A_i              | c_{i,t} on-policy            | keeps exchangeability? |
-|---------------|----------------------------|------------------------------|------------------------|
-| grpo          | (r_i - mu_g)/(sigma_g+eps) | A_i / (N L_i)                | no: 1/L_i              |
-| dr_grpo       | r_i - mu_g                 | A_i / (N L_max)              | yes, until a clip binds|
-| dapo          | (r_i - mu_g)/(sigma_g+eps) | A_i / sum L                  | yes, until a clip binds|
-| rloo          | r_i - mean_{j!=i} r_j      | A_i / N   (token sum)        | yes, until a clip binds|
-| gspo          | (r_i - mu_g)/(sigma_g+eps) | s_i A_i / (N L_i), clipped   | no: s_i, 1/L_i         |
-|               |   s_i = exp(mean_t log rho_{i,t}) per sequence                                   |
-| dfpo_min      | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | yes, by construction   |
-| dfpo_orth     | r_i - mu_g                 | sg(w~_i) A_i / (N L_max)     | for whole-group tokens;|
-|               |   w~ orthogonal to A: sum_i A_i w~_i = 0      | partial prefixes: no|
-| positive_only | 1[r_i > 0]                 | 1 / sum L over positives     | nothing to cancel      |
-| bnpo          | (r_i - mu_g)/(sigma_g+eps) | A_i / (M sum L_local)        | yes, unless a step is  |
-|               |   sum L_local = tokens of this micro-batch, M = micro-batches | split (then no)    |
-| cispo         | (r_i - mu_g)/(sigma_g+eps) | sg(clip(rho)) A_i / sum L    | yes, also when the clip|
-|               |   the clipped weight is detached: no token loses its gradient | binds              |
-| sapo          | (r_i - mu_g)/(sigma_g+eps) | 4 rho sig(1-sig) A_i/(N L_i) | no: 1/L_i; off-policy  |
-|               |   sig = sigmoid(tau (rho-1)), tau = 1.0 if A>0 else 1.05      | also tau by sign   |
-| gmpo          | (r_i - mu_g)/(sigma_g+eps) | g_i A_i / (N L_i) unclipped  | no: g_i, 1/L_i         |
-|               |   g_i = exp(mean_t clip(log rho)), log rho clipped by sign(A) | (verl geo_mean)    |
-| clip_cov      | (r_i - mu_g)/(sigma_g+eps) | as dapo, 0 on cov-selected   | no, where the selection|
-|               |   tokens with 1 < (A-Abar)(log pi - mean) < 5, unclipped      | hits a shared copy |
-| kl_cov        | (r_i - mu_g)/(sigma_g+eps) | (rho A - k sgn log rho)/sum L| yes on-policy; off: no |
-|               |   k = 1 on the top-cov tokens, else 0; no ratio clip          | on selected copies |
-| gpg           | alpha (r_i - mu_g)         | A_i / sum L   (no ratio)     | yes, in every regime   |
-|               |   alpha = N / #{r_i != 0} over the rollout batch                                 |
-| luspo         | (r_i - mu_g)/(sigma_g+eps) | s_i A_i / N, clipped per seq | yes on-policy; off: s_i|
-| vespo         | (r_i - mu_g)/(sigma_g+eps) | phi(W_i) A_i / sum L         | yes on-policy; off: no |
-|               |   W_i = prod_t rho_{i,t}, phi(W) = e^lam W^k e^(-lam W), detached (phi(1)=1) |
+<!-- objectives -->
+| `--loss` | advantage A_i | coefficient c_{i,t} (on-policy) | keeps exchangeability? |
+|---|---|---|---|
+| `grpo` | (r_i - mu_g)/(sigma_g + eps) | A_i / (N L_i) | no: 1/L_i |
+| `dr_grpo` | r_i - mu_g | A_i / (N L_max) | yes, until a clip binds |
+| `dapo` | (r_i - mu_g)/(sigma_g + eps) | A_i / sum L | yes, until a clip binds |
+| `rloo` | r_i - mean_{j!=i} r_j | A_i / N (token sum) | yes, until a clip binds |
+| `gspo` | (r_i - mu_g)/(sigma_g + eps) | s_i A_i / (N L_i), clipped per sequence | no: s_i and 1/L_i |
+| `dfpo_min` | r_i - mu_g | sg(w~_i) A_i / (N L_max), w~_i = min_j w_j | yes, also off-policy and when a clip binds (one weight per group) |
+| `dfpo_orth` | r_i - mu_g | sg(w~_i) A_i / (N L_max), sum_i A_i w~_i = 0 | for tokens the whole group shares; a prefix shared by part of a group: no |
+| `positive_only` | 1[r_i > 0] | 1 / sum L over positives | nothing to cancel |
+| `bnpo` | (r_i - mu_g)/(sigma_g + eps) | A_i / (M sum L_local), M micro-batches | yes, unless a step is split |
+| `cispo` | (r_i - mu_g)/(sigma_g + eps) | sg(clip(rho)) A_i / sum L | yes, also when the clip binds |
+| `sapo` | (r_i - mu_g)/(sigma_g + eps) | 4 rho sig (1 - sig) A_i / (N L_i), sig = sigmoid(tau (rho - 1)) | no: 1/L_i (off-policy also tau by sign of A) |
+| `gmpo` | (r_i - mu_g)/(sigma_g + eps) | g_i A_i / (N L_i), g_i = exp(mean_t of log rho clipped by sign of A) | no: g_i and 1/L_i |
+| `clip_cov` | (r_i - mu_g)/(sigma_g + eps) | as dapo, 0 on the covariance-selected tokens | no, where the selection takes some copies of a shared token |
+| `kl_cov` | (r_i - mu_g)/(sigma_g + eps) | (rho A_i - k sign(log rho)) / sum L, k = 1 on selected tokens | yes on-policy; off-policy no on selected copies |
+| `gpg` | alpha (r_i - mu_g), alpha = N / #{r_i != 0} | A_i / sum L, no ratio | yes, in every regime |
+| `luspo` | (r_i - mu_g)/(sigma_g + eps) | s_i A_i / N, clipped per sequence | yes on-policy; off-policy no (s_i) |
+| `vespo` | (r_i - mu_g)/(sigma_g + eps) | phi(W_i) A_i / sum L, W_i = prod_t rho_{i,t}, phi(1) = 1 | yes on-policy; off-policy no (phi(W_i)) |
+<!-- /objectives -->
+
+"Keeps exchangeability" means: every copy of a token after one identical
+history gets the same weight w_i, in the regime named, so such copies cancel
+for every centred A (tests/test_loss_engines.py checks each verdict on
+synthetic groups; experiments/scoreboard.py measures them). sapo's temperature
+tau is 1.0 for A > 0 and 1.05 for A < 0; clip_cov selects tokens with
+1 < (A - Abar)(log pi - mean) < 5, kl_cov the top-covariance tokens;
+vespo's phi(W) = e^lam W^k e^(-lam W) is detached.
 
 Switches that add to any row (each off by default):
 
@@ -89,7 +93,9 @@ them by
 
 Either way a token shared by the whole group cancels exactly, on- and
 off-policy, and no clip is needed (``--clip`` on a dfpo loss truncates w to
-[1-eps_low, 1+eps_high] before the transform, which keeps the property).
+[1-eps_low, 1+eps_high] before the transform, which keeps the property). A
+prefix that only part of a group shares cancels under Min-Replace (one weight
+for the whole group), not under Adv-Orthogonal (its w~_i differ).
 
 On-policy (one mini-batch, one epoch: rho = s = w = 1, no clip binds):
 dr_grpo, dfpo_min and dfpo_orth coincide exactly (same advantage, same

@@ -378,7 +378,7 @@ def _chain_count(min_ops, max_ops, ops):
 
 # name -> constructor(digits, scratchpad) -> Task. A constructor raises
 # ValueError (one line) for options that do not apply to its task. To add a
-# task, write a constructor that returns a Task and put it here (README:
+# task, write a constructor that returns a Task and put it here (docs/NOTES.md:
 # "Add your own task").
 TASKS = {
     "add": make_add,

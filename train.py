@@ -40,6 +40,7 @@ import dist_utils as D
 import loss as L
 import toy_tasks
 from config import Config, CliError, parse_args, fail
+from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
 from model import GPT, GPTConfig, amp, completion_logprobs, token_entropy
 from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD
@@ -78,7 +79,7 @@ def sft(model, task, cfg, state, out, device, master):
     if state.saved:
         state.restore(opt)
     world, n_sft = D.rank_world()[1], len(D.shard(torch.arange(cfg.sft_batch), *D.rank_world()))  # rank's share
-    bar = tqdm(range(state.step + 1, cfg.sft_steps + 1), desc="sft", dynamic_ncols=True, disable=not master)
+    bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", master)
     for step in bar:
         prompts, tokens, mask = sft_batch(task, state.draw, n_sft, state.sol_rng, device, cfg.sft_flawed)
         with amp(cfg, device):
@@ -91,6 +92,8 @@ def sft(model, task, cfg, state, out, device, master):
         loss.backward()
         opt.step()
         bar.set_postfix(loss=f"{loss.item():.3f}")
+        if bar.disable and master and step % max(1, cfg.sft_steps // 4) == 0:  # a log file: 4 lines
+            print(f"sft step {step}: loss {loss.item():.3f}", flush=True)
         out.log({"phase": "sft", "step": step, "loss": loss.item()})
         state.step = step
         if step == cfg.sft_steps:
@@ -180,18 +183,6 @@ def rl_update(model, opt, batch, cfg, gen):
     return out
 
 
-MIXED_HINT_BELOW, MIXED_START_STEPS = 0.2, 10  # the hint's threshold; the summary's mean over first steps
-
-
-def weak_start_hint(mixed, cfg):
-    """One line when too few groups are mixed for RL to learn (only a group with both
-    right and wrong rollouts has a non-zero advantage); '' otherwise."""
-    return "" if mixed >= MIXED_HINT_BELOW else (
-        f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few carry a learning signal; "
-        f"strengthen the warm start (--sft_steps=1000 or more, --sft_flawed=0.7) "
-        f"or sample more per prompt (--group_size=16, --temperature=1.2)")
-
-
 def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, master, t0):
     """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
     step, sums = state.step, state.sums
@@ -219,6 +210,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] = sums.get("mixed_start_sum", 0.0) + rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
+    sums["exch_sum"] = sums.get("exch_sum", 0.0) + rec["exch_residual"]  # the summary's mean
     hint = weak_start_hint(rec["mixed"], cfg) if step == 1 and master else ""
     if hint:
         tqdm.write(hint)
@@ -229,7 +221,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
             d.pop("_ref")
             rec.update(d)
         tqdm.write(f"rl step {step}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
-                   f"mixed {rec['mixed']:.2f}  exch_residual {rec['exch_residual']:.3f}  "
+                   f"mixed {rec['mixed']:.2f}  exch_residual {rec['exch_residual']:.1e}  "
                    f"[{time.time() - t0:.0f}s]")
     return rec
 
@@ -265,7 +257,7 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
             print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
         if cfg.rl_steps == 0:
             out.checkpoint(state, opt)
-    bar = tqdm(range(state.step + 1, cfg.rl_steps + 1), desc="rl", dynamic_ncols=True, disable=not master)
+    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", master)
     for step in bar:
         state.step = step
         try:
@@ -279,14 +271,6 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
         if master:
             bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{state.sums['acc']:.2f}")
     bar.close()
-
-
-def summary_line(summary, cfg):
-    """The last line of a run, with no NaN in it (no RL step: no mixed fraction)."""
-    acc0, acc, mixed = summary["warm_start_acc"], summary["final_acc"], summary.get("mixed_at_start")
-    mixed_txt = (f"mixed groups in the first RL steps {mixed:.2f}" if mixed is not None else "no RL steps run")
-    return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
-            f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
 
 
 # ----------------------------------------------------------------------------- main
@@ -322,7 +306,8 @@ def main(cfg):
         return {}
     s, mixed = state.sums, state.sums["mixed_at_start"]  # no mixed fraction without an RL step
     summary = {"warm_start_acc": s["acc0"], **({} if mixed is None else {"mixed_at_start": mixed}),
-               "final_acc": s["acc"], "gain": s["acc"] - s["acc0"], "seconds": round(time.time() - t0, 1)}
+               "final_acc": s["acc"], "gain": s["acc"] - s["acc0"], "seconds": round(time.time() - t0, 1),
+               **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if "exch_sum" in s else {})}
     out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     out.close()
     print(summary_line(summary, cfg))

@@ -8,10 +8,11 @@ and "to prevent reward-irrelevant drift, intra-group objectives must maintain
 gradient exchangeability across token updates, enabling gradient cancellation
 on weak-credit/high-frequency tokens".
 
-What a DFPO residual of 0 means: nothing, as evidence. ``dfpo_min`` and
-``dfpo_orth`` give every copy of a token the group shares the same weight by
-construction (loss.py), so their ``exch_residual`` is 0 whatever happens; this
-experiment does not report it as a result. The evidence is whether
+What a DFPO residual of 0 means: nothing, as evidence. ``dfpo_min`` gives every
+copy of a token the same weight by its definition (one w~ per group), and
+``dfpo_orth`` makes the copies the whole group shares cancel by its definition
+(sum_i A_i w~_i = 0; loss.py), so their ``exch_residual`` is 0 or small whatever
+happens; this experiment does not report it as a result. The evidence is whether
 reward-irrelevant drift, entropy collapse and the learning tax *differ*
 between objectives that keep and that break exchangeability.
 

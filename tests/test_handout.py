@@ -228,7 +228,7 @@ def test_quick_flag_picks_the_scratch_folder_and_out_overrides(tmp_path):
 # ----------------------------------------------------------------------------- the task registry
 
 def readme_task_code():
-    readme = open(os.path.join(ROOT, "README.md")).read()
+    readme = open(os.path.join(ROOT, "docs", "NOTES.md")).read()
     section = readme.split("## Add your own task in ~30 lines")[1].split("\n## ")[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     return code
@@ -238,7 +238,7 @@ def test_readme_task_registers_and_trains(tmp_path, monkeypatch):
     monkeypatch.setattr(toy_tasks, "TASKS", dict(toy_tasks.TASKS))
     code = readme_task_code()
     assert len(code.strip().splitlines()) <= 45
-    exec(compile(code, "README.md:my_task.py", "exec"), {"__name__": "my_task"})
+    exec(compile(code, "docs/NOTES.md:my_task.py", "exec"), {"__name__": "my_task"})
     task = toy_tasks.make_task("digitsum", 3)
     assert task.prompt((4785,)) == "4785=" and task.solution((4785,)) == "24"
     assert task.reward((478,), "19") == 1.0 and task.reward((478,), "12") == 0.0

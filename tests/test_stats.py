@@ -121,7 +121,7 @@ def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
     half = {9: 2.2622}[n - 1] * sd / math.sqrt(n)  # t_{0.975, 9} from the table
     c = data["primary"]["signed restate drift, grpo - dr_grpo"]
     assert n == c["n"] == 10 and abs(c["diff"] - m) < 1e-9 and abs(c["half"] - half) < 1e-3
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
     printed = f"{readme_number(m)} ± {half:.2f}".replace("+", "")
     assert f"**{printed}**" in readme, printed
 
@@ -138,7 +138,7 @@ def test_primary_intervals_recompute_from_per_seed_json_and_match_readme(name):
     seeds, and the README prints them as '+0.027 ± 0.012' (3 decimals)."""
     import json
     data = json.load(open(os.path.join(ROOT, "results", f"{name}.json")))
-    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    readme = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
     assert data["primary"]
     for key, c in data["primary"].items():
         d = c["per_seed"]
