@@ -31,7 +31,7 @@ def weak_start_hint(mixed, cfg):
     right and wrong rollouts has a non-zero advantage); '' otherwise."""
     return "" if mixed >= MIXED_HINT_BELOW else (
         f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few carry a learning signal; "
-        f"strengthen the warm start (--sft_steps=1000 or more, --sft_flawed=0.7) "
+        f"strengthen the warm start (more --sft_steps, a --sft_flawed near 0.7) "
         f"or sample more per prompt (--group_size=16, --temperature=1.2)")
 
 
