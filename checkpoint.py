@@ -269,10 +269,11 @@ def load_checkpoint(path, device="cpu"):
 
 def new_sums():
     """The running sums of a run: the last evaluation, the warm start's accuracy, the
-    mixed fraction at the start of RL, the learning tax so far, the warm start's
-    diagnostics (the reference of drift)."""
+    mixed fraction at the start of RL, the learning tax so far, the summed
+    exch_residual (the summary's mean), the warm start's diagnostics (the
+    reference of drift)."""
     return {"acc0": None, "acc": None, "mixed_at_start": None, "tax_sum": 0.0, "tax_interior_sum": 0.0,
-            "diag_ref": None}
+            "exch_sum": 0.0, "diag_ref": None}
 
 
 @dataclass
@@ -309,7 +310,7 @@ class RunState:
         random.setstate(_tuples(s["python_random"]))
         self.draw.rng.setstate(_tuples(s["rngs"]["problems"]))
         self.sol_rng.setstate(_tuples(s["rngs"]["solutions"]))
-        self.sums = dict(s["sums"])
+        self.sums = {**new_sums(), **s["sums"]}  # a sum added since the checkpoint starts at 0
 
 
 def _tuples(x):

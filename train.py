@@ -210,7 +210,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] = sums.get("mixed_start_sum", 0.0) + rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
-    sums["exch_sum"] = sums.get("exch_sum", 0.0) + rec["exch_residual"]  # the summary's mean
+    sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
     hint = weak_start_hint(rec["mixed"], cfg) if step == 1 and master else ""
     if hint:
         tqdm.write(hint)
@@ -307,7 +307,7 @@ def main(cfg):
     s, mixed = state.sums, state.sums["mixed_at_start"]  # no mixed fraction without an RL step
     summary = {"warm_start_acc": s["acc0"], **({} if mixed is None else {"mixed_at_start": mixed}),
                "final_acc": s["acc"], "gain": s["acc"] - s["acc0"], "seconds": round(time.time() - t0, 1),
-               **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if "exch_sum" in s else {})}
+               **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {})}
     out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     out.close()
     print(summary_line(summary, cfg))

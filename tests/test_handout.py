@@ -193,6 +193,35 @@ def test_summary_line_never_prints_nan():
     assert "mixed groups in the first RL steps 0.75" in train.summary_line(dict(base, mixed_at_start=0.75), cfg)
 
 
+def test_summary_names_the_flag_that_shows_the_other_side_of_exch_residual():
+    base = {"warm_start_acc": 0.5, "final_acc": 0.9, "seconds": 3.0, "mixed_at_start": 0.6}
+    line = train.summary_line(dict(base, exch_residual_mean=0.012), Config(loss="grpo"))
+    assert "exch_residual, mean over the RL steps: 1.2e-02" in line and "try --loss=dr_grpo" in line
+    line = train.summary_line(dict(base, exch_residual_mean=3e-9), Config(loss="dr_grpo"))
+    assert "3.0e-09" in line and "same weight" in line and "try --loss=grpo" in line
+
+
+def test_summary_exch_residual_mean_is_the_mean_of_the_logged_steps(tmp_path, monkeypatch):
+    """Read back from metrics.jsonl: the summary's mean is the mean of the per-step values.
+    The residual is replaced by known step values (0.01, 0.02, 0.03) so that the check
+    does not rest on a run whose residual happens to be 0."""
+    import json
+    calls = []
+
+    def fake(*args):
+        calls.append(1)
+        return 0.01 * len(calls)
+    monkeypatch.setattr(train.L, "exch_residual", fake)
+    flags = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8", "--rl_steps=3",
+             "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--device=cpu", f"--out_dir={tmp_path}"]
+    summary = train.main(parse_args(flags))
+    lines = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    logged = [r["exch_residual"] for r in lines if r["phase"] == "rl" and "exch_residual" in r]
+    assert logged == pytest.approx([0.01, 0.02, 0.03])
+    assert summary["exch_residual_mean"] == pytest.approx(0.02)
+    assert lines[-1]["exch_residual_mean"] == pytest.approx(0.02)
+
+
 def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
     flags = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8",
              "--prompts_per_step=3", "--group_size=4", "--eval_size=8", "--device=cpu"]
