@@ -55,9 +55,7 @@ The rules:
                   chunks are mixed.
   query_balanced  Whole groups, as in QB, with the same number of groups
                   per mini-batch. The groups are placed so that the positive
-                  and negative counts per mini-batch come out as even as
-                  possible. A greedy placement comes first, then pairwise
-                  swaps improve it (see query_balanced).
+                  and negative counts per mini-batch come out even.
 
 QB and query_balanced keep every group's sum of A = 0 inside one step. RB
 keeps positives and negatives meeting in every step, but it splits groups.
@@ -187,22 +185,19 @@ def sign(group_ids, advantages, lengths, M, generator):
 def query_balanced(group_ids, advantages, lengths, M, generator):
     """Whole groups per mini-batch, with positive and negative counts even.
 
-    Mini-batch c holds as many groups as it would under `query`. The aim is
-    to make the per-mini-batch positive counts P_c and negative counts N_c
-    even. The measure of unevenness is S = sum_c (P_c^2 + N_c^2), which is
-    smallest when the counts are equal.
-
-    1. Shuffle the groups, then stable-sort them by the number of signed
-       rollouts (p + n), most first.
-    2. Greedy: put each group into the mini-batch, among those with room,
-       where it raises S the least. That is the one with the smallest
-       p * P_c + n * N_c. Ties go to the lowest index.
-    3. Swaps: while swapping two groups in different mini-batches lowers S,
-       swap them. S is an integer that drops at every swap, so this ends.
-
-    Group sizes and counts per mini-batch never change, and no group is
-    split.
+    Mini-batch c holds as many groups as it would under `query`, and no group
+    is split. Among such cuts it seeks one whose per-mini-batch positive
+    counts P_c and negative counts N_c are even: it lowers
+    S = sum_c (P_c^2 + N_c^2), which is smallest when the counts are equal.
+    All randomness comes from `generator` (the same seed, the same cut).
     """
+    # 1. Shuffle the groups, then stable-sort them by the number of signed
+    #    rollouts (p + n), most first.
+    # 2. Greedy: put each group into the mini-batch, among those with room,
+    #    where it raises S the least: the smallest p * P_c + n * N_c. Ties go
+    #    to the lowest index.
+    # 3. Swaps: while swapping two groups in different mini-batches lowers S,
+    #    swap them. S is an integer that drops at every swap, so this ends.
     _, members = _groups(group_ids)
     n_groups = len(members)
     p = [int((advantages[m] > 0).sum()) for m in members]

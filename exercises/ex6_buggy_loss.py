@@ -1,6 +1,7 @@
-"""Exercise 6 (diagnose and fix): a DFPO objective that does not cancel.
+"""Exercise 6 (diagnose and fix): a DFPO objective whose shared tokens do not cancel.
 
 Read: THEORY.md sections 2.1 and 2.3, loss.py's docstring and policy_loss.
+Needs exercise 2 (loss.adv_orthogonal) solved first.
 
 ``dfpo_orth_loss`` below is meant to be the ``dfpo_orth`` row of loss.py
 written out on its own, with no clip. Its specification is the gradient it
@@ -12,35 +13,22 @@ must produce: every completion token of rollout i gets the coefficient
     w~  = Adv-Orthogonal(w) inside each group       (loss.adv_orthogonal)
 
 so that a token shared by a whole group gets sum_i w~_i A_i / (N L_max) = 0.
+The function returns the right loss *value*, but one line is wrong. Find it
+by measuring, not by reading:
 
-The function returns the right loss *value*, but it contains one bug. Find
-it by measuring, not by reading:
+    python exercises/check.py ex6
 
-    python exercises/ex6_diagnose.py
-
-prints, for one group whose first token is shared, the coefficients that
-autograd gives this function next to the ones the specification asks for,
-on-policy and off-policy, and the shared token's residual. Work out from
-those numbers what autograd differentiates that it should not, fix that
-line here (keep the signature), and answer CAUSE and DIAGNOSIS below.
-
-Check: python -m pytest exercises -k ex6
+prints, for one group whose first token is shared, the coefficients autograd
+gives next to the specified ones, on-policy and off-policy, and the shared
+token's residual. Fix the function here (keep its signature), run the check
+again, then write EX6_WHY in exercises/sheet.py.
 """
 
-import torch
+import os
+import sys
 
-import loss as L
-
-# Which one explains what ex6_diagnose.py shows? "a", "b", "c" or "d".
-#   a  the advantages are not centred, so sum_i A_i != 0
-#   b  the loss is also differentiated through the weights w~, which depend on log pi_new
-#   c  the normalisation uses each rollout's own length L_i instead of L_max
-#   d  the log-ratio has the wrong sign, so w is 1/s instead of s
-CAUSE = None
-
-# One or two sentences: what was wrong, and why it breaks cancellation.
-DIAGNOSIS = """
-"""
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import loss as L  # noqa: E402
 
 
 def dfpo_orth_loss(new_logp, old_logp, mask, adv, group, max_len):

@@ -1,0 +1,59 @@
+"""Teacher's key: the numbers of exercises 1, 4 and 7 for one student.
+
+    python exercises/answers/key.py "Ada Lovelace"      # print the key
+    python exercises/answers/key.py "Ada Lovelace" path/to/their/sheet.py   # mark a sheet
+
+The numbers come from exercises/check.py (loss.py, toy_tasks.py, and a
+least-squares projection for dfpo_orth's w~). The written answers are yours
+to grade: exercises/answers/README.md has a rubric for each.
+"""
+
+import importlib.util
+import os
+import sys
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import check  # noqa: E402
+
+TRUTHS = {"EX1": check.ex1_truth, "EX4": check.ex4_truth, "EX7": check.ex7_truth}
+
+
+def key(name):
+    return {ex: truth(name) for ex, truth in TRUTHS.items()}
+
+
+def filled_sheet(name, prose="an answer " * 10):
+    """A sheet with the right numbers (rounded to 3 significant digits) and placeholder prose."""
+    sheet = types.SimpleNamespace(STUDENT=name)
+    for ex, values in key(name).items():
+        setattr(sheet, ex, {k: float(f"{v:.3g}") for k, v in values.items()})
+    for n in (1, 3, 4, 6, 7):
+        setattr(sheet, f"EX{n}_WHY", prose)
+    return sheet
+
+
+def main(argv):
+    if not argv or len(argv) > 2:
+        print("error: usage: key.py STUDENT [SHEET.py]", file=sys.stderr)
+        return 2
+    if len(argv) == 1:
+        for ex, values in key(argv[0]).items():
+            print(ex, "  ".join(f"{k} = {v:.4g}" for k, v in values.items()))
+        return 0
+    if not os.path.isfile(argv[1]):
+        print(f"error: no sheet at {argv[1]}", file=sys.stderr)
+        return 2
+    spec = importlib.util.spec_from_file_location("their_sheet", argv[1])
+    sheet = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sheet)
+    if str(sheet.STUDENT).strip() != argv[0].strip():
+        print(f"note: the sheet says STUDENT = {sheet.STUDENT!r}", file=sys.stderr)
+    for ex in ("ex1", "ex4", "ex7"):
+        for what, why in check.run(ex, {"sheet": sheet}):
+            print(f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}" + ("" if why is None else f": {why}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

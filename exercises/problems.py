@@ -1,0 +1,87 @@
+"""Your own small tables for the by-hand exercises (1, 4 and 7 of EXERCISES.md).
+
+Every student gets different numbers, drawn from the name or id written in
+STUDENT in exercises/sheet.py, so answers cannot be copied from a neighbour.
+
+    python exercises/problems.py          # print your tables
+
+Nothing here computes an answer: it prints the inputs only.
+"""
+
+import hashlib
+import os
+import random
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def rng(student, ex):
+    """A random stream fixed by (student, exercise)."""
+    digest = hashlib.sha256(f"{student.strip().lower()}/{ex}".encode()).hexdigest()
+    return random.Random(int(digest[:16], 16))
+
+
+def group(r, G=4):
+    """G rewards in {0, 1}, not all equal, and G different lengths from 2 to 9."""
+    while True:
+        rewards = [r.randint(0, 1) for _ in range(G)]
+        if 0 < sum(rewards) < G:
+            return rewards, r.sample(range(2, 10), G)
+
+
+def ex1(student):
+    """One group, on-policy. Token 0 of every completion is the same token."""
+    r = rng(student, "ex1")
+    while True:
+        rewards, lengths = group(r)
+        mu = sum(rewards) / 4
+        net = sum((x - mu) / n for x, n in zip(rewards, lengths))
+        if abs(net) > 0.02:  # a group whose residual is visibly not 0
+            return {"rewards": rewards, "lengths": lengths, "k": r.randint(1, 4), "L_max": 10}
+
+
+def ex4(student):
+    """One group, off-policy: s_i is rollout i's sequence ratio exp(mean_t log rho)."""
+    r = rng(student, "ex4")
+    while True:
+        rewards, lengths = group(r)
+        s = [round(r.uniform(0.85, 1.15), 2) for _ in range(4)]
+        mu = sum(rewards) / 4
+        if abs(sum(si * (x - mu) for si, x in zip(s, rewards))) > 0.02:
+            return {"rewards": rewards, "lengths": lengths, "s": s, "k": r.randint(1, 4)}
+
+
+def ex7(student):
+    """A 2-digit addition, and a range of operands for the plain (no scratchpad) task."""
+    r = rng(student, "ex7")
+    lo = r.randint(25, 45)  # some sums have two digits, some three
+    return {"problem": (r.randint(10, 99), r.randint(10, 99)), "lo": lo, "hi": r.randint(max(lo + 15, 55), 75)}
+
+
+def show(student):
+    p = ex1(student)
+    print(f"Tables for STUDENT = {student!r}\n")
+    print("Exercise 1: one group of G = 4 rollouts, on-policy; token 0 is shared.")
+    print("  rollout  reward  length L_i")
+    for i, (x, n) in enumerate(zip(p["rewards"], p["lengths"]), 1):
+        print(f"  {i:>7}  {x:>6}  {n:>10}")
+    print(f"  the optimizer step is this one group (N = 4); k = {p['k']}; dr_grpo's L_max = {p['L_max']}\n")
+    p = ex4(student)
+    print("Exercise 4: one group of G = 4 rollouts, off-policy; token 0 is shared.")
+    print("  rollout  reward  length L_i  sequence ratio s_i")
+    for i, (x, n, s) in enumerate(zip(p["rewards"], p["lengths"], p["s"]), 1):
+        print(f"  {i:>7}  {x:>6}  {n:>10}  {s:>18.2f}")
+    print(f"  N = 4; clip = sym with eps = 0.2 (no s_i reaches a bound); k = {p['k']}\n")
+    p = ex7(student)
+    a, b = p["problem"]
+    print(f"Exercise 7: the problem {a}+{b}= of --task=add --scratchpad=true, and the plain task")
+    print(f"  (no scratchpad) over every problem a+b= with {p['lo']} <= a, b <= {p['hi']}.")
+
+
+if __name__ == "__main__":
+    import sheet
+    if not str(sheet.STUDENT).strip():
+        print("error: write your name or student id in STUDENT in exercises/sheet.py first", file=sys.stderr)
+        sys.exit(2)
+    show(sheet.STUDENT)

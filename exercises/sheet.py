@@ -1,0 +1,49 @@
+"""Your answer sheet for the exercises that ask for numbers or words.
+
+Write your name or student id in STUDENT, then run ``python
+exercises/problems.py`` to see your own tables. Numbers are computed by hand
+(a calculator is fine) from those tables and THEORY.md: no script in this
+repository prints them. ``python exercises/check.py exN`` tells you whether
+each number is right; the written answers are read by your teacher (the
+check only confirms that you wrote something).
+"""
+
+STUDENT = ""
+
+# Exercise 1 (your table "Exercise 1"). Numbers to 3 significant digits.
+EX1 = {
+    "grpo_residual": None,  # the first-token residual |sum_i c_i| / sum_i |c_i| under grpo
+    "grpo_net": None,       # sum_i c_{i,0} under grpo (signed)
+    "grpo_coef_k": None,    # c_{k,0} under grpo, for the k of your table
+    "dr_grpo_coef_k": None,  # c_{k,0} under dr_grpo
+}
+EX1_WHY = """
+"""  # Where does grpo's push on the shared token come from, and which way does it go?
+
+# Exercise 3: which transform can raise a rollout's weight, and why does that
+# matter when w is an importance ratio?
+EX3_WHY = """
+"""
+
+# Exercise 4 (your table "Exercise 4"). Numbers to 3 significant digits.
+EX4 = {
+    "gspo_residual": None,   # first-token residual under gspo
+    "luspo_residual": None,  # first-token residual under luspo
+    "orth_w_k": None,        # dfpo_orth's w~_k, with w_i = s_i, for the k of your table
+}
+EX4_WHY = """
+"""  # luspo drops gspo's 1/L_i. Why does it still not cancel here, and what does dfpo_orth do instead?
+
+# Exercise 6: what was wrong in ex6_buggy_loss.py, what did it do to the
+# gradient, and why did that stop the shared token from cancelling?
+EX6_WHY = """
+"""
+
+# Exercise 7 (your table "Exercise 7").
+EX7 = {
+    "tokens": None,       # completion tokens of the canonical scratchpad solution, EOS included
+    "template": None,     # how many of them are template tokens
+    "plain_share": None,  # template share of all completion tokens of the plain task over your range (3 s.f.)
+}
+EX7_WHY = """
+"""  # What does a scratchpad do to the spread of completion lengths in a group, and so to grpo's 1/L_i?
