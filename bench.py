@@ -26,6 +26,12 @@
   rank's sampling, and DDP overlaps its all-reduce with backward, so this is
   an upper bound on what communication adds. Two processes on
   a machine with few cores share them: read ``others_busy``.
+* ``hf_generate``: the KV sampler against Hugging Face transformers'
+  ``generate`` (``GPT2LMHeadModel``, the same sizes, random weights, KV cache
+  on, temperature-1 sampling, the same 16 prompts x 8 completions x 32 new
+  tokens with no early stop), timed interleaved in one process;
+  ``speedup`` = HF seconds / ours. Skipped with a note when transformers is
+  not installed (it is not a dependency: ``pip install transformers``).
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -164,6 +170,42 @@ def bench_sampler(model, P, device):
     return {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
             "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
             "same_tokens": bool(torch.equal(a["tokens"], b["tokens"]))}, a
+
+
+def bench_hf(model, P, device, size):
+    """Our KV sampler against transformers' generate, interleaved, same prompts and shapes."""
+    try:
+        from transformers import GPT2Config, GPT2LMHeadModel
+    except ImportError:
+        return {"name": "hf_generate", "skipped": "transformers is not installed (pip install transformers)"}
+    n_layer, n_embd, n_head = size
+    torch.manual_seed(0)
+    hf = GPT2LMHeadModel(GPT2Config(vocab_size=toy_tasks.VOCAB_SIZE, n_positions=64, n_embd=n_embd,
+                                    n_layer=n_layer, n_head=n_head, activation_function="gelu",
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).to(device).eval()
+    task, rng = toy_tasks.make_task("add", 2), random.Random(0)
+    prompts = [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(P["prompts"])]
+    ids = torch.tensor(prompts, device=device)  # 2-digit add: every prompt has the same length
+    G, T = P["group"], P["new_tokens"]
+
+    def ours():
+        return sample(model, prompts, G, T, 1.0, generator=torch.Generator(device=device).manual_seed(0))
+
+    @torch.no_grad()
+    def theirs():
+        return hf.generate(ids, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=T,
+                           min_new_tokens=T, num_return_sequences=G, use_cache=True, pad_token_id=PAD,
+                           eos_token_id=None)
+    ours(), theirs()  # warm-up
+    a, b = [], []
+    for _ in range(P["repeats"]):  # interleaved: both see the same machine state
+        a.append(timed(ours, device)[0])
+        b.append(timed(theirs, device)[0])
+    out = theirs()
+    assert out.shape == (P["prompts"] * G, ids.shape[1] + T), "generate stopped early"
+    ka, kb = statistics.median(a), statistics.median(b)
+    return {"name": "hf_generate", "ours_s": ka, "hf_s": kb, "speedup": kb / ka,
+            "rollouts": P["prompts"] * G, "new_tokens": T}
 
 
 def bench_update(model, batch, P, peak, device):
@@ -349,6 +391,7 @@ def main(argv):
         model = no_eos(make_model(n_layer, n_embd, n_head, device))
         rec, batch = bench_sampler(model, P, device)
         emit(dict(rec, **size), device, out)
+        emit(dict(bench_hf(model, P, device, (n_layer, n_embd, n_head)), **size), device, out)
         emit(dict(bench_update(model, batch, P, peak["gflops"], device), **size), device, out)
         model = make_model(n_layer, n_embd, n_head, device)
         emit(dict(bench_rl_step(model, P, device), **size), device, out)

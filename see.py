@@ -19,10 +19,11 @@ weights, so nothing cancels: every sampled token is pushed up, shared or not.
 The picture: for one group of ``--task=chain`` rollouts (a mixed one, picked
 from a rollout batch), rows are rollouts, marked with reward and the sign of
 A; each token is a box coloured by Delta log pi after one update on the whole
-batch (blue: boosted, red: suppressed; each panel is scaled to its own
-largest |Delta|, written in its title). Style tokens (reward-irrelevant
+batch (blue: boosted, red: suppressed; one colour scale, in nats, for every
+panel, so that colours compare across objectives). Style tokens (reward-irrelevant
 choices) have a thick black outline; tokens whose (history, token) the whole
-group shares have a dashed one. One panel per objective, same rollouts.
+group shares have a dashed one. One panel per objective, same rollouts,
+stacked so the figure stays narrow.
 
     python see.py --init_from=out/warm_start.pt                 # writes see.png
     python see.py --init_from=out/warm_start.pt --optimizer=adam --out=see_adam.png
@@ -103,38 +104,37 @@ def draw(plt, batch, k, task, panels, cfg):
     both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
             {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
     T = int(mask[rows].sum(1).max())
-    fig, axes = plt.subplots(1, len(panels), figsize=(0.36 * T * len(panels) + 2.5, 0.55 * len(rows) + 2.2),
+    scale = max(float(d[rows].abs().max()) for d, _, _ in panels.values()) or 1.0  # one scale for all panels
+    fig, axes = plt.subplots(len(panels), 1, figsize=(0.3 * T + 2.2, (0.34 * len(rows) + 0.55) * len(panels) + 1.4),
                              squeeze=False)
-    cmap = plt.get_cmap("RdBu")
-    for ax, (name, (delta, adv, res)) in zip(axes[0], panels.items()):
-        scale = float(delta[rows].abs().max()) or 1.0
+    cmap, norm = plt.get_cmap("RdBu"), plt.Normalize(-scale, scale)
+    for ax, (name, (delta, adv, res)) in zip(axes[:, 0], panels.items()):
         for y, i in enumerate(rows):
             text = [toy_tasks.decode([t]) or "⏎" for t in tok[i, :int(mask[i].sum())].tolist()]
             cats = task.categories(p, toy_tasks.decode(tok[i].tolist()))
             for x, ch in enumerate(text):
-                v = float(delta[i, x]) / scale
                 style = x < len(cats) and cats[x] == "style"
                 shared = int(sets[i, x]) in both
-                ax.add_patch(plt.Rectangle((x, -y - 0.45), 0.92, 0.9, facecolor=cmap(0.5 + 0.5 * v),
+                ax.add_patch(plt.Rectangle((x, -y - 0.45), 0.92, 0.9, facecolor=cmap(norm(float(delta[i, x]))),
                                            edgecolor="k", lw=2.2 if style else (1.0 if shared else 0.2),
                                            ls="--" if shared and not style else "-"))
-                ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=7, family="monospace")
+                ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=9, family="monospace")
             a = float(adv[i])
             ax.text(-0.4, -y, f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
-                    ha="right", va="center", fontsize=7)
+                    ha="right", va="center", fontsize=9)
         ax.set_xlim(-4.5, T + 0.5)
         ax.set_ylim(-len(rows) + 0.3, 0.8)
         ax.axis("off")
-        ax.set_title(f"{name}: colour ±{scale:.2g} nats, exch_residual {res:.3f}", fontsize=8)
-    fig.suptitle(f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}) on a batch of "
-                 f"{cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
-                 fontsize=10)
-    sm = plt.cm.ScalarMappable(cmap=cmap, norm=plt.Normalize(-1, 1))
-    bar = fig.colorbar(sm, ax=list(axes[0]), orientation="horizontal", fraction=0.05, pad=0.02, aspect=60)
-    bar.set_label("Δ log π(token) as a fraction of the panel's largest |Δ| (nats in each title): "
-                  "blue boosted, red suppressed.  Thick outline: style token (reward-irrelevant).  "
-                  "Dashed: the same token after the same history in a positive and a negative rollout",
-                  fontsize=8)
+        ax.set_title(f"{name}: largest |Δ| {float(delta[rows].abs().max()):.2g} nats, "
+                     f"exch_residual {res:.3f}", fontsize=10, loc="left")
+    fig.suptitle(f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}),\n"
+                 f"batch of {cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
+                 fontsize=11)
+    sm = plt.cm.ScalarMappable(cmap=cmap, norm=norm)
+    bar = fig.colorbar(sm, ax=list(axes[:, 0]), orientation="horizontal", fraction=0.04, pad=0.03, aspect=40)
+    bar.set_label("Δ log π(token) after the update (nats; one scale for every panel): blue boosted, red "
+                  "suppressed\nthick outline: style token (reward-irrelevant); dashed: the same token after "
+                  "the same history in a positive and a negative rollout", fontsize=9)
     return fig
 
 
@@ -181,7 +181,7 @@ def main(cfg):
         print("(matplotlib is not installed: no figure; pip install -r requirements-plots.txt)")
         return
     fig = draw(plt, batch, k, task, panels, cfg)
-    fig.savefig(cfg.out, dpi=130, bbox_inches="tight")
+    fig.savefig(cfg.out, dpi=100, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {cfg.out}")
 

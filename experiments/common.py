@@ -5,7 +5,7 @@
   any work; ``cli(main)`` turns bad input into one ``error:`` line, exit status 2.
   Full runs write to ``results/`` (committed), ``--quick`` to ``out/quick/``.
 * ``warm_start(...)`` and ``run(...)``: train.py's own code, in-process.
-* ``save``, ``replot``, ``errbars``, ``caption``, ``ci_note``: the JSON and an
+* ``save``, ``replot``, ``errbars``, ``caption``, ``ci_note``, ``contrast_panel``: the JSON and an
   honest figure (bars cut at 0 are said to be cut); statistics: stats.py.
 * ``pool(fn, items, jobs)``: independent seeds or runs in ``--jobs`` one-thread
   workers (two such workers do about twice the work of one two-thread process).
@@ -37,7 +37,7 @@ from toy_tasks import PAD  # noqa: E402
 from stats import (ci, contrast, fmt, mean_ci, paired, print_contrasts, seeds_needed,  # noqa: E402,F401
                    t_quantile, verdict)
 from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
-from output import caption, ci_note, clean, draw, errbars, replot, report, save, table  # noqa: E402,F401
+from output import caption, ci_note, clean, contrast_panel, draw, errbars, replot, report, save, table  # noqa: E402,F401
 
 
 def parse(argv, extra=None, doc="", redraw=None):

@@ -126,7 +126,8 @@ def gaps(per_seed, o, a, s):
 def plot(plt, data):
     """Value gap (boosted - suppressed) per arm, in A>0 and A<0 rollouts, per optimizer."""
     summary, n = data["summary"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="tight")
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.1]})
+    ax[1].sharey(ax[0])
     colors = {"grpo": "tab:blue", "positive_only": "tab:green", "shuffled": "tab:gray"}
     for i, o in enumerate(OPTS):
         for j, a in enumerate(ARMS):
@@ -140,8 +141,9 @@ def plot(plt, data):
                         fontsize=10)
     lo, hi = ax[0].get_ylim()  # shared by both panels: set once, after all bars
     ax[0].set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legends above the bars
-    for a in ax:
+    for a in ax[:2]:
         a.legend(fontsize=8, title="update", title_fontsize=8, loc="upper left", ncol=3)
+    common.contrast_panel(ax[2], data["primary"], "difference in value gap (P(correct))")
     ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
     fig.suptitle("E5: value of boosted minus suppressed tokens, GRPO against two controls on the same batches",
                  fontsize=11)
@@ -152,7 +154,9 @@ def plot(plt, data):
                         f"G = {cfg['group_size']} per seed, task {cfg['task']}, after {cfg['rl_step']} GRPO steps). "
                         f"Boosted: Δ log π > {cfg['eps']:g}; suppressed: Δ < -{cfg['eps']:g}. positive-only: "
                         "GRPO's coefficients with A < 0 set to 0; shuffled: advantages permuted inside each "
-                        "group. " + (common.ci_note(n) if n > 1 else "One seed: no error bars."))
+                        "group. Right: the primary contrast, the A < 0 value gap of the AdamW step under GRPO minus under shuffled, per "
+                        "seed (dots) and its mean with a 95 % Student-t interval over the paired seeds. "
+                        + (common.ci_note(n) if n > 1 else "One seed: no error bars."))
     return fig
 
 

@@ -133,7 +133,8 @@ def nan(x):
 def plot(plt, data):
     """Value gap against G and against B, overall and per value quantile (missing: not drawn)."""
     summary, cfg, n = data["summary"], data["config"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 2, figsize=(12, 4.4), sharey=True, layout="tight")
+    fig, ax = plt.subplots(1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.2]})
+    ax[1].sharey(ax[0])
     Q = cfg["quantiles"]
     cmap = plt.get_cmap("viridis")
     for i, (name, fixed) in enumerate((("G", f"B = {cfg['prompts']}"), ("B", f"G = {cfg['group_size']}"))):
@@ -156,6 +157,7 @@ def plot(plt, data):
     lo, hi = ax[0].get_ylim()
     ax[0].set_ylim(lo, hi + 0.35 * (hi - lo))  # room for the legend above the data
     ax[0].legend(fontsize=7, loc="upper left", ncol=2)
+    common.contrast_panel(ax[2], data["primary"], "difference in value gap (P(correct))")
     fig.suptitle("E6: value gap of one GRPO update against the sampling budget", fontsize=11)
     common.caption(fig, f"One train.py AdamW step (the run's moments) after {cfg['rl_step']} GRPO steps, on "
                         f"ceil({cfg['rollouts']} / (B G)) rollout batches per setting (task {cfg['task']}). V = mean "
@@ -163,7 +165,9 @@ def plot(plt, data):
                         f"{cfg['tokens']} random boosted or suppressed tokens per setting; boosted Δ log π > "
                         f"{cfg['eps']:g}, suppressed < -{cfg['eps']:g}. Quantile bins: the valued tokens cut into "
                         f"{Q} equal-count bins of V; the gap is taken inside each bin. Points of the bins are "
-                        "shifted sideways a little. " + common.ci_note(n))
+                        "shifted sideways a little. Right: the primary contrasts, the value gap at the largest G (B) minus at "
+                        "the smallest, per seed (dots) and their mean with a 95 % Student-t interval. "
+                        + common.ci_note(n))
     return fig
 
 

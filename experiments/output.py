@@ -104,3 +104,23 @@ def clean(x):
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def contrast_panel(ax, contrasts, ylabel):
+    """The pre-registered contrasts of an experiment, each drawn as its paired
+    per-seed differences (dots) and their mean with the 95 % t interval (bar)."""
+    import textwrap
+    for k, (name, c) in enumerate(contrasts.items()):
+        per = c.get("per_seed") or []
+        ax.scatter([k + 0.12 * ((i % 5) - 2) / 2 for i in range(len(per))], per, s=14, color="0.55", zorder=2,
+                   label="one seed" if k == 0 else None)
+        if c["diff"] is not None:
+            ax.errorbar([k], [c["diff"]], [[c["half"] or 0.0], [c["half"] or 0.0]], fmt="D", color="k", ms=6,
+                        capsize=5, lw=2, zorder=3, label="mean, 95 % t interval" if k == 0 else None)
+    ax.axhline(0, color="tab:red", lw=1, ls="--", label="no difference")
+    ax.set_xticks(range(len(contrasts)), [textwrap.fill(n, 22) for n in contrasts], fontsize=8)
+    ax.set_xlim(-0.6, len(contrasts) - 0.4)
+    ax.set_ylabel(ylabel)
+    preds = sorted({c["predicted"] for c in contrasts.values()})
+    ax.set_title(f"primary contrast, paired by seed (predicted {', '.join(preds)})", fontsize=10)
+    ax.legend(fontsize=7, loc="best")

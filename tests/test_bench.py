@@ -2,6 +2,7 @@
 sampler invariants its speed work must keep: the KV-cache path gives the same
 tokens and log-probs as the full-recompute reference path."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
 
-NAMES = {"matmul_peak", "sampler", "update", "rl_step", "memory"}
+NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "memory"}
 
 
 def test_quick_bench_prints_json_lines(tmp_path):
@@ -33,6 +34,9 @@ def test_quick_bench_prints_json_lines(tmp_path):
         assert r["device"] == "cpu" and r["threads"] >= 1 and r["torch"] == torch.__version__
     by = {r["name"]: r for r in recs}
     assert by["sampler"]["same_tokens"] is True
+    hf = by["hf_generate"]  # transformers is optional: a note without it, a ratio with it
+    assert ("skipped" in hf) == (importlib.util.find_spec("transformers") is None)
+    assert "skipped" in hf or hf["speedup"] > 0
     assert by["sampler"]["kv_tok_s"] > 0 and by["sampler"]["full_tok_s"] > 0
     assert 0 < by["update"]["mfu"] and by["matmul_peak"]["gflops"] > 0
     shares = [by["rl_step"][k] for k in ("sample_share", "reward_share", "fwd_bwd_share",
