@@ -182,7 +182,8 @@ def bench_hf(model, P, device, size):
     torch.manual_seed(0)
     hf = GPT2LMHeadModel(GPT2Config(vocab_size=toy_tasks.VOCAB_SIZE, n_positions=64, n_embd=n_embd,
                                     n_layer=n_layer, n_head=n_head, activation_function="gelu",
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).to(device).eval()
+                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
+                                    eos_token_id=None)).to(device).eval()
     task, rng = toy_tasks.make_task("add", 2), random.Random(0)
     prompts = [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(P["prompts"])]
     ids = torch.tensor(prompts, device=device)  # 2-digit add: every prompt has the same length
