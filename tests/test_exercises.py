@@ -63,6 +63,37 @@ def test_students_get_different_tables():
     assert all(a != b for i, a in enumerate(tables) for b in tables[i + 1:])
 
 
+@pytest.mark.parametrize("name", STUDENTS)
+def test_the_key_matches_closed_forms_computed_another_way(name):
+    """The key comes from loss.py's autograd; here each number from its closed form."""
+    import problems
+    import toy_tasks
+    k, p1, p4, p7 = key.key(name), problems.ex1(name), problems.ex4(name), problems.ex7(name)
+    r, n = p1["rewards"], p1["lengths"]
+    a = [x - sum(r) / 4 for x in r]
+    sd = (sum(x * x for x in a) / 3) ** 0.5  # Bessel-corrected, as TRL and verl
+    i = p1["k"] - 1
+    assert k["EX1"]["grpo_residual"] == pytest.approx(abs(sum(x / m for x, m in zip(a, n)))
+                                                      / sum(abs(x) / m for x, m in zip(a, n)), rel=1e-5)
+    assert k["EX1"]["grpo_net"] == pytest.approx(sum(x / sd / (4 * m) for x, m in zip(a, n)), rel=1e-4)
+    assert k["EX1"]["grpo_coef_k"] == pytest.approx(a[i] / sd / (4 * n[i]), rel=1e-4)
+    assert k["EX1"]["dr_grpo_coef_k"] == pytest.approx(a[i] / (4 * p1["L_max"]), rel=1e-5)
+    r, n, s = p4["rewards"], p4["lengths"], p4["s"]
+    a = [x - sum(r) / 4 for x in r]
+    assert k["EX4"]["gspo_residual"] == pytest.approx(abs(sum(w * x / m for w, x, m in zip(s, a, n)))
+                                                      / sum(w * abs(x) / m for w, x, m in zip(s, a, n)), rel=1e-5)
+    assert k["EX4"]["luspo_residual"] == pytest.approx(abs(sum(w * x for w, x in zip(s, a)))
+                                                       / sum(w * abs(x) for w, x in zip(s, a)), rel=1e-5)
+    j = p4["k"] - 1
+    proj = sum(w * x for w, x in zip(s, a)) / sum(x * x for x in a)
+    assert k["EX4"]["orth_w_k"] == pytest.approx(s[j] - proj * a[j], rel=1e-6)
+    text = toy_tasks.make_task("add", 2, True).solution(p7["problem"])
+    assert k["EX7"]["tokens"] == len(text) + 1  # EOS
+    assert k["EX7"]["template"] == sum(not c.isdigit() for c in text) + 1  # operators, separators and EOS
+    pairs = [(x, y) for x in range(p7["lo"], p7["hi"] + 1) for y in range(p7["lo"], p7["hi"] + 1)]
+    assert k["EX7"]["plain_share"] == pytest.approx(len(pairs) / sum(len(str(x + y)) + 1 for x, y in pairs))
+
+
 # ---------------------------------------------------------------- wrong work
 # Numbers a student would plausibly get by a real mistake. Each is computed
 # from the right numbers or the table, and must be refused.

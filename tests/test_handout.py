@@ -22,15 +22,10 @@ HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 
 def tracked_files(*suffixes):
-    """The files git tracks or would track; in a copy without git (a student copy), every file."""
-    if os.path.isdir(os.path.join(ROOT, ".git")):
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
-                             capture_output=True, text=True).stdout.split()
-    else:
-        out = [os.path.relpath(os.path.join(d, f), ROOT) for d, dirs, files in os.walk(ROOT)
-               if os.path.relpath(d, ROOT) == "." or not os.path.relpath(d, ROOT).startswith((".", "out"))
-               for f in files]
-    return [f for f in out if f.endswith(suffixes) and os.path.isfile(os.path.join(ROOT, f))]
+    """exercises/handout.py's list (git's view, or every file in a copy without git), by ending."""
+    sys.path.insert(0, os.path.join(ROOT, "exercises"))
+    import handout
+    return [f for f in handout.tracked_files() if f.endswith(suffixes)]
 
 
 # ----------------------------------------------------------------------------- documents
