@@ -123,13 +123,11 @@ class GPT(nn.Module):
         logits = self.lm_head(h)
         return (logits, h) if return_hidden else logits
 
-    def step(self, idx, pos, key_valid, cache, start):
+    def step(self, idx, pos, mask, cache, start):
         """Incremental forward for sampling with a KV cache: feed tokens idx [B,T]
-        at absolute slots [start, start+T) with positions pos [B,T]; key_valid
-        [B, start+T] marks real keys. Returns logits of the last slot, [B,V]."""
-        T = idx.shape[1]
-        q_valid = key_valid[:, start:start + T]
-        mask = attention_mask(q_valid, key_valid, offset=start)
+        at absolute slots [start, start+T) with positions pos [B,T]; mask is bool
+        [B,1,T,start+T], True where a query may attend (``attention_mask``).
+        Returns logits of the last slot, [B,V]."""
         x = self.wte(idx) + self.wpe(pos)
         for i, blk in enumerate(self.blocks):
             x = blk(x, mask, cache, i, start)
@@ -138,8 +136,8 @@ class GPT(nn.Module):
     def new_cache(self, B, T, device, dtype=torch.float32):
         c = self.cfg
         shape = (B, c.n_head, T, c.n_embd // c.n_head)
-        return {"k": [torch.zeros(shape, device=device, dtype=dtype) for _ in range(c.n_layer)],
-                "v": [torch.zeros(shape, device=device, dtype=dtype) for _ in range(c.n_layer)]}
+        return {"k": [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layer)],
+                "v": [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layer)]}
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

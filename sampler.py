@@ -21,6 +21,9 @@ Mechanics
   reaches a real token, and no position is shifted.
 * The KV cache keeps each layer's keys and values; each new token costs one
   forward pass over a single position instead of the whole sequence.
+* The G rows of a group share their prompt, so the prompt is encoded once per
+  group and its cache copied G times: the prompt pass costs B positions, not
+  B * G.
 * A row that has emitted EOS keeps being computed (it is cheap and keeps the
   batch rectangular) but its later tokens are PAD and masked out. The loop
   ends when every row is done, checked once every few steps, not per row.
@@ -41,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 import toy_tasks
-from model import amp, left_pad
+from model import amp, attention_mask, left_pad
 from toy_tasks import EOS, PAD
 
 
@@ -75,10 +78,14 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     logp_out = torch.zeros(N, max_new_tokens, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
     bad = torch.zeros((), dtype=torch.bool, device=device)  # a NaN or inf logit was seen
-    cache = model.new_cache(N, total, device) if use_cache else None
-
-    if use_cache:
-        logits = model.step(seq[:, :Lp], pos[:, :Lp], key_valid[:, :Lp], cache, 0)
+    if use_cache:  # the rows of a group share their prompt: encode it once, copy its cache
+        first = slice(None, None, n_per_prompt)  # row b * n_per_prompt starts group b
+        cache = model.new_cache(len(prompts), total, device)
+        logits = model.step(seq[first, :Lp], pos[first, :Lp],
+                            attention_mask(valid[first], valid[first]), cache, 0)
+        cache = {kv: [c.repeat_interleave(n_per_prompt, 0) for c in layers]
+                 for kv, layers in cache.items()}
+        logits = logits.repeat_interleave(n_per_prompt, 0)
     T = 0
     for t in range(max_new_tokens):
         if not use_cache:
@@ -106,7 +113,7 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
                 break
         if use_cache and t + 1 < max_new_tokens:
             logits = model.step(seq[:, Lp + t:Lp + t + 1], pos[:, Lp + t:Lp + t + 1],
-                                key_valid[:, :Lp + t + 1], cache, Lp + t)
+                                key_valid[:, None, None, :Lp + t + 1], cache, Lp + t)
     if bool(bad):
         model.train(was_training)
         raise FloatingPointError(f"logits or sampling probabilities are not finite "
