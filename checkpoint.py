@@ -21,16 +21,20 @@ What it teaches
    * every random state: the torch generator that samples rollouts and
      mini-batch cuts, torch's global generator, python's ``random``, the
      problem stream (toy_tasks.train_sampler's ``random.Random``) and the SFT
-     solution generator;
+     solution generator, *of every rank*: under torchrun each process draws
+     its own problems and samples, so rank 0 saves all ranks' streams
+     (gathered) and each rank restores its own; ``world`` records how many;
    * running sums (the learning tax's ``tax_sum``, the last evaluation, the
      summary so far);
    * how many bytes of ``metrics.jsonl`` belong to it: lines written after the
      checkpoint are cut away on resume and written again, identically.
 
 3. **Validation.** ``load_checkpoint`` checks the whole schema (keys, types,
-   sizes against the task's block size and vocabulary, finite weights) and
-   turns each violation into one line (config.CliError), so that a corrupt or
-   foreign file never ends in a traceback.
+   sizes against the task's block size and vocabulary, finite weights, and the
+   resume state: step, world, every random stream, the sums, the optimizer's
+   moments against the parameters' shapes) and turns each violation into one
+   line (config.CliError) naming the field, so that a corrupt or foreign file
+   never ends in a traceback, and a resume it refuses has changed nothing.
 """
 
 import json
@@ -215,30 +219,74 @@ def validate(ck):
         if not bool(torch.isfinite(v).all()):
             raise ValueError(f"weight {k} is not finite")
     if "resume" in ck:
-        validate_state(ck["resume"])
+        validate_state(ck["resume"], mcfg)
     return mcfg, task
 
 
-def validate_state(s):
-    """The resume state's schema (see the docstring)."""
+STREAMS = ("torch_gen", "torch_global", "python_random", "problems", "solutions")
+
+
+def validate_state(s, model_cfg=None):
+    """The resume state's schema: every field that ``RunState.restore`` and the
+    loop read, with its type, and where a size is known, its size. ValueError
+    names the first bad field."""
     if not isinstance(s, dict):
         raise ValueError("resume state is not a dict")
     phase = _need(s, "phase", str, "resume")
     if phase not in ("sft", "rl"):
         raise ValueError(f"resume phase {phase!r}")
-    for k in ("step", "metrics_bytes"):
-        if _need(s, k, int, "resume") < 0:
-            raise ValueError(f"resume {k} is negative")
-    _need(s, "optimizer", dict, "resume")
-    for k in ("torch_gen", "torch_global"):
-        if _need(s, k, torch.Tensor, "resume").dtype != torch.uint8:
-            raise ValueError(f"resume {k} is not a generator state")
-    for k in ("python_random",):
-        _need(s, k, tuple, "resume")
-    rngs = _need(s, "rngs", dict, "resume")
-    for k in ("problems", "solutions"):
-        _need(rngs, k, tuple, "resume rngs")
-    _need(s, "sums", dict, "resume")
+    for k in ("step", "metrics_bytes", "world"):
+        if _need(s, k, int, "resume") < (1 if k == "world" else 0):
+            raise ValueError(f"resume {k}={s[k]} is out of range")
+    streams = _need(s, "streams", list, "resume")
+    if len(streams) != s["world"]:
+        raise ValueError(f"resume streams: {len(streams)} for a world of {s['world']}")
+    for r, st in enumerate(streams):
+        where = f"resume streams[{r}]"
+        if not isinstance(st, dict) or set(st) != set(STREAMS):
+            raise ValueError(f"{where} does not hold {', '.join(STREAMS)}")
+        for k in ("torch_gen", "torch_global"):  # a state of the wrong size or version fails here
+            try:
+                torch.Generator().set_state(_need(st, k, torch.Tensor, where).cpu())
+            except (RuntimeError, TypeError):
+                raise ValueError(f"{where}[{k!r}] is not a torch generator state") from None
+        for k in ("python_random", "problems", "solutions"):
+            try:
+                random.Random().setstate(_tuples(_need(st, k, (tuple, list), where)))
+            except (TypeError, ValueError):
+                raise ValueError(f"{where}[{k!r}] is not a random.Random state") from None
+    sums = _need(s, "sums", dict, "resume")
+    if set(sums) != set(new_sums()):
+        raise ValueError(f"resume sums has keys {sorted(sums)}, expected {sorted(new_sums())}")
+    for k, v in sums.items():
+        ok = (dict, type(None)) if k == "diag_ref" else (float, int, type(None))
+        if not isinstance(v, ok) or isinstance(v, bool) or (isinstance(v, float) and v != v):
+            raise ValueError(f"resume sums[{k!r}]={v!r}")
+    _validate_optimizer(_need(s, "optimizer", dict, "resume"), model_cfg)
+
+
+def _validate_optimizer(opt, model_cfg):
+    """An optimizer's state_dict (AdamW here; SGD in some tests): one param group
+    over every parameter, with a learning rate, and per parameter tensors that are
+    either scalars (a step count) or of the parameter's shape (AdamW's moments)."""
+    groups = _need(opt, "param_groups", list, "resume optimizer")
+    state = _need(opt, "state", dict, "resume optimizer")
+    if model_cfg is None:
+        return
+    with torch.device("meta"):
+        shapes = [p.shape for p in GPT(model_cfg).parameters()]
+    ids = [i for g in groups if isinstance(g, dict) for i in g.get("params", [])]
+    if len(groups) != 1 or ids != list(range(len(shapes))):
+        raise ValueError("resume optimizer param_groups do not cover this model's parameters")
+    if not isinstance(groups[0].get("lr"), (float, int)):
+        raise ValueError("resume optimizer param_groups[0] has no learning rate")
+    for i, st in state.items():
+        if not isinstance(i, int) or not 0 <= i < len(shapes) or not isinstance(st, dict):
+            raise ValueError(f"resume optimizer state[{i!r}] is not a parameter's state")
+        for k, v in st.items():
+            if isinstance(v, torch.Tensor) and v.dim() and v.shape != shapes[i]:
+                raise ValueError(f"resume optimizer state[{i}][{k!r}] has shape {tuple(v.shape)}, "
+                                 f"not the parameter's {tuple(shapes[i])}")
 
 
 def load_checkpoint(path, device="cpu"):
@@ -269,10 +317,11 @@ def load_checkpoint(path, device="cpu"):
 
 def new_sums():
     """The running sums of a run: the last evaluation, the warm start's accuracy, the
-    mixed fraction at the start of RL, the learning tax so far, the summed
+    mixed fraction at the start of RL (and its running sum), the learning tax so far, the summed
     exch_residual (the summary's mean), the warm start's diagnostics (the
     reference of drift)."""
-    return {"acc0": None, "acc": None, "mixed_at_start": None, "tax_sum": 0.0, "tax_interior_sum": 0.0,
+    return {"acc0": None, "acc": None, "mixed_at_start": None, "mixed_start_sum": 0.0,
+            "tax_sum": 0.0, "tax_interior_sum": 0.0,
             "exch_sum": 0.0, "diag_ref": None}
 
 
@@ -293,157 +342,31 @@ class RunState:
         if self.saved is not None:
             self.phase, self.step = self.saved["phase"], self.saved["step"]
 
-    def capture(self, opt, metrics_bytes):
-        """The state after ``self.step``, as a dict of tensors and plain values."""
+    def streams(self):
+        """This rank's random streams (each rank draws its own problems and samples)."""
+        return {"torch_gen": self.gen.get_state(), "torch_global": torch.get_rng_state(),
+                "python_random": random.getstate(), "problems": self.draw.rng.getstate(),
+                "solutions": self.sol_rng.getstate()}
+
+    def capture(self, opt, metrics_bytes, streams):
+        """The state after ``self.step``, as a dict of tensors and plain values;
+        ``streams``: every rank's ``streams()``, in rank order."""
         return {"phase": self.phase, "step": self.step, "optimizer": opt.state_dict(),
-                "torch_gen": self.gen.get_state(), "torch_global": torch.get_rng_state(),
-                "python_random": random.getstate(),
-                "rngs": {"problems": self.draw.rng.getstate(), "solutions": self.sol_rng.getstate()},
+                "world": len(streams), "streams": streams,
                 "sums": dict(self.sums), "metrics_bytes": metrics_bytes}
 
-    def restore(self, opt):
-        """Put the saved state back into the optimizer, the random streams and the sums."""
-        s = self.saved
+    def restore(self, opt, rank=0):
+        """Put the saved state back into the optimizer, this rank's random streams and the sums."""
+        s, st = self.saved, self.saved["streams"][rank]
         opt.load_state_dict(s["optimizer"])
-        self.gen.set_state(s["torch_gen"].cpu())
-        torch.set_rng_state(s["torch_global"].cpu())
-        random.setstate(_tuples(s["python_random"]))
-        self.draw.rng.setstate(_tuples(s["rngs"]["problems"]))
-        self.sol_rng.setstate(_tuples(s["rngs"]["solutions"]))
-        self.sums = {**new_sums(), **s["sums"]}  # a sum added since the checkpoint starts at 0
+        self.gen.set_state(st["torch_gen"].cpu())
+        torch.set_rng_state(st["torch_global"].cpu())
+        random.setstate(_tuples(st["python_random"]))
+        self.draw.rng.setstate(_tuples(st["problems"]))
+        self.sol_rng.setstate(_tuples(st["solutions"]))
+        self.sums = dict(s["sums"])
 
 
 def _tuples(x):
     """random.setstate wants tuples all the way down."""
     return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
-
-
-# ----------------------------------------------------------------------------- runs in an --out_dir
-
-RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt", "warm_start.pt")
-KEEP = ("out_dir", "resume", "overwrite")  # flags a resumed run may change
-
-
-def holds_run(out_dir):
-    """The files of a run already in out_dir."""
-    return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
-
-
-def resumed_config(cfg):
-    """The config of the run in cfg.out_dir. A flag that differs from both the default
-    and that run's value is an error: --resume continues the run as it was configured."""
-    path = os.path.join(cfg.out_dir, "config.json")
-    try:
-        saved = json.load(open(path))
-        assert isinstance(saved, dict) and {"task", "seed", "out_dir"} <= set(saved)
-    except (OSError, ValueError, AssertionError):
-        raise CliError(f"--resume: {path} is missing or not a config of this project") from None
-    values = {}
-    for f in fields(Config):
-        mine, default = getattr(cfg, f.name), default_of(f.name, saved.get("task", cfg.task))
-        if f.name in KEEP or f.name not in saved:
-            values[f.name] = mine
-        elif mine == saved[f.name] or mine == default:
-            values[f.name] = saved[f.name]
-        else:
-            raise CliError(f"--resume continues the run as configured in {path}, where "
-                           f"{f.name}={saved[f.name]}; drop --{f.name}={mine}")
-    new = Config(**values)
-    validate_config(new)
-    return new
-
-
-def init_from_checks(cfg, model, ck):
-    """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
-    are ignored (a warning), size flags that contradict the checkpoint are an error."""
-    t = ck["task"]
-    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-        raise CliError(f"checkpoint was trained on task {t}, not on "
-                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
-    for k in ("n_layer", "n_head", "n_embd"):
-        mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
-        if mine != theirs and mine != default_of(k, cfg.task):
-            raise CliError(f"--{k}={mine} contradicts --init_from={cfg.init_from} ({k}={theirs}); "
-                           f"model sizes come from the checkpoint")
-    ignored = [k for k in ("sft_steps", "sft_batch", "sft_lr", "sft_flawed")
-               if getattr(cfg, k) != default_of(k, cfg.task)]
-    if ignored:
-        print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
-              file=sys.stderr)
-    return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
-
-
-# ----------------------------------------------------------------------------- a run's folder
-
-def open_run(cfg, device):
-    """Check --out_dir, --resume and --overwrite before anything is written.
-    Returns (cfg, found, model, saved): the config to run (a resumed run's own),
-    the run files already there, and for --resume with a ckpt.pt its model and
-    resume state (else None, None)."""
-    found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
-    if found and not (cfg.resume or cfg.overwrite):
-        raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
-                       f"continue it with --resume or replace it with --overwrite")
-    if cfg.resume and "config.json" not in found:
-        raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
-    if not (cfg.resume and "ckpt.pt" in found):
-        return (resumed_config(cfg) if cfg.resume else cfg), found, None, None
-    cfg = resumed_config(cfg)
-    model, ck = load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
-    if "resume" not in ck:
-        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
-    path = os.path.join(cfg.out_dir, "metrics.jsonl")
-    have = os.path.getsize(path) if os.path.exists(path) else 0
-    if have < ck["resume"]["metrics_bytes"]:
-        raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
-                       f"checkpoint says ({ck['resume']['metrics_bytes']})")
-    return cfg, found, model, ck["resume"]
-
-
-def start_writing(cfg, found, resolved, saved):
-    """The first writes of a run (rank 0): clear stale temp files, replace the old
-    run (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume), write
-    config.json (the resolved config: what actually runs) and print it."""
-    clear_stale_temps(cfg.out_dir)
-    if cfg.overwrite:
-        for f in found:
-            os.remove(os.path.join(cfg.out_dir, f))
-    os.makedirs(cfg.out_dir, exist_ok=True)
-    if not cfg.resume:
-        atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
-    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
-    if cfg.resume:
-        metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
-        os.truncate(metrics, saved["metrics_bytes"]) if saved else open(metrics, "w").close()
-        print(f"resuming after {saved['phase']} step {saved['step']}" if saved else
-              "resuming from the start: the run had written no checkpoint")
-
-
-class RunDir:
-    """Where rank 0 writes as a run goes: metrics.jsonl (one JSON object a line,
-    flushed) and the checkpoints. On the other ranks every call does nothing."""
-
-    def __init__(self, cfg, raw, master):
-        self.cfg, self.raw, self.master = cfg, raw, master
-        self.metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
-
-    def log(self, d):
-        if self.master:
-            self.metrics.write(json.dumps(d) + "\n")
-            self.metrics.flush()
-
-    def checkpoint(self, state, opt, name="ckpt.pt"):
-        """ckpt.pt with the resume state after ``state.step`` of ``state.phase``."""
-        if self.master:
-            save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase, state.step,
-                            state.capture(opt, self.metrics.tell()))
-
-    def warm_start(self, step):
-        """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
-        if self.master:
-            save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
-                            "warm_start", step)
-
-    def close(self):
-        if self.master:
-            self.metrics.close()

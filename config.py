@@ -207,10 +207,14 @@ TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "primes": ("digits",)}
 
 def validate(cfg):
     """Names, counts and combinations that cannot work."""
-    for f in fields(cfg):
+    for f in fields(cfg):  # every number in a range torch holds, before any other check
         v = getattr(cfg, f.name)
         if isinstance(v, float) and not math.isfinite(v):
             raise CliError(f"--{f.name} must be a finite number, got {v}")
+        if isinstance(v, float) and abs(v) > FLOAT_MAX:
+            raise CliError(f"--{f.name}={v:g} is out of range: at most {FLOAT_MAX:g} in size")
+        if isinstance(v, int) and not isinstance(v, bool) and f.name != "seed" and abs(v) > INT_MAX:
+            raise CliError(f"--{f.name}={v} is out of range: at most {INT_MAX}")
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
         raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20")
     if cfg.task not in toy_tasks.TASKS:
@@ -301,22 +305,29 @@ def validate(cfg):
     gib, have = memory_estimate(cfg) / 2 ** 30, available_memory() / 2 ** 30
     if gib > have:
         raise CliError(f"this model and batch need about {gib:.1f} GiB, more than the {have:.1f} GiB here; "
-                       f"use smaller --n_layer/--n_embd/--prompts_per_step/--group_size")
+                       f"use smaller --n_layer/--n_embd/--prompts_per_step/--group_size/--eval_size/--pass_k")
     if cfg.resume and cfg.overwrite:
         raise CliError("--resume continues the run in --out_dir and --overwrite replaces it: give one")
     check_out_dir(cfg.out_dir, "--out_dir")
 
 
 BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds it so)
+FLOAT_MAX = 1e6  # no float flag needs more; fp32 overflows at 3.4e38
+INT_MAX = 2 ** 31 - 1
 
 
 def memory_estimate(cfg):
     """Bytes a run needs, roughly: fp32 weights, grads and AdamW's two moments (16 B a
-    parameter) plus the activations of one rollout batch (about 20 floats per layer,
-    token and width, kept for the backward pass)."""
+    parameter), the activations of one rollout batch (about 20 floats per layer,
+    token and width, kept for the backward pass), and the KV cache of the largest
+    sampling call (rollouts, the greedy evaluation, or --diagnostics' 2k samples
+    for each of 64 problems), held twice while a group's prompt cache is copied."""
     params = 12 * cfg.n_layer * cfg.n_embd ** 2 + cfg.n_embd * (2 * 32 + BLOCK_SIZE)
     acts = cfg.prompts_per_step * cfg.group_size * BLOCK_SIZE * cfg.n_layer * cfg.n_embd * 20 * 4
-    return 16 * params + acts
+    rows = max(cfg.prompts_per_step * cfg.group_size, cfg.eval_size,
+               64 * 2 * cfg.pass_k if cfg.diagnostics else 0)
+    kv = 2 * rows * BLOCK_SIZE * cfg.n_layer * cfg.n_embd * 2 * 4
+    return 16 * params + acts + kv
 
 
 def available_memory():

@@ -80,6 +80,15 @@ def rank_world():
     return 0, 1
 
 
+def gather_objects(obj):
+    """[obj of rank 0, obj of rank 1, ...] on every rank; [obj] without a process group."""
+    if rank_world()[1] == 1:
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
 def check_world(cfg, world):
     """Flags that cannot work with ``world`` processes (one line each)."""
     if world == 1:
@@ -119,9 +128,13 @@ def wrap(model, cfg, device, local_rank, world):
     return DDP(model, device_ids=[local_rank] if device == "cuda" else None), model
 
 
-def teardown():
-    """Leave the process group, if there is one."""
+def teardown(clean=True):
+    """Leave the process group, if there is one. After a clean run a barrier first
+    lets every rank's last collective finish, so none is left in flight; after a
+    failure there is no barrier (a peer may be gone) and the group is just destroyed."""
     if dist.is_available() and dist.is_initialized():
+        if clean:
+            dist.barrier()
         dist.destroy_process_group()
 
 

@@ -37,6 +37,7 @@ import batching
 import checkpoint as C
 import diagnostics
 import dist_utils as D
+import rundir as R
 import loss as L
 import toy_tasks
 from config import Config, CliError, parse_args, fail
@@ -52,7 +53,7 @@ def initial_model(cfg, device):
     """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win)."""
     if cfg.init_from:
         model, ck = C.load_checkpoint(cfg.init_from, device)
-        return C.init_from_checks(cfg, model, ck), model
+        return R.init_from_checks(cfg, model, ck), model
     return cfg, GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
                               n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)).to(device)
 
@@ -77,7 +78,7 @@ def sft(model, task, cfg, state, out, device, master):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
     if state.saved:
-        state.restore(opt)
+        state.restore(opt, D.rank_world()[0])
     world, n_sft = D.rank_world()[1], len(D.shard(torch.arange(cfg.sft_batch), *D.rank_world()))  # rank's share
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", master)
     for step in bar:
@@ -208,7 +209,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
            "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
            **stats["mb_stats"]}
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
-        sums["mixed_start_sum"] = sums.get("mixed_start_sum", 0.0) + rec["mixed"]
+        sums["mixed_start_sum"] += rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
     sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
     hint = weak_start_hint(rec["mixed"], cfg) if step == 1 and master else ""
@@ -241,9 +242,11 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     ref_model = reference_model(raw, cfg, state, device) if cfg.beta else None
     if state.phase == "rl":  # resumed in RL
-        state.restore(opt)
+        state.restore(opt, D.rank_world()[0])
     else:
         state.phase, state.step = "rl", 0
+        if cfg.sft_steps == 0 and not cfg.init_from:
+            out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
         if master:
             try:
                 acc0 = evaluate(raw, task, held_out, cfg, device)
@@ -281,27 +284,38 @@ def main(cfg):
     device = D.resolve_device(cfg.device)
     master = rank == 0  # evaluates, logs, writes metrics and checkpoints
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    cfg, found, model, saved = C.open_run(cfg, device)  # every check before anything is written
+    cfg, found, model, saved = R.open_run(cfg, device, world)  # every check before anything is written
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     random.seed(cfg.seed)
     if model is None:  # else it is ckpt.pt's (--resume)
         cfg, model = initial_model(cfg, device)
+    lock = R.lock_run(cfg, found) if master else None  # the last check: one writer per folder
+    done = False
+    try:
+        summary = run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
+        done = True
+        return summary
+    finally:
+        D.teardown(clean=done)  # every exit path leaves the process group
+        R.unlock(lock)
+
+
+def run(cfg, model, task, found, saved, rank, local_rank, world, device, master):
     model, raw = D.wrap(model, cfg, device, local_rank, world)
     sft_steps = 0 if cfg.init_from else cfg.sft_steps
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
     if master:
-        C.start_writing(cfg, found, resolved, saved)
+        R.start_writing(cfg, found, resolved, saved)
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
     state = C.RunState(draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
                        sol_rng=random.Random(cfg.seed + 1 + rank),
                        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank), saved=saved)
-    out = C.RunDir(cfg, raw, master)
+    out = R.RunDir(cfg, raw, master)
     t0 = time.time()
     if state.phase == "sft" and sft_steps > 0:
         sft(model, task, cfg, state, out, device, master)
     rl(model, raw, task, held_out, cfg, state, out, device, master, t0)
-    D.teardown()
     if not master:
         return {}
     s, mixed = state.sums, state.sums["mixed_at_start"]  # no mixed fraction without an RL step
@@ -322,7 +336,10 @@ def cli(argv):
     try:
         return main(parse_args(argv, Config, doc=__doc__))
     except CliError as e:
-        sys.exit(2) if quiet else fail(str(e))
+        if quiet:  # give local rank 0 the time to print the line before torchrun stops the group
+            time.sleep(5)
+            sys.exit(2)
+        fail(str(e))
     except FloatingPointError as e:
         fail(str(e))
     except OSError as e:  # a disk that fills up, a folder that vanishes
@@ -333,3 +350,7 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
+    if os.environ.get("WORLD_SIZE", "1") != "1":  # a torchrun worker that finished: skip the
+        sys.stdout.flush()                          # interpreter's teardown, where gloo's threads
+        sys.stderr.flush()                          # and the GIL can deadlock
+        os._exit(0)

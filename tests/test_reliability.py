@@ -171,7 +171,7 @@ def test_diverged_run_stops_naming_phase_and_step_and_keeps_the_last_checkpoint(
     and ckpt.pt (if any) holds finite weights."""
     d = str(tmp_path)
     with pytest.raises(FloatingPointError, match=r"RL step \d+: .*not finite"):
-        train.main(parse_args(TINY + ["--sft_steps=1", "--rl_steps=30", "--lr=1e30",
+        train.main(parse_args(TINY + ["--sft_steps=1", "--rl_steps=30", "--lr=1e6",
                                       "--ckpt_every=1", f"--out_dir={d}"]))
     for f in ("ckpt.pt", "warm_start.pt"):
         if os.path.exists(os.path.join(d, f)):

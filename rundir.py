@@ -1,0 +1,219 @@
+"""rundir.py: a run's folder. Who may write it, what a new run may replace, and how a run resumes.
+
+What it teaches
+---------------
+A run finished yesterday must survive anything typed today. Three rules:
+
+1. **One writer.** A process that writes an --out_dir holds an exclusive
+   ``flock`` on the folder itself for as long as it runs. The lock lives in the
+   kernel, not in a file: it goes away when the process dies, however it dies,
+   so a killed run never leaves a stale lock, and taking it writes nothing. A
+   second writer (a fresh run, --resume or --overwrite) is refused with one
+   line naming the holder's pid (read from /proc/locks).
+2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint,
+   the resume state and the lock while the folder is untouched. Only then
+   does ``start_writing`` delete an old run (--overwrite) or cut metrics.jsonl
+   back to the checkpoint (--resume). --overwrite refuses to delete a file the
+   run is about to read (--init_from inside the folder).
+3. **Resume continues the same run.** ``resumed_config`` takes the saved
+   config (a flag that contradicts it is an error), and the checkpoint's resume
+   state (checkpoint.py) must match the number of processes: each rank's
+   random streams are saved and restored, so a different world size could not
+   continue them and is refused.
+"""
+
+import fcntl
+import json
+import os
+import sys
+from dataclasses import fields, replace
+
+import checkpoint as C
+import dist_utils as D
+from config import CliError, Config, default_of
+from config import validate as validate_config
+
+# ----------------------------------------------------------------------------- runs in an --out_dir
+
+RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt", "warm_start.pt")
+KEEP = ("out_dir", "resume", "overwrite")  # flags a resumed run may change
+
+
+def holds_run(out_dir):
+    """The files of a run already in out_dir."""
+    return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+
+
+def resumed_config(cfg):
+    """The config of the run in cfg.out_dir. A flag that differs from both the default
+    and that run's value is an error: --resume continues the run as it was configured."""
+    path = os.path.join(cfg.out_dir, "config.json")
+    try:
+        saved = json.load(open(path))
+        assert isinstance(saved, dict) and {"task", "seed", "out_dir"} <= set(saved)
+    except (OSError, ValueError, AssertionError):
+        raise CliError(f"--resume: {path} is missing or not a config of this project") from None
+    values = {}
+    for f in fields(Config):
+        mine, default = getattr(cfg, f.name), default_of(f.name, saved.get("task", cfg.task))
+        if f.name in KEEP or f.name not in saved:
+            values[f.name] = mine
+        elif mine == saved[f.name] or mine == default:
+            values[f.name] = saved[f.name]
+        else:
+            raise CliError(f"--resume continues the run as configured in {path}, where "
+                           f"{f.name}={saved[f.name]}; drop --{f.name}={mine}")
+    new = Config(**values)
+    validate_config(new)
+    return new
+
+
+def init_from_checks(cfg, model, ck):
+    """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
+    are ignored (a warning), size flags that contradict the checkpoint are an error."""
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"checkpoint was trained on task {t}, not on "
+                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    for k in ("n_layer", "n_head", "n_embd"):
+        mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
+        if mine != theirs and mine != default_of(k, cfg.task):
+            raise CliError(f"--{k}={mine} contradicts --init_from={cfg.init_from} ({k}={theirs}); "
+                           f"model sizes come from the checkpoint")
+    ignored = [k for k in ("sft_steps", "sft_batch", "sft_lr", "sft_flawed")
+               if getattr(cfg, k) != default_of(k, cfg.task)]
+    if ignored:
+        print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
+              file=sys.stderr)
+    return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
+
+
+# ----------------------------------------------------------------------------- a run's folder
+
+def open_run(cfg, device, world=1):
+    """Check --out_dir, --resume and --overwrite before anything is written.
+    Returns (cfg, found, model, saved): the config to run (a resumed run's own),
+    the run files already there, and for --resume with a ckpt.pt its model and
+    resume state (else None, None)."""
+    found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
+    if found and not (cfg.resume or cfg.overwrite):
+        raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
+                       f"continue it with --resume or replace it with --overwrite")
+    if cfg.resume and "config.json" not in found:
+        raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
+    if cfg.overwrite and cfg.init_from and found and (os.path.realpath(os.path.dirname(
+            os.path.abspath(cfg.init_from))) == os.path.realpath(cfg.out_dir)):
+        raise CliError(f"--overwrite would delete --init_from={cfg.init_from} before the run reads "
+                       f"it; copy it out of --out_dir first")
+    if not (cfg.resume and "ckpt.pt" in found):
+        return (resumed_config(cfg) if cfg.resume else cfg), found, None, None
+    cfg = resumed_config(cfg)
+    model, ck = C.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
+    if "resume" not in ck:
+        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
+    saved = ck["resume"]
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was trained on task {t}, not on this "
+                       f"run's task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    if saved["world"] != world:
+        raise CliError(f"--resume: the run was trained by {saved['world']} process(es) and this "
+                       f"is {world}; each process restores its own random streams, so resume with "
+                       f"{'torchrun --nproc_per_node=' + str(saved['world']) if saved['world'] > 1 else 'one process'}")
+    if cfg.beta and saved["phase"] == "rl":  # --beta's reference must load before anything changes
+        C.load_checkpoint(cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)
+    path = os.path.join(cfg.out_dir, "metrics.jsonl")
+    have = os.path.getsize(path) if os.path.exists(path) else 0
+    if have < saved["metrics_bytes"]:
+        raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
+                       f"checkpoint says ({saved['metrics_bytes']})")
+    return cfg, found, model, saved
+
+
+def lock_run(cfg, found):
+    """The last check before writing: create --out_dir if needed and take an
+    exclusive flock on it (held until the process ends or ``unlock``). Refuses
+    if another process holds it, or if the folder's run files changed since
+    ``open_run`` looked. Returns the locked file descriptor."""
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    fd = os.open(cfg.out_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise CliError(f"--out_dir={cfg.out_dir} is being written by another process "
+                       f"({_holder(cfg.out_dir)}); wait for it or choose another --out_dir") from None
+    if sorted(holds_run(cfg.out_dir)) != sorted(found):
+        os.close(fd)
+        raise CliError(f"--out_dir={cfg.out_dir} changed while this run was starting; try again")
+    return fd
+
+
+def unlock(fd):
+    if fd is not None:
+        os.close(fd)
+
+
+def _holder(folder):
+    """'pid N' of the process holding a lock on ``folder`` (from /proc/locks), if known."""
+    try:
+        st = os.stat(folder)
+        ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in open("/proc/locks"):
+            parts = line.split()
+            if "FLOCK" in parts and parts[-3] == ino:
+                return f"pid {parts[-4]}"
+    except (OSError, IndexError):
+        pass
+    return "pid unknown"
+
+
+def start_writing(cfg, found, resolved, saved):
+    """The first writes of a run (rank 0): clear stale temp files, replace the old
+    run (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume), write
+    config.json (the resolved config: what actually runs) and print it."""
+    C.clear_stale_temps(cfg.out_dir)
+    if cfg.overwrite:
+        for f in found:
+            os.remove(os.path.join(cfg.out_dir, f))
+    os.makedirs(cfg.out_dir, exist_ok=True)
+    if not cfg.resume:
+        C.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
+    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+    if cfg.resume:
+        metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
+        os.truncate(metrics, saved["metrics_bytes"]) if saved else open(metrics, "w").close()
+        print(f"resuming after {saved['phase']} step {saved['step']}" if saved else
+              "resuming from the start: the run had written no checkpoint")
+
+
+class RunDir:
+    """Where rank 0 writes as a run goes: metrics.jsonl (one JSON object a line,
+    flushed) and the checkpoints. On the other ranks every call does nothing."""
+
+    def __init__(self, cfg, raw, master):
+        self.cfg, self.raw, self.master = cfg, raw, master
+        self.metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
+
+    def log(self, d):
+        if self.master:
+            self.metrics.write(json.dumps(d) + "\n")
+            self.metrics.flush()
+
+    def checkpoint(self, state, opt, name="ckpt.pt"):
+        """ckpt.pt with the resume state after ``state.step`` of ``state.phase``.
+        Every rank calls it: each contributes its own random streams."""
+        streams = D.gather_objects(state.streams())
+        if self.master:
+            C.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase,
+                              state.step, state.capture(opt, self.metrics.tell(), streams))
+
+    def warm_start(self, step):
+        """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
+        if self.master:
+            C.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
+                            "warm_start", step)
+
+    def close(self):
+        if self.master:
+            self.metrics.close()
