@@ -37,19 +37,16 @@ What it teaches
    never ends in a traceback, and a resume it refuses has changed nothing.
 """
 
-import json
 import os
 import random
 import re
-import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 import toy_tasks
-from config import CliError, Config, default_of
-from config import validate as validate_config
+from config import CliError
 from model import GPT, GPTConfig
 
 KINDS = ("warm_start", "sft", "rl")

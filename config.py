@@ -205,16 +205,44 @@ def default_of(name, task):
 TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "primes": ("digits",)}
 
 
-def validate(cfg):
-    """Names, counts and combinations that cannot work."""
-    for f in fields(cfg):  # every number in a range torch holds, before any other check
+def check_numbers(cfg):
+    """Every number of a flag dataclass in a range torch holds, before any other check:
+    floats finite and at most FLOAT_MAX in size, ints at most INT_MAX, a seed in [0, 2**63)."""
+    for f in fields(cfg):
         v = getattr(cfg, f.name)
         if isinstance(v, float) and not math.isfinite(v):
             raise CliError(f"--{f.name} must be a finite number, got {v}")
         if isinstance(v, float) and abs(v) > FLOAT_MAX:
             raise CliError(f"--{f.name}={v:g} is out of range: at most {FLOAT_MAX:g} in size")
+        if f.name == "seed" and isinstance(v, int) and not 0 <= v < 2 ** 63:
+            raise CliError(f"--seed must be in [0, 2**63), got {v}")
         if isinstance(v, int) and not isinstance(v, bool) and f.name != "seed" and abs(v) > INT_MAX:
             raise CliError(f"--{f.name}={v} is out of range: at most {INT_MAX}")
+
+
+def check_out_file(path, flag, exts):
+    """A file we may write: a name with one of ``exts`` in an existing, writable
+    folder, not itself a folder. Creates nothing."""
+    if not path:
+        raise CliError(f"{flag} is empty")
+    if os.path.isdir(path):
+        raise CliError(f"{flag}={path} is a folder")
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in exts:
+        raise CliError(f"{flag}={path}: unknown file type {ext or '(none)'!r}; use one of {', '.join(exts)}")
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise CliError(f"{flag}={path}: its folder {d} does not exist" + (" (it is a file)" if os.path.exists(d) else ""))
+    if not os.access(d, os.W_OK):
+        raise CliError(f"{flag}={path}: cannot write in {d}")
+
+
+FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
+
+
+def validate(cfg):
+    """Names, counts and combinations that cannot work."""
+    check_numbers(cfg)
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
         raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20")
     if cfg.task not in toy_tasks.TASKS:
@@ -293,8 +321,6 @@ def validate(cfg):
         raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
                        f"exceeds the {cfg.prompts_per_step} groups of a batch")
 
-    if not 0 <= cfg.seed < 2 ** 63:
-        raise CliError(f"--seed must be in [0, 2**63), got {cfg.seed}")
     if cfg.temperature > 10:
         raise CliError(f"--temperature={cfg.temperature} is not a sane sampling temperature; use (0, 10]")
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)

@@ -27,7 +27,7 @@ import json
 import os
 import sys
 
-from config import CliError, fail
+from config import FIGURE_TYPES, CliError, check_out_file, fail
 
 SMOOTH = 10  # RL steps in the running mean drawn over per-step quantities
 
@@ -80,7 +80,9 @@ def parse(argv):
     for d in dirs:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
             raise CliError(f"{os.path.join(d, 'metrics.jsonl')} does not exist: is {d!r} a folder train.py wrote?")
-    return dirs, out or os.path.join(dirs[0], "curves.png")
+    out = out or os.path.join(dirs[0], "curves.png")
+    check_out_file(out, "--out", FIGURE_TYPES)
+    return dirs, out
 
 
 def load_run(path):
@@ -94,9 +96,11 @@ def load_run(path):
                 rec = json.loads(line)
             except json.JSONDecodeError:
                 raise CliError(f"{path}/metrics.jsonl line {n} is not JSON") from None
-            if isinstance(rec, dict):
-                rec = {OLD_KEYS.get(k, k): v for k, v in rec.items()}
-            if rec.get("phase") in runs:
+            if not isinstance(rec, dict) or not isinstance(rec.get("step", 0), int):
+                raise CliError(f"{path}/metrics.jsonl line {n} is not a metrics record "
+                               f"(a JSON object with an integer step)")
+            rec = {OLD_KEYS.get(k, k): v for k, v in rec.items()}
+            if rec.get("phase") in runs and "step" in rec:
                 runs[rec["phase"]].append(rec)
     label = os.path.basename(os.path.normpath(path)) or path
     cfg_path = os.path.join(path, "config.json")
@@ -178,7 +182,6 @@ def draw(runs, path):
     fig.suptitle("Training curves. Faint: per step; solid: running mean of "
                  f"{SMOOTH} RL steps (25 SFT steps); dotted: warm-start accuracy", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.025 * ((len(labels) + 2) // 3), 1, 0.97))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

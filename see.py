@@ -42,7 +42,7 @@ import torch
 import loss as L
 import toy_tasks
 from checkpoint import load_checkpoint
-from config import CliError, Config, _f, fail, parse_args
+from config import FIGURE_TYPES, CliError, Config, _f, check_numbers, check_out_file, fail, parse_args
 from sampler import rollouts
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
@@ -141,6 +141,8 @@ def draw(plt, batch, k, task, panels, cfg):
 def main(cfg):
     if not cfg.init_from:
         raise CliError("--init_from=CKPT is required (a warm start of --task=chain)")
+    check_numbers(cfg)
+    check_out_file(cfg.out, "--out", FIGURE_TYPES)
     names = [x for x in cfg.losses.split(",") if x]
     for n in names:
         if n not in L.LOSSES:
@@ -149,8 +151,8 @@ def main(cfg):
         raise CliError("--losses needs at least one objective")
     if cfg.optimizer not in ("sgd", "adam"):
         raise CliError(f"--optimizer takes sgd or adam, got {cfg.optimizer!r}")
-    if cfg.prompts < 1 or cfg.group_size < 2:
-        raise CliError("--prompts must be >= 1 and --group_size >= 2")
+    if not (1 <= cfg.prompts <= 1024 and 2 <= cfg.group_size <= 256):
+        raise CliError("--prompts must be in 1..1024 and --group_size in 2..256")
     if not cfg.lr > 0:
         raise CliError(f"--lr must be positive, got {cfg.lr}")
     model, ck = load_checkpoint(cfg.init_from)

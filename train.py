@@ -19,10 +19,9 @@ Phase 2, RL (THEORY.md section 1). Each step:
      mini-batch and one epoch: on-policy). Each step logs the coefficients
      c_{i,t} = -d loss / d log pi(y_{i,t}) summarised as residuals (loss.py).
 
-Micro-batches and torchrun processes: dist_utils.py; the run folder and --resume:
-checkpoint.py; --diagnostics: diagnostics.py. ``python train.py --key=value ...``
-(``--help`` lists every flag) or ``torchrun --standalone --nproc_per_node=N train.py ...``.
-"""
+Micro-batches and torchrun: dist_utils.py; the run folder, its lock and --resume: rundir.py,
+checkpoint.py; --diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``:
+every flag) or ``torchrun --standalone --nproc_per_node=N train.py ...``."""
 
 import contextlib
 import os
@@ -278,29 +277,8 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
 
 # ----------------------------------------------------------------------------- main
 
-def main(cfg):
-    rank, local_rank, world = D.env_world()  # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
-    D.check_world(cfg, world)
-    device = D.resolve_device(cfg.device)
-    master = rank == 0  # evaluates, logs, writes metrics and checkpoints
-    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    cfg, found, model, saved = R.open_run(cfg, device, world)  # every check before anything is written
-    torch.manual_seed(cfg.seed)  # the same initial model on every rank
-    random.seed(cfg.seed)
-    if model is None:  # else it is ckpt.pt's (--resume)
-        cfg, model = initial_model(cfg, device)
-    lock = R.lock_run(cfg, found) if master else None  # the last check: one writer per folder
-    done = False
-    try:
-        summary = run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
-        done = True
-        return summary
-    finally:
-        D.teardown(clean=done)  # every exit path leaves the process group
-        R.unlock(lock)
-
-
 def run(cfg, model, task, found, saved, rank, local_rank, world, device, master):
+    """After every check: join the process group, write the config, SFT, RL, the summary."""
     model, raw = D.wrap(model, cfg, device, local_rank, world)
     sft_steps = 0 if cfg.init_from else cfg.sft_steps
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
@@ -329,17 +307,36 @@ def run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
     return summary
 
 
+def main(cfg):
+    rank, local_rank, world = D.env_world()  # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
+    D.check_world(cfg, world)
+    device = D.resolve_device(cfg.device)
+    master = rank == 0  # evaluates, logs, writes metrics and checkpoints
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    cfg, found, model, saved = R.open_run(cfg, device, world)  # every check before anything is written
+    torch.manual_seed(cfg.seed)  # the same initial model on every rank
+    random.seed(cfg.seed)
+    if model is None:  # else it is ckpt.pt's (--resume)
+        cfg, model = initial_model(cfg, device)
+    lock = R.lock_run(cfg, found) if master else None  # the last check: one writer per folder
+    summary = None
+    try:
+        summary = run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
+    finally:  # every exit path leaves the process group (a barrier first only after a clean run)
+        R.unlock(lock)
+        D.teardown(clean=summary is not None)
+    return summary
+
+
 def cli(argv):
     """The command line: bad input gets one 'error: ...' line and exit status 2.
     Under torchrun only local rank 0 prints it (one line per node)."""
     quiet = os.environ.get("LOCAL_RANK", "0") != "0"
     try:
         return main(parse_args(argv, Config, doc=__doc__))
-    except CliError as e:
-        if quiet:  # give local rank 0 the time to print the line before torchrun stops the group
-            time.sleep(5)
-            sys.exit(2)
-        fail(str(e))
+    except CliError as e:  # the other ranks give local rank 0 the time to print, then exit
+        time.sleep(5) if quiet else fail(str(e))
+        sys.exit(2)
     except FloatingPointError as e:
         fail(str(e))
     except OSError as e:  # a disk that fills up, a folder that vanishes
@@ -350,7 +347,4 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
-    if os.environ.get("WORLD_SIZE", "1") != "1":  # a torchrun worker that finished: skip the
-        sys.stdout.flush()                          # interpreter's teardown, where gloo's threads
-        sys.stderr.flush()                          # and the GIL can deadlock
-        os._exit(0)
+    D.finish_worker()

@@ -97,6 +97,15 @@ def parse(argv, extra=None, doc="", redraw=None):
                 raise CliError(f"--{key} does not apply to --task={opts['task']}")
             if key in opts:
                 opts[key] = getattr(Config, key)
+    for key, v in opts.items():  # numbers in a range torch holds
+        big = max(v) if isinstance(v, list) and v and isinstance(v[0], int) else v
+        if isinstance(big, int) and not isinstance(big, bool) and big >= (2 ** 63 if key == "seeds" else config.INT_MAX):
+            raise CliError(f"--{key}={big} is out of range")
+        if isinstance(v, float) and v > config.FLOAT_MAX:
+            raise CliError(f"--{key}={v:g} is out of range: at most {config.FLOAT_MAX:g}")
+    train_flags = {k: v for k, v in opts.items() if k in Config.__dataclass_fields__ and k != "out_dir"
+                   and not isinstance(v, list) and type(v) is type(getattr(Config, k))}
+    config.validate(Config(**train_flags))  # the flags the runs pass to train.py, checked by its rules
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
     if not opts["out"]:

@@ -2,6 +2,7 @@
 
     torchrun --standalone --nproc_per_node=2 tests/ddp_driver.py steps OUT_DIR
     RANK=r WORLD_SIZE=2 MASTER_ADDR=... MASTER_PORT=... python tests/ddp_driver.py fail
+    torchrun --standalone --nproc_per_node=2 tests/ddp_driver.py train K TRAIN_FLAGS...
 
 ``steps``, in one process group (started once, to keep the tests short):
 train.main as ``torchrun train.py`` runs it (OUT_DIR/cli); train.main with
@@ -9,7 +10,9 @@ the rollouts replaced by each rank's share of ``fixed_batch`` (the same on
 every step) and SGD for AdamW (OUT_DIR); then for every objective x clip x
 micro-batch size one rl_update of a float64 model wrapped in DDP on
 ``fixed_batch``, whose parameters rank 0 saves to OUT_DIR/params.pt. ``fail``: rank 1 dies after the process
-group is up; rank 0 must not wait for it for ever.
+group is up; rank 0 must not wait for it for ever. ``train``: train.py's command
+line with a reward for even-length completions (so groups are mixed and RL
+moves the weights); each rank SIGKILLs itself in its K-th rollout (K = 0: never).
 The single-process references are computed by test_ddp.py with the same
 functions.
 """
@@ -110,6 +113,22 @@ if __name__ == "__main__":
     import dist_utils as D
     from config import parse_args
     mode, rank = sys.argv[1], int(os.environ["RANK"])
+    if mode == "train":  # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
+        import dataclasses
+        import signal
+        make, kill_at, calls = T.make_task, int(sys.argv[2]), [0]
+        T.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
+        real_rollouts = train.rollouts
+
+        def counting(*a, **k):
+            calls[0] += 1
+            if calls[0] == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return real_rollouts(*a, **k)
+        train.rollouts = counting
+        train.cli(sys.argv[3:])
+        sys.stdout.flush()
+        os._exit(0)
     if mode == "fail":
         dist.init_process_group("gloo", timeout=D.TIMEOUT)
         if rank == 1:

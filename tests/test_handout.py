@@ -123,6 +123,7 @@ def test_plot_writes_curves_png_and_overlays(tmp_path):
     assert plot.main([str(tmp_path / "a")]) == str(tmp_path / "a" / "curves.png")
     assert open(tmp_path / "a" / "curves.png", "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     out = tmp_path / "cmp" / "both.png"
+    (tmp_path / "cmp").mkdir()  # plot.py creates no folder it was not asked to
     plot.main([str(tmp_path / "a"), str(tmp_path / "b"), f"--out={out}"])
     assert out.stat().st_size > 0
 

@@ -1,0 +1,198 @@
+"""Hostile input against a finished run: every command here is refused with exit
+status 2 and one 'error:' line, no traceback, and the finished run's files are
+byte-identical afterwards. Also: one writer per run folder (an OS lock that a
+killed process never leaves behind), and resume states that fail their schema."""
+import fcntl
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import checkpoint as C
+import rundir as R
+import train
+from config import CliError, parse_args
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--sft_steps=4", "--sft_batch=4", "--rl_steps=3",
+        "--prompts_per_step=2", "--group_size=3", "--eval_size=4", "--eval_every=2", "--ckpt_every=2",
+        "--device=cpu", "--pass_k=1"]
+
+
+def digest(folder):
+    return {f: hashlib.sha256(open(os.path.join(folder, f), "rb").read()).hexdigest()
+            for f in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, f))}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run (and a finished one with --sft_steps=0 --beta=0.1)."""
+    d = tmp_path_factory.mktemp("hostile")
+    train.main(parse_args(TINY + [f"--out_dir={d}/run"]))
+    train.main(parse_args(TINY + ["--sft_steps=0", "--beta=0.1", f"--out_dir={d}/nosft"]))
+    return d
+
+
+def copy_run(finished, tmp_path, name="run"):
+    dst = tmp_path / name
+    shutil.copytree(finished / name, dst)
+    return dst
+
+
+def refused(argv, capsys, message):
+    with pytest.raises(SystemExit) as e:
+        train.cli(argv)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert e.value.code == 2 and len(err) == 1 and err[0].startswith("error: "), err
+    assert message in err[0], err[0]
+
+
+HOSTILE = [  # (flags against the finished run D, a piece of the message)
+    (["--overwrite", "--clip=higher", "--clip_high=1e300"], "out of range"),
+    (["--overwrite", "--clip=higher", "--clip_high=1e39"], "out of range"),
+    (["--overwrite", "--diagnostics", "--pass_k=100000"], "GiB"),
+    (["--overwrite", "--eval_size=3000000000"], "out of range"),
+    (["--overwrite", f"--seed={2 ** 64}"], "--seed"),
+    (["--overwrite", "--lr=1e300"], "out of range"),
+    (["--overwrite", "--init_from={d}/warm_start.pt"], "would delete --init_from"),
+    (["--overwrite", "--init_from={d}/ckpt.pt"], "would delete --init_from"),
+    ([], "holds another run"),
+    (["--resume", "--task=mul"], "drop --task=mul"),
+    (["--resume", "--lr=inf"], "finite"),
+    (["--resume", "--overwrite"], "give one"),
+]
+
+
+@pytest.mark.parametrize("flags, message", HOSTILE, ids=[" ".join(f) for f, _ in HOSTILE])
+def test_a_refused_command_leaves_the_finished_run_byte_identical(finished, tmp_path, capsys, flags, message):
+    d = copy_run(finished, tmp_path)
+    before = digest(d)
+    refused(TINY + [f.format(d=d) for f in flags] + [f"--out_dir={d}"], capsys, message)
+    assert digest(d) == before
+
+
+def corrupt(ck, change):
+    s = ck["resume"]
+    change(s, ck)
+    return ck
+
+
+CORRUPT_STATES = {  # name: (change to the checkpoint, a piece of the message naming the field)
+    "step is a string": (lambda s, ck: s.update(step="7"), "step"),
+    "float seed": (lambda s, ck: ck["config"].update(seed=1.5), "seed"),
+    "no param_groups": (lambda s, ck: s["optimizer"].pop("param_groups"), "param_groups"),
+    "rng of the wrong size": (lambda s, ck: s["streams"][0].update(torch_gen=torch.zeros(7, dtype=torch.uint8)),
+                              "torch_gen"),
+    "python rng of the wrong version": (lambda s, ck: s["streams"][0].update(python_random=(99, (1, 2), None)),
+                                        "python_random"),
+    "a sum missing": (lambda s, ck: s["sums"].pop("tax_sum"), "sums"),
+    "a moment of the wrong shape": (lambda s, ck: s["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
+                                    "exp_avg"),
+    "world of two, streams of one": (lambda s, ck: s.update(world=2), "streams"),
+    "metrics longer than the file": (lambda s, ck: s.update(metrics_bytes=10 ** 9), "shorter"),
+}
+
+
+@pytest.mark.parametrize("name", CORRUPT_STATES)
+def test_a_resume_state_that_fails_its_schema_is_refused_and_changes_nothing(finished, tmp_path, capsys, name):
+    d = copy_run(finished, tmp_path)
+    change, message = CORRUPT_STATES[name]
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    torch.save(corrupt(ck, change), d / "ckpt.pt")
+    before = digest(d)
+    refused(["--resume", f"--out_dir={d}"], capsys, message)
+    assert digest(d) == before
+
+
+def test_a_resume_under_another_world_size_is_refused(finished, tmp_path, capsys):
+    d = copy_run(finished, tmp_path)
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    ck["resume"].update(world=2, streams=ck["resume"]["streams"] * 2)
+    torch.save(ck, d / "ckpt.pt")
+    before = digest(d)
+    refused(["--resume", f"--out_dir={d}"], capsys, "trained by 2 process(es)")
+    assert digest(d) == before
+
+
+def test_a_run_without_sft_but_with_beta_resumes(finished, tmp_path):
+    """--sft_steps=0 --beta: the untrained start is written as warm_start.pt, --beta's
+    reference, so that a resume finds it."""
+    d = copy_run(finished, tmp_path, "nosft")
+    assert "warm_start.pt" in os.listdir(d)
+    ck = torch.load(d / "ckpt.pt", weights_only=True)
+    assert ck["resume"]["phase"] == "rl"
+    train.main(parse_args(["--resume", f"--out_dir={d}"]))  # must not raise
+
+
+def test_a_second_writer_is_refused_while_the_lock_is_held(finished, tmp_path, capsys):
+    d = copy_run(finished, tmp_path)
+    before = digest(d)
+    fd = os.open(d, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another writer holds the folder
+    try:
+        for flags in (["--resume"], ["--overwrite"]):
+            refused(flags + TINY * (flags == ["--overwrite"]) + [f"--out_dir={d}"], capsys,
+                    f"being written by another process (pid {os.getpid()})")
+            assert digest(d) == before
+    finally:
+        os.close(fd)
+
+
+def test_a_killed_writer_leaves_no_lock_behind(tmp_path):
+    """The lock lives in the kernel: SIGKILL the holder, and the folder is free."""
+    d = tmp_path / "run"
+    d.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)"), str(d)],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        cfg = parse_args(TINY + [f"--out_dir={d}"])
+        with pytest.raises(CliError, match=f"pid {holder.pid}"):
+            R.lock_run(cfg, [])
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        R.unlock(R.lock_run(cfg, []))  # free again
+    finally:
+        holder.kill()
+
+
+def test_resume_restores_each_ranks_own_streams(finished):
+    """The saved state holds one set of random streams per rank; rank r restores streams[r]."""
+    ck = torch.load(finished / "run" / "ckpt.pt", weights_only=True)
+    s = ck["resume"]
+    assert s["world"] == 1 and len(s["streams"]) == 1 and set(s["streams"][0]) == set(C.STREAMS)
+
+
+PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
+    ("plot.py", ["{d}", "--out={d}/x.qqq"], "unknown file type"),
+    ("plot.py", ["{d}", "--out={d}/ckpt.pt/x.png"], "does not exist"),
+    ("plot.py", ["{d}", "--out={d}/nowhere/x.png"], "does not exist"),
+    ("plot.py", ["{d}/list"], "not a metrics record"),
+    ("see.py", ["--init_from={d}/ckpt.pt", f"--seed={2 ** 64}"], "--seed"),
+    ("see.py", ["--init_from={d}/ckpt.pt", "--lr=inf"], "finite"),
+    ("see.py", ["--init_from={d}/ckpt.pt", "--out="], "--out is empty"),
+    ("see.py", ["--init_from={d}/ckpt.pt", "--out={d}/nowhere/see.png"], "does not exist"),
+    ("experiments/scoreboard.py", [f"--seeds={2 ** 64}", "--out={d}/sb"], "out of range"),
+    ("experiments/e8_objectives.py", ["--quick", "--group_size=1", "--out={d}/e8"], "at least 2 completions"),
+]
+
+
+@pytest.mark.parametrize("script, argv, message", PLOT_SEE, ids=[f"{s} {' '.join(a)}" for s, a, _ in PLOT_SEE])
+def test_other_entry_points_refuse_hostile_input(finished, tmp_path, script, argv, message):
+    d = copy_run(finished, tmp_path)
+    (d / "list").mkdir()
+    (d / "list" / "metrics.jsonl").write_text("[1, 2]\n")
+    before = digest(d)
+    out = subprocess.run([sys.executable, script] + [a.format(d=d) for a in argv], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    lines = [x for x in out.stderr.splitlines() if x.strip()]
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
+    assert digest(d) == before
