@@ -196,3 +196,15 @@ def test_other_entry_points_refuse_hostile_input(finished, tmp_path, script, arg
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
     assert digest(d) == before
+
+
+def test_memory_estimate_by_hand():
+    """n_layer=2, n_embd=8, B*G=3*4=12, eval_size=5, --diagnostics --pass_k=1 (128 rows):
+    params 12*2*64 + 8*(64+64) = 2560 -> 16 B each = 40960; activations 12*64*2*8*20*4 = 983040;
+    KV of the largest sampling call, 128 rows held twice: 2*128*64*2*8*2*4 = 2097152."""
+    from config import memory_estimate
+    cfg = parse_args(["--n_layer=2", "--n_head=2", "--n_embd=8", "--prompts_per_step=3", "--group_size=4",
+                      "--eval_size=5", "--diagnostics", "--pass_k=1"], check=False)
+    assert memory_estimate(cfg) == 40960 + 983040 + 2097152
+    cfg.diagnostics = False  # then the 12 rollouts are the largest call
+    assert memory_estimate(cfg) == 40960 + 983040 + 2 * 12 * 64 * 2 * 8 * 2 * 4
