@@ -60,6 +60,7 @@ import time
 import torch
 
 import dist_utils as D
+import advantage as A
 import loss as L
 import toy_tasks
 import train
@@ -244,7 +245,7 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
     mask, group = out["mask"], out["group"]
 
     def fwd_bwd():
-        adv = L.advantages(rewards, group, cfg.loss)
+        adv = A.advantages(rewards, group, A.for_loss(cfg.loss))
         with train.amp(cfg, device):
             logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
                                        cfg.temperature)

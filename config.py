@@ -10,8 +10,10 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, fields
 
+import advantage
 import batching
 import loss
+import loss_engines
 import toy_tasks
 
 
@@ -52,13 +54,26 @@ class Config:
     lr: float = _f(1e-4, "RL learning rate (AdamW)")
     grad_clip: float = _f(1.0, "gradient-norm clip")
     loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only | "
-                  "bnpo | cispo | sapo | gmpo | clip_cov | kl_cov | gpg | luspo | vespo (loss.py)")
+                  "bnpo | cispo | sapo | gmpo | clip_cov | kl_cov | gpg | luspo | vespo | dppo_tv | dppo_kl | dro "
+                  "(loss.py)")
+    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | grpo | dr_grpo | grpo_batch_std | rloo | "
+                  "gpg | batch_whiten | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | "
+                  "grpo_passk | positive_only (advantage.py)")
+    agg: str = _f("auto", "token aggregation (verl loss_agg_mode): auto (the --loss's own) | token-mean | "
+                  "token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm")
     clip: str = _f("sym", "ratio clip: none | sym (1±clip_low) | higher (1-clip_low, 1+clip_high)")
     clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
     clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
     dual_clip: float = _f(0.0, "C > 1: A<0 tokens with ratio > C lose their gradient (verl clip_ratio_c; 0: off)")
-    beta: float = _f(0.0, "k3 (low_var_kl) penalty towards the frozen warm start (TRL beta; 0: off)")
+    beta: float = _f(0.0, "KL penalty towards the frozen warm start (TRL beta, verl kl_loss_coef; 0: off)")
+    kl_loss_type: str = _f("k3", "--beta's KL estimator (verl kl_loss_type): k1 | k2 | k3 | abs | k1+ | k3+ | abs+ "
+                           "(+: k2's gradient)")
     entropy_coef: float = _f(0.0, "minus this times the mean token entropy (0: off)")
+    dro_beta: float = _f(0.0, "--loss=dro's quadratic log-ratio coefficient (verl policy_loss.dro_beta; required)")
+    top_entropy_quantile: float = _f(1.0, "q < 1: only the top q of each micro-batch's tokens by entropy keep "
+                                          "their gradient (TRL; 1: all)")
+    off_policy_mask_threshold: float = _f(0.0, "d > 0: A<0 sequences with mean log(pi_old/pi) > d lose their "
+                                               "gradient (TRL; 0: off)")
     batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
@@ -68,6 +83,10 @@ class Config:
                              "local (each micro-batch's and process's own: a lesson, not a recommendation)")
     # run
     seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
+
+    def __post_init__(self):  # --adv=auto: the estimator this --loss has always used, logged resolved
+        if self.adv == "auto":
+            self.adv = advantage.for_loss(self.loss)
     device: str = _f("auto", "auto | cpu | cuda")
     bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
     compile: bool = _f(False, "torch.compile the model's forward pass")
@@ -106,7 +125,8 @@ GROUPS = {
     "model": ("n_layer", "n_head", "n_embd"),
     "SFT warm start": ("sft_steps", "sft_batch", "sft_lr", "sft_flawed"),
     "RL": ("rl_steps", "prompts_per_step", "group_size", "temperature", "top_k", "lr", "grad_clip"),
-    "objective": ("loss", "clip", "clip_low", "clip_high", "dual_clip", "beta", "entropy_coef"),
+    "objective": ("loss", "adv", "agg", "clip", "clip_low", "clip_high", "dual_clip", "beta", "kl_loss_type",
+                  "entropy_coef", "dro_beta", "top_entropy_quantile", "off_policy_mask_threshold"),
     "schedule (mini-batches, micro-batches, processes)": ("batching", "minibatches", "epochs", "micro_batch",
                                                           "norm"),
     "diagnostics and evaluation": ("diagnostics", "pass_k", "eval_every", "eval_size"),
@@ -281,7 +301,26 @@ def validate(cfg):
                        "and no group would carry a signal; use a positive temperature")
     if cfg.top_k < 0:
         raise CliError(f"--top_k must be 0 (off) or positive, got {cfg.top_k}")
-    if cfg.group_size < 2 and cfg.loss != "positive_only":
+    if cfg.adv not in advantage.ESTIMATORS:
+        raise CliError(f"unknown advantage estimator {cfg.adv!r}; choose auto or one of "
+                       f"{', '.join(advantage.ESTIMATORS)}")
+    if cfg.agg != "auto" and cfg.agg not in loss.AGGS:
+        raise CliError(f"unknown aggregation {cfg.agg!r}; choose auto or one of {', '.join(loss.AGGS)}")
+    if cfg.agg != "auto" and cfg.loss in loss.AGG_FIXED:
+        raise CliError(f"--loss={cfg.loss} defines its own aggregation; leave --agg out")
+    if cfg.kl_loss_type not in loss_engines.KL_TYPES:
+        raise CliError(f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(loss_engines.KL_TYPES)}")
+    if cfg.kl_loss_type != "k3" and not cfg.beta:
+        raise CliError("--kl_loss_type picks --beta's estimator; it needs --beta > 0")
+    if cfg.dro_beta < 0 or (cfg.loss == "dro") != (cfg.dro_beta > 0):
+        raise CliError("--loss=dro needs --dro_beta > 0 (verl has no default), and --dro_beta applies to it only")
+    if not 0 <= cfg.top_entropy_quantile <= 1:
+        raise CliError(f"--top_entropy_quantile is a fraction in [0, 1], got {cfg.top_entropy_quantile}")
+    if cfg.top_entropy_quantile < 1 and cfg.loss in ("gspo", "luspo", "gmpo"):
+        raise CliError(f"--top_entropy_quantile selects tokens; --loss={cfg.loss} has one ratio per sequence")
+    if cfg.off_policy_mask_threshold < 0:
+        raise CliError(f"--off_policy_mask_threshold must be 0 (off) or positive, got {cfg.off_policy_mask_threshold}")
+    if cfg.group_size < 2 and cfg.adv != "positive_only":
         raise CliError(f"--group_size={cfg.group_size}: group advantages need at least 2 "
                        f"completions per prompt")
     if cfg.n_embd % cfg.n_head:

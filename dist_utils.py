@@ -190,6 +190,8 @@ def gather_rollouts(batch):
     out["mask"] = torch.cat([pad(p["mask"], False) for p in parts]).to(device)
     out["logprobs"] = torch.cat([pad(p["logprobs"], 0.0) for p in parts]).to(device)
     out["rewards"] = torch.cat([p["rewards"] for p in parts]).to(device)
+    if "baseline" in batch:  # --adv=remax: each row's greedy reward
+        out["baseline"] = torch.cat([p["baseline"] for p in parts]).to(device)
     out["group"] = torch.cat(groups).to(device)
     out["prompts"] = [q for p in parts for q in p["prompts"]]
     for k in batch:  # anything else (e.g. max_len) is the same on every rank

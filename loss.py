@@ -1,4 +1,4 @@
-"""loss.py: group advantages, the GRPO family of objectives, and DFPO's transforms.
+"""loss.py: the GRPO family of objectives, DFPO's transforms, and the residuals.
 
 What it teaches
 ---------------
@@ -45,25 +45,33 @@ README shows it verbatim (tests/test_docs.py checks the copy):
 | `sapo` | (r_i - mu_g)/(sigma_g + eps) | 4 rho sig (1 - sig) A_i / (N L_i), sig = sigmoid(tau (rho - 1)) | no: 1/L_i (off-policy also tau by sign of A) |
 | `gmpo` | (r_i - mu_g)/(sigma_g + eps) | g_i A_i / (N L_i), g_i = exp(mean_t of log rho clipped by sign of A) | no: g_i and 1/L_i |
 | `clip_cov` | (r_i - mu_g)/(sigma_g + eps) | as dapo, 0 on the covariance-selected tokens | no, where the selection takes some copies of a shared token |
-| `kl_cov` | (r_i - mu_g)/(sigma_g + eps) | (rho A_i - k sign(log rho)) / sum L, k = 1 on selected tokens | yes on-policy; off-policy no on selected copies |
+| `kl_cov` | (r_i - mu_g)/(sigma_g + eps) | (rho A_i - k sign(log rho)) / sum L, k = 0.1 on selected tokens | yes on-policy; off-policy no on selected copies |
 | `gpg` | alpha (r_i - mu_g), alpha = N / #{r_i != 0} | A_i / sum L, no ratio | yes, in every regime |
 | `luspo` | (r_i - mu_g)/(sigma_g + eps) | s_i A_i / N, clipped per sequence | yes on-policy; off-policy no (s_i) |
 | `vespo` | (r_i - mu_g)/(sigma_g + eps) | phi(W_i) A_i / sum L, W_i = prod_t rho_{i,t}, phi(1) = 1 | yes on-policy; off-policy no (phi(W_i)) |
+| `dppo_tv` | (r_i - mu_g)/(sigma_g + eps) | rho A_i / sum L, 0 where pi - pi_old leaves [-eps_low, eps_high] on A's side | yes, until a threshold binds (by sign of A) |
+| `dppo_kl` | (r_i - mu_g)/(sigma_g + eps) | as dppo_tv, the test on the binary KL(pi_old, pi) | yes, until a threshold binds (by sign of A) |
+| `dro` | (r_i - mu_g)/(sigma_g + eps) | (A_i - beta_dro log rho) / sum L | yes on-policy; off-policy no (the same -beta_dro log rho on every copy) |
 <!-- /objectives -->
 
 "Keeps exchangeability" means: every copy of a token after one identical
 history gets the same weight w_i, in the regime named, so such copies cancel
 for every centred A (tests/test_loss_engines.py checks each verdict on
-synthetic groups; experiments/scoreboard.py measures them). sapo's temperature
+synthetic groups; experiments/scoreboard.py measures them). The advantage
+column is ``--adv=auto``, each objective's own estimator; ``--adv`` picks any
+other (advantage.py, whose table says which estimators are centred: a shared
+token cancels only under equal weights *and* centred A). sapo's temperature
 tau is 1.0 for A > 0 and 1.05 for A < 0; clip_cov selects tokens with
 1 < (A - Abar)(log pi - mean) < 5, kl_cov the top-covariance tokens;
-vespo's phi(W) = e^lam W^k e^(-lam W) is detached.
+vespo's phi(W) = e^lam W^k e^(-lam W) is detached; dppo's eps are probability
+(tv) or KL (kl) thresholds, not ratio bounds.
 
 Switches that add to any row (each off by default):
 
 | switch          | adds to c_{i,t}                                | exchangeability                      |
 |-----------------|------------------------------------------------|--------------------------------------|
-| dual_clip=C     | 0 where A < 0 and rho > C (verl clip_ratio_c)  | token PPO losses only; a shared (h,a)|
+| dual_clip=C     | 0 where A < 0 and rho > C (verl clip_ratio_c,  | token PPO losses only; a shared (h,a)|
+|                 |   TRL delta); dppo: sg(min(rho, C)) instead    |                                      |
 |                 |                                                | with rho > C loses *every* copy (A>0 |
 |                 |                                                | ones are cut by 1+eps_high already): |
 |                 |                                                | 0 = 0, nothing left to break; for    |
@@ -73,7 +81,18 @@ Switches that add to any row (each off by default):
 |                 |                                                | the rewards: a pull towards pi_ref   |
 | entropy_coef=e  | nothing on c: -e grad H(pi(.|h)) / sum L at    | the same reward-free push at every   |
 |                 |   every history h of the step                  | copy of h; it never cancels, and     |
-|                 |                                                | exch_residual (on c) does not see it   |
+|                 |                                                | exch_residual (on c) does not see it |
+| kl_loss_type=k  | beta's estimator: k1, k2, k3 (default), abs, | k3's verdict, for every k (k1 adds   |
+|                 |   or k1+/k3+/abs+ (value of k, gradient of k2) | -beta norm_i even where pi = pi_ref) |
+| agg=mode        | norm_i of verl's loss_agg_mode instead of the  | token-mean, token-sum, seq-mean-     |
+|                 |   row's own (not for positive_only, bnpo, gmpo,| token-sum(-norm): equal; seq-mean-   |
+|                 |   sapo, whose aggregation defines them)        | token-mean: 1/L_i breaks it          |
+| top_entropy_    | 0 on tokens below the (1-q) entropy quantile  | copies share their history, so their |
+|   quantile=q    |   of the micro-batch (TRL)                     | entropy: kept together; a split step |
+|                 |                                                | can cut them apart (two thresholds)  |
+| off_policy_mask_| 0 on whole sequences with A < 0 and            | on-policy nothing is dropped; off-   |
+|   threshold=d   |   mean_t log(pi_old/pi) > d (TRL, DS-V3.2)     | policy the copies in dropped A<0     |
+|                 |                                                | sequences lose weight: no            |
 
 Token-level objectives (grpo, dr_grpo, dapo, rloo, positive_only) use the PPO
 surrogate per token, ``-min(rho A, clip(rho, 1-eps_low, 1+eps_high) A)``,
@@ -110,74 +129,38 @@ Groups whose rewards are all equal have A = 0: they add nothing to the
 gradient but still count in N and sum L.
 
 The engine objectives (bnpo, cispo, sapo, gmpo, clip_cov, kl_cov, gpg,
-luspo, vespo) and the switches are implemented in loss_engines.py, whose
-docstring says which upstream function each one follows and what differs.
+luspo, vespo, dppo_tv, dppo_kl, dro) and the switches are implemented in
+loss_engines.py, whose docstring says which upstream function each one
+follows and what differs; the advantage estimators in advantage.py.
 """
 
 import torch
 
+import advantage as A
 import loss_engines
 
 LOSSES = ("grpo", "dr_grpo", "dapo", "rloo", "gspo", "dfpo_min", "dfpo_orth", "positive_only",
-          "bnpo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "gpg", "luspo", "vespo")
+          "bnpo", "cispo", "sapo", "gmpo", "clip_cov", "kl_cov", "gpg", "luspo", "vespo",
+          "dppo_tv", "dppo_kl", "dro")
 CLIPS = ("none", "sym", "higher")
-NO_CLIP = ("sapo", "kl_cov", "gpg", "vespo")  # no ratio clip: they need --clip=none
+NO_CLIP = ("sapo", "kl_cov", "gpg", "vespo", "dro")  # no ratio clip: they need --clip=none
 # Objectives whose step depends on how it is split, as in their engines: bnpo
 # normalises by each micro-batch's own tokens; clip_cov and kl_cov pick their
 # tokens by a covariance computed inside each micro-batch. Every other objective
 # gives the same update however a step is split (tests/test_ddp.py).
 SPLIT_DEPENDENT = ("bnpo", "clip_cov", "kl_cov")
-DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo")  # token PPO with an A < 0 side
-
-
-# ----------------------------------------------------------------------------- groups
-
-def _compact(group):
-    """Group ids -> 0..K-1 (so any labels work, also a subset of a batch)."""
-    return torch.unique(group, return_inverse=True)[1]
-
-
-def group_mean(x, group):
-    """Mean of x over the members of each row's group, broadcast back to rows."""
-    g = _compact(group)
-    K = int(g.max()) + 1
-    s = torch.zeros(K, dtype=x.dtype, device=x.device).index_add_(0, g, x)
-    n = torch.zeros(K, dtype=x.dtype, device=x.device).index_add_(0, g, torch.ones_like(x))
-    return (s / n)[g], n[g]
-
-
-def advantages(rewards, group, loss="grpo", eps=1e-6):
-    """Per-sequence advantages A_i computed inside each group (table above).
-    sigma_g is the sample standard deviation (Bessel-corrected), as in TRL and verl."""
-    rewards = rewards.float()
-    if loss == "positive_only":
-        return (rewards > 0).float()
-    mu, n = group_mean(rewards, group)
-    if loss == "gpg":  # alpha = N / #{r_i != 0} over the whole rollout batch (verl, f_norm = 1)
-        return (rewards - mu) * len(rewards) / max(int((rewards != 0).sum()), 1)
-    if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
-        return rewards - mu
-    if loss == "rloo":
-        return (rewards - mu) * n / (n - 1)  # r_i - mean_{j != i} r_j
-    var, _ = group_mean((rewards - mu) ** 2, group)
-    sigma = (var * n / (n - 1)).sqrt()
-    return (rewards - mu) / (sigma + eps)
-
-
-def zero_variance_fraction(rewards, group):
-    """Fraction of groups whose rewards are all equal (A = 0 for every member)."""
-    g = _compact(group)
-    K = int(g.max()) + 1
-    hi = torch.full((K,), -float("inf")).scatter_reduce(0, g, rewards.float(), "amax")
-    lo = torch.full((K,), float("inf")).scatter_reduce(0, g, rewards.float(), "amin")
-    return float((hi == lo).float().mean())
+DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo", "dppo_tv", "dppo_kl")  # dppo: its IS cap
+# --agg: verl's loss_agg_mode names, as the weight norm_i of every token of sequence i
+AGGS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGG_FIXED = ("positive_only", "bnpo", "gmpo", "sapo")  # their aggregation is part of their definition
+DFPO = ("dfpo_min", "dfpo_orth")
 
 
 # ----------------------------------------------------------------------------- DFPO
 
 def min_replace(w, adv, group):
     """w~_i = min_{j in group(i)} w_j."""
-    g = _compact(group)
+    g = A.compact(group)
     K = int(g.max()) + 1
     mins = torch.full((K,), float("inf"), dtype=w.dtype, device=w.device)
     return mins.scatter_reduce(0, g, w, "amin")[g]
@@ -186,7 +169,7 @@ def min_replace(w, adv, group):
 def adv_orthogonal(w, adv, group):
     """w~ = w - (A.w / |A|^2) A inside each group; unchanged where |A| = 0."""
     adv = adv.to(w.dtype)
-    g = _compact(group)
+    g = A.compact(group)
     K = int(g.max()) + 1
     dot = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * w)
     nrm = torch.zeros(K, dtype=w.dtype, device=w.device).index_add_(0, g, adv * adv)
@@ -207,23 +190,34 @@ def step_counts(mask, adv, loss, max_len=None, micro_batches=1):
             "micro_batches": int(micro_batches)}
 
 
-def _token_norm(loss, lens, counts):
-    """Per-sequence aggregation weight so that loss = sum_{i,t} norm_i * l_{i,t}."""
-    N, L_max = counts["n_seqs"], counts["max_len"]
+def _token_norm(loss, lens, counts, agg=None):
+    """Per-sequence aggregation weight so that loss = sum_{i,t} norm_i * l_{i,t}:
+    the objective's own, or verl's ``loss_agg_mode`` ``agg`` (``--agg``)."""
+    N, L_max, toks = counts["n_seqs"], counts["max_len"], max(counts["n_tokens"], 1)
+    const = lambda v: torch.full_like(lens, v, dtype=torch.float)
+    if agg is not None and loss not in AGG_FIXED:
+        return {"token-mean": lambda: const(1.0 / toks), "token-sum": lambda: const(1.0),
+                "seq-mean-token-sum": lambda: const(1.0 / N),
+                "seq-mean-token-mean": lambda: 1.0 / (N * lens.clamp(min=1).float()),
+                "seq-mean-token-sum-norm": lambda: const(1.0 / (N * L_max))}[agg]()
     if loss in ("grpo", "gspo", "sapo", "gmpo"):
         return 1.0 / (N * lens.clamp(min=1).float())
     if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):
-        return torch.full_like(lens, 1.0 / (N * L_max), dtype=torch.float)
-    if loss in ("dapo", "cispo", "clip_cov", "kl_cov", "gpg", "vespo"):
-        return torch.full_like(lens, 1.0 / max(counts["n_tokens"], 1), dtype=torch.float)
+        return const(1.0 / (N * L_max))
+    if loss in ("dapo", "cispo", "clip_cov", "kl_cov", "gpg", "vespo", "dppo_tv", "dppo_kl", "dro"):
+        return const(1.0 / toks)
     if loss == "bnpo":  # this micro-batch's own tokens, times M micro-batches
-        local = max(int(lens.sum()), 1) * counts.get("micro_batches", 1)
-        return torch.full_like(lens, 1.0 / local, dtype=torch.float)
+        return const(1.0 / (max(int(lens.sum()), 1) * counts.get("micro_batches", 1)))
     if loss in ("rloo", "luspo"):
-        return torch.full_like(lens, 1.0 / N, dtype=torch.float)
+        return const(1.0 / N)
     if loss == "positive_only":
-        return torch.full_like(lens, 1.0 / max(counts["n_pos_tokens"], 1), dtype=torch.float)
+        return const(1.0 / max(counts["n_pos_tokens"], 1))
     raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
+
+
+def agg_of(flag):
+    """--agg's value as policy_loss's ``agg``: None for auto (the objective's own)."""
+    return None if flag == "auto" else flag
 
 
 def sequence_ratio(new_logp, old_logp, mask):
@@ -269,44 +263,48 @@ def ppo_term(ratio, adv, bounds, dual_clip=0.0):
 
 def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
                 clip_low=0.2, clip_high=0.28, counts=None, dual_clip=0.0, beta=0.0,
-                ref_logp=None, entropy_coef=0.0, entropy=None, cov_ratio=None, weights=None):
+                ref_logp=None, entropy_coef=0.0, entropy=None, cov_ratio=None, weights=None,
+                kl_loss_type="k3", agg=None, dro_beta=0.0, keep=None):
     """The scalar loss of one (micro-)batch and a dict of stats.
 
     new_logp, old_logp: [N,T] log-probs of the sampled tokens under the current
     and the sampling policy; mask: [N,T] bool; adv: [N]; group: [N] group ids;
     counts: the optimizer step's denominators (``step_counts``), defaults to
     this batch's own. ``dual_clip``, ``beta`` with ``ref_logp`` [N,T] (the
-    frozen reference) and ``entropy_coef`` with ``entropy`` [N,T] (differentiable
-    token entropies of the current policy) are the switches of the second table;
-    ``cov_ratio`` overrides verl's 2e-4 for clip_cov and kl_cov. weights: DFPO's
-    w~ for these rows computed over the whole step (``dfpo_weights``), defaults
-    to this batch's own.
+    frozen reference) and ``kl_loss_type``, ``entropy_coef`` with ``entropy``
+    [N,T] (differentiable token entropies of the current policy), ``agg`` and
+    ``keep`` [N,T] bool (the tokens whose policy term keeps its gradient:
+    loss_engines.entropy_keep, off_policy_keep) are the switches of the second
+    table; ``cov_ratio`` overrides verl's 2e-4 for clip_cov and kl_cov; ``dro_beta``
+    is dro's coefficient. weights: DFPO's w~ for these rows computed over the
+    whole step (``dfpo_weights``), defaults to this batch's own.
     """
     mask_f = mask.float()
     lens = mask.sum(1)
     if counts is None:
         counts = step_counts(mask, adv, loss)
-    norm = _token_norm(loss, lens, counts)  # [N]
+    norm = _token_norm(loss, lens, counts, agg)  # [N]
     bounds = clip_bounds(clip, clip_low, clip_high)
-    log_ratio = (new_logp - old_logp) * mask_f
+    pol_logp = new_logp if keep is None else torch.where(keep, new_logp, new_logp.detach())
+    log_ratio = (pol_logp - old_logp) * mask_f
     seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
     seq_ratio = seq_log_ratio.detach().exp()
     clip_frac = torch.tensor(0.0)
     stats = {}
+    opts = {"cov_ratio": cov_ratio or loss_engines.COV["ratio"], "dro_beta": dro_beta, "tis_cap": dual_clip}
 
     if loss in ("gspo", "luspo"):
         s = seq_log_ratio.exp()  # differentiable: d s_i = s_i * mean_t d log pi
         per_seq, clipped = ppo_term(s, adv, bounds)
         total = (per_seq * norm * lens).sum()
         clip_frac = (clipped & (lens > 0)).float().sum() / max(int((lens > 0).sum()), 1)
-    elif loss in ("dfpo_min", "dfpo_orth"):
+    elif loss in DFPO:
         w = dfpo_weights(seq_ratio, adv, group, loss, bounds) if weights is None else weights
-        total = -((w * adv * norm)[:, None] * new_logp * mask_f).sum()
+        total = -((w * adv * norm)[:, None] * pol_logp * mask_f).sum()
         if bounds is not None:
             clip_frac = ((seq_ratio < bounds[0]) | (seq_ratio > bounds[1])).float().mean()
     elif loss in loss_engines.ENGINE:
-        total, clip_frac, stats = loss_engines.ENGINE[loss](new_logp, log_ratio, mask, adv, norm, bounds,
-                                                            cov_ratio or loss_engines.COV["ratio"])
+        total, clip_frac, stats = loss_engines.ENGINE[loss](pol_logp, log_ratio, mask, adv, norm, bounds, opts)
     else:
         if loss not in LOSSES:
             raise ValueError(f"unknown loss {loss!r}; choose one of {', '.join(LOSSES)}")
@@ -314,18 +312,19 @@ def policy_loss(new_logp, old_logp, mask, adv, group, loss="grpo", clip="sym",
         per_tok, clipped = ppo_term(ratio, adv[:, None], bounds, dual_clip)
         if loss == "clip_cov":  # the PPO token loss, less the tokens its covariance picks
             per_tok, clipped, stats = loss_engines.clip_cov_cut(per_tok, clipped, new_logp, mask, adv,
-                                                                cov_ratio or loss_engines.COV["ratio"])
+                                                                opts["cov_ratio"])
         total = (per_tok * norm[:, None] * mask_f).sum()
         clip_frac = (clipped & mask).float().sum() / mask_f.sum().clamp(min=1)
 
-    if beta:  # k3 = pi_ref/pi - log(pi_ref/pi) - 1, aggregated like the objective
-        d = (ref_logp - new_logp) * mask_f
-        k3 = (d.exp() - d - 1) * mask_f
-        total = total + beta * (k3 * norm[:, None]).sum()
-        stats["kl_ref"] = float(k3.detach().sum() / mask_f.sum().clamp(min=1))
+    if beta:  # an estimate of KL(pi || pi_ref) per token, aggregated like the objective
+        kl = loss_engines.kl_penalty(new_logp * mask_f, ref_logp * mask_f, kl_loss_type) * mask_f
+        total = total + beta * (kl * norm[:, None]).sum()
+        stats["kl_ref"] = float(kl.detach().sum() / mask_f.sum().clamp(min=1))
     if entropy_coef:  # minus the mean token entropy over the step's tokens
         total = total - entropy_coef * (entropy * mask_f).sum() / max(counts["n_tokens"], 1)
         stats["entropy"] = float((entropy.detach() * mask_f).sum() / mask_f.sum().clamp(min=1))
+    if keep is not None:
+        stats["kept_frac"] = float((keep & mask).float().sum() / mask_f.sum().clamp(min=1))
 
     live = lens > 0
     stats.update({"clip_frac": float(clip_frac),
@@ -352,7 +351,7 @@ def first_token_residual(coef, group):
     (history, token) set cancels. ``exch_residual`` is the exact measure; this one
     is kept because it is cheap and is what the exercises use."""
     c0 = coef[:, 0]
-    g = _compact(group)
+    g = A.compact(group)
     K = int(g.max()) + 1
     net = torch.zeros(K, dtype=c0.dtype).index_add_(0, g, c0).abs()
     mass = torch.zeros(K, dtype=c0.dtype).index_add_(0, g, c0.abs())
@@ -367,7 +366,7 @@ def history_token_sets(tokens, mask, group):
     same group (so after the same prompt), at the same position t = u, with the
     same completion prefix y_{<t} and the same token y_t: copies of one token
     after one identical history. Built as a trie over each group's completions."""
-    g = _compact(group).tolist()
+    g = A.compact(group).tolist()
     tok, m = tokens.tolist(), mask.tolist()
     ids = torch.full(tokens.shape, -1, dtype=torch.long)
     trie = {}

@@ -137,9 +137,15 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
                      cfg.top_k, generator=gen)
+        greedy = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)["tokens"].tolist() \
+            if getattr(cfg, "adv", None) == "remax" else None  # ReMax's baseline: a greedy completion
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
+    if greedy is not None:  # its reward, on each of the prompt's G rows
+        out["baseline"] = torch.tensor([float(task.reward(p, toy_tasks.decode(t)))
+                                        for p, t in zip(problems, greedy)], device=device).repeat_interleave(
+                                            cfg.group_size)
     return out
 
 

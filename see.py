@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+import advantage as A
 import loss as L
 import toy_tasks
 from checkpoint import load_checkpoint
@@ -86,7 +87,7 @@ def pick_group(model, task, cfg):
 
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
-    adv = L.advantages(batch["rewards"], batch["group"], name)
+    adv = A.advantages(batch["rewards"], batch["group"], A.for_loss(name))
     new = P.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
     delta = P.token_deltas(model64, new, batch)
     coef = P.token_coefficients(model64, batch, adv, name)

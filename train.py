@@ -9,7 +9,7 @@ right *sometimes*: only groups with both correct and wrong completions carry a s
 Phase 2, RL (THEORY.md section 1). Each step:
   1. sample B = --prompts_per_step prompts x G = --group_size completions, and
   2. reward each completion with the task's verifier (sampler.rollouts);
-  3. compute group advantages A_i (loss.advantages);
+  3. compute advantages A_i with the --adv estimator (advantage.py);
   4. cut the rollout batch into --minibatches mini-batches (batching.py), and for
      --epochs passes take one optimizer step per mini-batch on
 
@@ -19,9 +19,9 @@ Phase 2, RL (THEORY.md section 1). Each step:
      mini-batch and one epoch: on-policy). Each step logs the coefficients
      c_{i,t} = -d loss / d log pi(y_{i,t}) summarised as residuals (loss.py).
 
-Micro-batches and torchrun: dist_utils.py; the run folder, its lock and --resume: rundir.py,
-checkpoint.py; --diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``:
-every flag) or ``torchrun --standalone --nproc_per_node=N train.py ...``."""
+Micro-batches, torchrun: dist_utils.py; the run folder, its lock, --resume: rundir.py, checkpoint.py;
+--diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``: every flag) or
+``torchrun --standalone --nproc_per_node=N train.py ...``."""
 
 import contextlib
 import os
@@ -37,7 +37,9 @@ import checkpoint as C
 import diagnostics
 import dist_utils as D
 import rundir as R
+import advantage as A
 import loss as L
+import loss_engines as E
 import toy_tasks
 from config import Config, CliError, parse_args, fail
 from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
@@ -106,10 +108,9 @@ def sft(model, task, cfg, state, out, device, master):
 # ----------------------------------------------------------------------------- phase 2: the RL step
 
 def optimizer_step(model, opt, batch, adv, mb, cfg):
-    """One optimizer step on mini-batch ``mb`` (indices into the batch): this rank's
-    share of it, in micro-batches whose gradients accumulate. With --norm=global
-    every part uses the step's denominators and DFPO weights, so the update is the
-    same however the step is split; with --norm=local each uses its own."""
+    """One optimizer step on mini-batch ``mb`` (indices into the batch): this rank's share, in micro-batches
+    whose gradients accumulate. --norm=global: every part uses the step's denominators and DFPO weights
+    (the same update however the step is split); --norm=local: each uses its own."""
     rank, world = D.rank_world()
     mask, group, old = batch["mask"], batch["group"], batch["logprobs"]
     mine = D.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
@@ -126,7 +127,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                                        return_hidden=hidden)
 
     weights = None  # DFPO's w~ is a per-group statistic: from the whole step once it is split
-    if cfg.loss in ("dfpo_min", "dfpo_orth") and glob and (world > 1 or len(parts) > 1):
+    if cfg.loss in L.DFPO and glob and (world > 1 or len(parts) > 1):
         with torch.no_grad():
             ratio = torch.cat([L.sequence_ratio(logprobs(plain, mb[p]), old[mb[p]], mask[mb[p]]) for p in parts])
         weights = L.dfpo_weights(D.all_reduce_rows(ratio, torch.cat(parts), len(mb)), adv[mb], group[mb],
@@ -138,14 +139,14 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
         last = j == len(parts) - 1  # DDP all-reduces the gradients on the last backward only
         with contextlib.nullcontext() if last else getattr(model, "no_sync", contextlib.nullcontext)():
             new_logp, h = logprobs(model, rows, hidden=True)
-            entropy = token_entropy(plain, h, cfg.temperature) if cfg.entropy_coef else None
-            loss, stats = L.policy_loss(new_logp, old[rows], mask[rows], adv[rows], group[rows],
-                                        cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high,
-                                        counts if glob else step_counts(rows),
-                                        dual_clip=cfg.dual_clip, beta=cfg.beta,
-                                        ref_logp=batch["ref_logprobs"][rows] if cfg.beta else None,
-                                        entropy_coef=cfg.entropy_coef, entropy=entropy,
-                                        weights=None if weights is None else weights[p])
+            entropy = token_entropy(plain, h, cfg.temperature) if E.needs_entropy(cfg) else None
+            keep = E.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)  # None: every token
+            loss, stats = L.policy_loss(
+                new_logp, old[rows], mask[rows], adv[rows], group[rows], cfg.loss, cfg.clip, cfg.clip_low,
+                cfg.clip_high, counts if glob else step_counts(rows), dual_clip=cfg.dual_clip, beta=cfg.beta,
+                ref_logp=batch["ref_logprobs"][rows] if cfg.beta else None, kl_loss_type=cfg.kl_loss_type,
+                entropy_coef=cfg.entropy_coef, entropy=entropy, keep=keep, agg=L.agg_of(cfg.agg),
+                weights=None if weights is None else weights[p], dro_beta=cfg.dro_beta)
             if not torch.isfinite(loss):
                 raise FloatingPointError("loss is not finite")
             term = loss if glob else loss / (len(parts) * world)  # this part's term of the step's loss
@@ -168,8 +169,8 @@ def rl_update(model, opt, batch, cfg, gen):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
-    adv = L.advantages(rewards, group, cfg.loss)
     lens = mask.sum(1)
+    adv = A.advantages(rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline"))
     logs = []
     for _ in range(cfg.epochs):
         cut = D.rank_world()[0] == 0  # every rank must see rank 0's cut
@@ -194,7 +195,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
         with torch.no_grad(), amp(cfg, device):
             batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
                                                         batch["mask"], PAD, cfg.temperature).float()
-    zero_var = L.zero_variance_fraction(batch["rewards"], batch["group"])
+    zero_var = A.zero_variance_fraction(batch["rewards"], batch["group"])
     diag = cfg.diagnostics and master
     before = diagnostics.tax_before(raw, batch) if diag else None  # the learning tax: KL at shared histories
     stats = rl_update(model, opt, batch, cfg, state.gen)
@@ -211,8 +212,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
         sums["mixed_start_sum"] += rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
     sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
-    hint = weak_start_hint(rec["mixed"], cfg) if step == 1 and master else ""
-    if hint:
+    if step == 1 and master and (hint := weak_start_hint(rec["mixed"], cfg)):
         tqdm.write(hint)
     if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
         sums["acc"] = rec["eval_acc"] = evaluate(raw, task, held_out, cfg, device)

@@ -24,6 +24,7 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import torch  # noqa: E402
 
 import batching  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 import problems  # noqa: E402
 import toy_tasks  # noqa: E402
@@ -55,7 +56,7 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
     """c_{i,t} = -d loss / d log pi_new by autograd through loss.policy_loss."""
     new, old, mask, r, grp = batch
-    adv = L.advantages(r, grp, name).double() if adv is None else adv
+    adv = A.advantages(r, grp, A.for_loss(name)).double() if adv is None else adv
     new = new.clone().requires_grad_(True)
     counts = L.step_counts(mask, adv, name, max_len)
     total, _ = L.policy_loss(new, old, mask, adv, grp, name, clip, counts=counts)
@@ -135,7 +136,7 @@ def random_batch(seed, labels=(7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5), centred=True
     g = torch.Generator().manual_seed(seed)
     group = torch.tensor(labels)
     r = (torch.rand(len(labels), generator=g) < 0.5).double()
-    adv = L.advantages(r, group, "dr_grpo").double() if centred else torch.randn(len(labels), generator=g).double()
+    adv = A.advantages(r, group, "dr_grpo").double() if centred else torch.randn(len(labels), generator=g).double()
     return torch.rand(len(labels), generator=g).double() + 0.5, adv, group
 
 
@@ -156,7 +157,7 @@ def ex2_orthogonal(env):
 
 def ex2_edges(env):
     group = G(0, 0, 0, 0, 1, 1, 1, 1)
-    adv = L.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
+    adv = A.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
     w = T(1.3, 1.3, 1.3, 1.3, .7, .7, .7, .7)
     same(L.adv_orthogonal(w, adv, group), w, "w constant in each group (on-policy): w~ must equal w")
     w, adv, group = T(1.2, .8, 1.1, 1, .9, 1.3), T(0, 0, 0, .5, -.25, -.25), G(0, 0, 0, 1, 1, 1)
@@ -229,7 +230,7 @@ def make_batch(seed, B=8, G=4):
     rewards = (torch.rand(B, G, generator=g) < torch.rand(B, 1, generator=g)).float().flatten()
     perm = torch.randperm(B * G, generator=g)
     group_ids = torch.arange(B).repeat_interleave(G)[perm] * 7 + 3
-    return group_ids, L.advantages(rewards[perm], group_ids, "dr_grpo"), torch.randint(3, 9, (B * G,), generator=g)
+    return group_ids, A.advantages(rewards[perm], group_ids, "dr_grpo"), torch.randint(3, 9, (B * G,), generator=g)
 
 
 def cut(fn, batch, M, seed):

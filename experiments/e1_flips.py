@@ -48,6 +48,7 @@ import common  # noqa: E402  (puts the repository root on sys.path)
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"),
@@ -79,7 +80,7 @@ def one_seed(item):
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             b["max_len"] = task.max_new_tokens
-            adv = L.advantages(b["rewards"], b["group"], "grpo")
+            adv = A.advantages(b["rewards"], b["group"], "grpo")
             rewards.append(float(b["rewards"].mean()))
             new = {"adam": common.real_step(m64, opt, b, adv)[0],
                    "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}

@@ -54,6 +54,7 @@ import common  # noqa: E402
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 from e1_flips import nan  # noqa: E402
 
@@ -81,7 +82,7 @@ def one_state(opts, seed, step, path, task, draw):
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
         b["max_len"] = task.max_new_tokens
-        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        adv = A.advantages(b["rewards"], b["group"], "grpo")
         m = b["mask"]
         a_tok = adv[:, None].expand_as(m)[m]
         live = a_tok != 0

@@ -57,6 +57,7 @@ import common  # noqa: E402
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed"),
@@ -95,7 +96,7 @@ def one_seed(item):
     cf, advs = {v: [] for v in VARIANTS}, []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        adv = A.advantages(b["rewards"], b["group"], "grpo")
         m = b["mask"]
         a_tok, y = adv[:, None].expand_as(m)[m], b["tokens"][m]
         advs.append(a_tok)

@@ -49,6 +49,7 @@ import common  # noqa: E402
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed and state"),
@@ -78,7 +79,7 @@ def one_seed(item):
             cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
-                adv = L.advantages(b["rewards"], b["group"], l)
+                adv = A.advantages(b["rewards"], b["group"], A.for_loss(l))
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
                        "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], loss=l)}
                 for o in OPTS:

@@ -60,6 +60,7 @@ import common  # noqa: E402
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
@@ -87,7 +88,7 @@ def one_seed(item):
     rewards = []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        adv = A.advantages(b["rewards"], b["group"], "grpo")
         rewards.append(float(b["rewards"].float().mean()))
         m64 = copy.deepcopy(model).double()
         with torch.no_grad():

@@ -52,6 +52,7 @@ import common  # noqa: E402
 import torch  # noqa: E402
 
 import probes as P  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
@@ -69,7 +70,7 @@ def setting(model, opt, task, draw, gen, B, G, opts):
     batches, deltas, moved, rewards = [], [], [], []
     for _ in range(math.ceil(opts["rollouts"] / (B * G))):
         b = common.rollout_batch(model, task, draw, B, G, gen)
-        adv = L.advantages(b["rewards"], b["group"], "grpo")
+        adv = A.advantages(b["rewards"], b["group"], "grpo")
         m64 = copy.deepcopy(model).double()
         new = common.real_step(m64, opt, b, adv, "grpo")[0]
         with torch.no_grad():

@@ -1,38 +1,57 @@
-"""Scoreboard: every objective the big engines ship, scored on gradient exchangeability.
+"""Scoreboard: every advantage estimator x every objective the engines ship, plus the
+switches, scored on gradient exchangeability and on whole-group cancellation.
 
 What it shows
 -------------
-For every ``--loss`` of loss.py, and the switches ``dual_clip``, ``beta`` and
-``entropy_coef``, the coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) are read
-off by autograd on synthetic rollout groups, and scored with
+For every ``--loss`` (loss.py) with every ``--adv`` (advantage.py), and for the
+switches, the coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) are read off
+by autograd on synthetic rollout groups and scored twice:
 
-    exch_residual = mean over (history, token) sets S of |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|
+    exch_residual   mean over (history, token) sets S of
+                    |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|   (loss.exch_residual):
+                    0 when every copy of a token after one identical history gets
+                    the same weight (gradient exchangeability [P1]), whatever A.
+    whole-group     |sum_i c_i| / sum_i |c_i| over the group's first token, which
+                    every rollout of the group shares (loss.first_token_residual):
+                    0 when the copies cancel, which needs equal weights *and* a
+                    centred estimator (sum_i A_i = 0), or a transform that forces
+                    sum_i A_i w~_i = 0 (Adv-Orthogonal).
 
-(loss.exch_residual): 0 when every copy of a token after one identical history gets
-the same weight (gradient exchangeability [P1]), and also when unequal weights
-happen to cancel for these advantages (so 0 alone does not prove it). Beside
-it stands the verdict that loss.py's table predicts, and the old first-token
-residual (loss.first_token_residual).
+Beside each measurement stands the prediction of the tables (loss.py's verdict
+per regime, advantage.py's "centred?" column), written down in CANCELS, SWITCHES
+and ``predict`` before the board was run. Where a zero follows from the
+definitions rather than from the objective, the cell says so:
 
-The data: groups of G completions over a 3-token alphabet, so that prefixes are
-shared by chance, the first token shared by the whole group, lengths 2 to 8.
-Every copy of one (history, token) has the same log pi and the same log pi_old
-(one policy, one history): log pi = log U(0.05, 0.95) per set. Regimes:
+    bc    by construction: every set with two or more copies is one-signed in A
+          (remax on 0/1 rewards, grpo_passk, positive_only), and then
+          exch_residual is 0 for *any* weights; or the term is not in c at all
+          (entropy_coef); or Adv-Orthogonal's sum_i A_i w~_i = 0.
+    n/a   no gradient reached the measured copies (all A = 0, or every copy cut).
+
+The data: groups of G = 6 completions over a 3-token alphabet, so that prefixes
+are shared by chance, the first token shared by the whole group, lengths 2 to 8,
+rewards mixed in every group, in float64. Every copy of one (history, token) has the same
+log pi and log pi_old (one policy, one history): log pi = log U(0.05, 0.85) per
+set (so that pi_old = pi / rho < 1). Regimes:
 
     on-policy   pi_old = pi (rho = 1)
     off-policy  log rho = U(-0.15, 0.15) per set, so no clip of 0.2 / 0.28 binds
-    clip binds  as off-policy, and the group's first token has rho = e^0.35 = 1.42
+    clip binds  as off-policy, and the group's first token has pi = 0.9 and
+                rho = e^0.35 = 1.42 (so dppo's 0.2 thresholds bind too)
     split step  as off-policy, the step's rows cut into two micro-batches (every
                 group split, unequal token counts), gradients accumulated
 
 Clips: eps 0.2 / 0.28 (clip-higher) where a loss has a ratio clip; 3e-4 / 4e-4
-for gspo and luspo (GSPO's sequence-level ranges); none for sapo, kl_cov, gpg,
-vespo. clip_cov and kl_cov use cov_ratio = 0.02 instead of verl's 2e-4 so that
-their selection (a few tokens, not one) can be seen on ~300 tokens. beta: k3
-against a reference with log pi_ref - log pi = U(-0.3, 0.3) per set.
+for gspo and luspo (GSPO's sequence-level ranges); 0.2 / 0.2 for dppo (its
+probability and KL thresholds); none for sapo, kl_cov, gpg, vespo, dro
+(dro_beta = 0.5). clip_cov and kl_cov use cov_ratio = 0.02 instead of verl's
+2e-4 so that their selection (a few tokens, not one) can be seen on ~300
+tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
+reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
+set; the first token gets the largest.
 
-    python experiments/scoreboard.py            # 8 groups, writes results/scoreboard.{json,png}
-    python experiments/scoreboard.py --quick    # 3 groups, writes out/quick/ (CI)
+    python experiments/scoreboard.py            # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
+    python experiments/scoreboard.py --quick    # 3 groups, seed 0: out/quick/ (CI)
 """
 
 import os
@@ -43,37 +62,49 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
+import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 import loss_engines as E  # noqa: E402
 
 REGIMES = ("on-policy", "off-policy", "clip binds", "split step")
+SHORT = "on, off, clip, split"
 COV_RATIO = 0.02
-CLIP = {"gspo": ("higher", 3e-4, 4e-4), "luspo": ("higher", 3e-4, 4e-4)}
+CLIP = {"gspo": ("higher", 3e-4, 4e-4), "luspo": ("higher", 3e-4, 4e-4),
+        "dppo_tv": ("sym", 0.2, 0.2), "dppo_kl": ("sym", 0.2, 0.2)}
 CLIP.update({n: ("none", 0.2, 0.28) for n in L.NO_CLIP})
-# row name -> (loss, switches)
-ROWS = {n: (n, {}) for n in L.LOSSES}
-ROWS.update({"dapo + dual_clip=3": ("dapo", {"dual_clip": 3.0}),
-             "dapo + beta=0.04": ("dapo", {"beta": 0.04}),
-             "dapo + entropy_coef=0.01": ("dapo", {"entropy_coef": 0.01})})
-
-# The table's verdicts: the regimes where each row keeps exchangeability.
 ALL = set(REGIMES)
+# loss.py's verdicts for sets whose advantages have both signs: the regimes in
+# which every copy of one (history, token) gets the same weight.
 CANCELS = {"grpo": set(), "gspo": set(), "sapo": set(), "gmpo": set(),      # 1/L_i, unequal lengths
-           "dr_grpo": ALL - {"clip binds"}, "dapo": ALL - {"clip binds"},
-           "rloo": ALL - {"clip binds"}, "bnpo": {"on-policy", "off-policy"},
+           "dr_grpo": ALL - {"clip binds"}, "dapo": ALL - {"clip binds"}, "rloo": ALL - {"clip binds"},
+           "positive_only": ALL - {"clip binds"}, "dppo_tv": ALL - {"clip binds"},
+           "dppo_kl": ALL - {"clip binds"}, "bnpo": {"on-policy", "off-policy"},
            "dfpo_min": ALL - {"split step"},  # groups must stay whole
            "dfpo_orth": {"on-policy"},  # off-policy its w~_i differ: only whole-group copies cancel
-           "positive_only": ALL, "cispo": ALL, "gpg": ALL,
-           "luspo": {"on-policy"}, "vespo": {"on-policy"},
+           "cispo": ALL, "gpg": ALL, "luspo": {"on-policy"}, "vespo": {"on-policy"},
            "clip_cov": ALL - {"clip binds"}, "kl_cov": ALL,  # unless the selection hits a shared copy
-           "dapo + dual_clip=3": ALL - {"clip binds"}, "dapo + beta=0.04": set(),
-           "dapo + entropy_coef=0.01": ALL - {"clip binds"}}
+           "dro": ALL}  # its A term; the added -beta_dro log rho is scored from the data (``predict``)
+ADDITIVE = ("kl_cov", "dro")  # a term added to c that is not proportional to A (and --beta)
 WHY = {"grpo": "1/L_i", "gspo": "s_i, 1/L_i", "sapo": "1/L_i, tau by sign", "gmpo": "g_i, 1/L_i",
-       "dr_grpo": "clip by sign", "dapo": "clip by sign", "rloo": "clip by sign",
-       "bnpo": "local token count; clip", "dfpo_min": "transform sees part of a group",
-       "dfpo_orth": "w~_i differ: partial prefixes", "luspo": "s_i", "vespo": "phi(W_i)",
-       "clip_cov": "clip; cov selection", "kl_cov": "cov selection", "dapo + dual_clip=3": "rho < C",
-       "dapo + beta=0.04": "same k on every copy", "dapo + entropy_coef=0.01": "clip (H is off c)"}
+       "dr_grpo": "clip by sign", "dapo": "clip by sign", "rloo": "clip by sign", "positive_only": "clip by sign",
+       "dppo_tv": "threshold by sign", "dppo_kl": "threshold by sign", "bnpo": "local token count; clip",
+       "dfpo_min": "transform sees part of a group", "dfpo_orth": "w~_i differ: partial prefixes",
+       "luspo": "s_i", "vespo": "phi(W_i)", "clip_cov": "clip; cov selection", "kl_cov": "cov selection",
+       "dro": "the same -beta_dro log rho on every copy"}
+# Switch rows: name -> (loss, switches, regimes where copies keep equal weights, what breaks it)
+SWITCHES = {
+    "dapo + dual_clip=1.3": ("dapo", {"dual_clip": 1.3}, ALL, "rho = 1.42 > C: every copy cut"),
+    "dapo + dual_clip=2": ("dapo", {"dual_clip": 2.0}, ALL - {"clip binds"}, "1.28 < rho = 1.42 < C"),
+    **{f"dapo + beta=0.04, {k}": ("dapo", {"beta": 0.04, "kl_loss_type": k}, ALL - {"clip binds"},
+                                  "the same k on every copy") for k in ("k1", "k2", "k3", "abs", "k3+")},
+    "dapo + entropy_coef=0.01": ("dapo", {"entropy_coef": 0.01}, ALL - {"clip binds"}, "clip (H is not in c)"),
+    "dapo + top_entropy_quantile=0.5": ("dapo", {"top_entropy_quantile": 0.5}, ALL - {"clip binds"},
+                                        "clip; two thresholds in a split step"),
+    "dapo + off_policy_mask_threshold=0.02": ("dapo", {"off_policy_mask_threshold": 0.02},
+                                              ALL - {"clip binds"}, "clip; dropped A<0 sequences"),
+    **{f"grpo + agg={m}": ("grpo", {"agg": m}, set() if m == "seq-mean-token-mean" else ALL - {"clip binds"},
+                           "1/L_i" if m == "seq-mean-token-mean" else "clip by sign") for m in L.AGGS},
+}
 
 
 def make_batch(regime, n_groups, G=6, seed=0):
@@ -94,71 +125,175 @@ def make_batch(regime, n_groups, G=6, seed=0):
     K = int(ids.max()) + 1
     per_set = lambda lo, hi: lo + (hi - lo) * torch.rand(K, generator=g)
     at = lambda v: torch.where(mask, v[ids.clamp(min=0)], torch.zeros(()))
-    new = at(per_set(0.05, 0.95).log())
+    new = at(per_set(0.05, 0.85).log())  # pi_old = pi / rho stays below 1 (dppo_kl's binary KL)
     ref = new + at(per_set(-0.3, 0.3))
     logr = torch.zeros(N, T) if regime == "on-policy" else at(per_set(-0.15, 0.15))
+    ent = at(per_set(0.1, 2.0))
+    ent[:, 0] = 3.0                                       # the shared first token: the highest entropy
+    baseline = (torch.rand(n_groups, generator=g) < 0.5).float().repeat_interleave(G)
     if regime == "clip binds":
-        logr[:, 0] = 0.35
+        logr[:, 0], new[:, 0] = 0.35, torch.tensor(0.9).log()
     parts = [torch.arange(N)]
     if regime == "split step":  # every group split; the halves get unequal token counts
         parts = [torch.arange(0, N, 2), torch.arange(1, N, 2)]
-    return {"tokens": tokens, "mask": mask, "group": group, "rewards": rewards, "new": new,
-            "old": new - logr, "ref": ref, "ids": ids, "parts": parts}
+    d = lambda x: x.double()  # float64, so that "zero" means zero up to 1e-6, not float32 rounding
+    return {"tokens": tokens, "mask": mask, "group": group, "rewards": rewards, "new": d(new),
+            "old": d(new - logr), "ref": d(ref), "ent": d(ent), "ids": ids, "parts": parts, "baseline": baseline}
+
+
+def row_setup(name):
+    """(loss, estimator, switches) of a board row: 'loss · adv' or a SWITCHES name."""
+    if name in SWITCHES:
+        loss, sw = SWITCHES[name][:2]
+        return loss, A.for_loss(loss), sw
+    loss, est = name.split(" · ")
+    return loss, est, ({"dro_beta": 0.5} if loss == "dro" else {})
+
+
+def keeps(b, sw, adv, idx):
+    """The token selection switches' keep mask on the rows idx (None when off)."""
+    if "top_entropy_quantile" in sw:
+        return E.entropy_keep(b["ent"][idx], b["mask"][idx], sw["top_entropy_quantile"])
+    if "off_policy_mask_threshold" in sw:
+        return E.off_policy_keep(b["new"][idx], b["old"][idx], b["mask"][idx], adv[idx],
+                                 sw["off_policy_mask_threshold"])
+    return None
 
 
 def coefficients(b, name):
     """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
-    loss, sw = ROWS[name]
+    loss, est, sw = row_setup(name)
     clip, lo, hi = CLIP.get(loss, ("higher", 0.2, 0.28))
-    adv = L.advantages(b["rewards"], b["group"], loss)
+    adv = A.advantages(b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"])
     counts = L.step_counts(b["mask"], adv, loss, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
     new = b["new"].clone().requires_grad_(True)
-    ent = torch.full_like(new, 0.7, requires_grad=True)  # a stand-in H per token: c does not see it
+    ent = b["ent"].clone().requires_grad_(True)  # c does not see the entropy term
+    kw = {k: v for k, v in sw.items() if k not in ("top_entropy_quantile", "off_policy_mask_threshold")}
     for idx in b["parts"]:
         total, _ = L.policy_loss(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx], loss,
                                  clip, lo, hi, counts, ref_logp=b["ref"][idx], entropy=ent[idx],
-                                 cov_ratio=COV_RATIO, **sw)
+                                 cov_ratio=COV_RATIO, keep=keeps(b, sw, adv, idx), **kw)
         total.backward()
     return -new.grad, adv
 
 
-def selection_hits_shared(b, name, adv):
-    """clip_cov / kl_cov: does the covariance selection take some, not all, copies of a set?"""
-    loss, _ = ROWS[name]
-    if loss not in ("clip_cov", "kl_cov"):
-        return False
-    hit = False
-    for idx in b["parts"]:
-        m, new, a = b["mask"][idx], b["new"][idx], adv[idx]
-        lr = (new - b["old"][idx]) * m
-        if loss == "clip_cov":
-            _, clipped = L.ppo_term(lr.exp(), a[:, None], L.clip_bounds("higher", 0.2, 0.28))
-            sel = E.cov_select(a, new, m, COV_RATIO, E.COV["lb"], E.COV["ub"], exclude=clipped)
-        else:
-            sel = E.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
-        ids = b["ids"][idx]
-        for s in ids[sel].unique().tolist():
-            if int((b["ids"] == s).sum()) >= 2 and int((ids[sel] == s).sum()) < int((b["ids"] == s).sum()):
-                hit = True
-    return hit
-
-
-def score(n_groups, seeds=(0,)):
+def _sets(b):
+    """{set id: flat indices} of every (history, token) set with two or more copies."""
+    ids = b["ids"].flatten()
     out = {}
-    for name in ROWS:
+    for s in ids[ids >= 0].unique().tolist():
+        where = torch.nonzero(ids == s).flatten()
+        if len(where) >= 2:
+            out[s] = where
+    return out
+
+
+def one_signed(b, adv):
+    """Is every multi-copy set one-signed in A (its non-zero A all of one sign)?"""
+    a = adv[:, None].expand_as(b["ids"]).flatten()
+    return all(not (bool((a[w] > 0).any()) and bool((a[w] < 0).any())) for w in _sets(b).values())
+
+
+def cut_sets(b, m, at_all=False):
+    """Ids of the multi-copy sets of which the [N, T] mask m takes some copies but not
+    all (with ``at_all``: any copy)."""
+    m = m.flatten()
+    return {s for s, w in _sets(b).items() if bool(m[w].any()) and (at_all or not bool(m[w].all()))}
+
+
+def data_hits(b, name, adv):
+    """Ids of the sets a row's selection (covariance, entropy, off-policy mask) treats
+    unequally, as exch_residual sees them and as a plain sum sees them: clip_cov
+    zeroes some copies, kl_cov adds |log rho| to any, the keep masks keep some."""
+    loss, _, sw = row_setup(name)
+    full = torch.zeros_like(b["mask"])
+    if loss in ("clip_cov", "kl_cov"):
+        for idx in b["parts"]:
+            m, new, a = b["mask"][idx], b["new"][idx], adv[idx]
+            lr = (new - b["old"][idx]) * m
+            if loss == "clip_cov":
+                _, clipped = L.ppo_term(lr.exp(), a[:, None], L.clip_bounds("higher", 0.2, 0.28))
+                full[idx] = E.cov_select(a, new, m, COV_RATIO, E.COV["lb"], E.COV["ub"], exclude=clipped)
+            else:
+                full[idx] = E.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
+        if loss == "clip_cov":
+            return cut_sets(b, full), cut_sets(b, full)
+        # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A has
+        # the set's one sign into wbar; it sees one on a copy with A = 0, or in a set of both signs.
+        a = adv[:, None].expand_as(b["ids"]).flatten()
+        f = full.flatten()
+        return {s for s, w in _sets(b).items() if bool(f[w].any()) and (
+            bool((a[w][f[w]] == 0).any()) or (bool((a[w] > 0).any()) and bool((a[w] < 0).any())))}, \
+            cut_sets(b, full, at_all=True)
+    if "top_entropy_quantile" in sw or "off_policy_mask_threshold" in sw:
+        for idx in b["parts"]:
+            full[idx] = keeps(b, sw, adv, idx)
+        return cut_sets(b, full), cut_sets(b, full)
+    return set(), set()
+
+
+def blind_sets(b, adv):
+    """Ids of the sets whose copies all have non-zero A of one sign: there
+    exch_residual is 0 for *any* coefficients (wbar absorbs them), by construction."""
+    a = adv[:, None].expand_as(b["ids"]).flatten()
+    return {s for s, w in _sets(b).items() if bool((a[w] > 0).all()) or bool((a[w] < 0).all())}
+
+
+def predict(b, name, regime, adv):
+    """(exch prediction, whole-group prediction, note): '0' or '>0' each, from the
+    tables' verdicts and the batch's advantages and masks (never from c)."""
+    loss, est, sw = row_setup(name)
+    cancels = SWITCHES[name][2] if name in SWITCHES else CANCELS[loss]
+    if loss == "dfpo_orth":  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
+        unequal = est not in A.CENTRED or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
+        return ("0", "0", "bc") if one_signed(b, adv) or not unequal else (">0", "0", "bc")
+    hits, seen = data_hits(b, name, adv)
+    additive = loss in ADDITIVE or "beta" in sw
+    if not additive and one_signed(b, adv):
+        return "0", ">0", "bc"  # no set has both signs: nothing to cancel, and the group pushes one way
+    if "beta" in sw or (loss == "dro" and regime != "on-policy"):
+        hits = seen = set(_sets(b))  # the added term reaches every copy of every set
+    exch = "0" if regime in cancels and not hits - blind_sets(b, adv) else ">0"
+    note = "bc" if "entropy_coef" in sw else ""
+    if name == "dapo + dual_clip=1.3" and regime == "clip binds":
+        note = "vacuous"
+    first = set(b["ids"][:, 0].tolist())
+    whole = "0" if regime in cancels and est in A.CENTRED and not seen & first else ">0"
+    return exch, whole, note
+
+
+def score(names, n_groups, seeds=(0,)):
+    out = {}
+    for name in names:
         out[name] = {}
         for regime in REGIMES:
-            ha, first, pred = [], [], True
+            ex, wh, preds = [], [], set()
             for seed in seeds:
                 b = make_batch(regime, n_groups, seed=seed)
                 c, adv = coefficients(b, name)
-                ha.append(L.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
-                first.append(L.first_token_residual(c, b["group"]))
-                pred = pred and regime in CANCELS[name] and not selection_hits_shared(b, name, adv)
-            res = max(ha)  # the worst seed: 0 only if every seed cancels
-            out[name][regime] = {"predicted": "0" if pred else ">0", "exch_residual": res,
-                                 "first_token": max(first), "match": (res < 1e-6) == pred}
+                ex.append(L.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
+                c0 = c[:, 0]
+                wh.append(L.first_token_residual(c, b["group"]) if float(c0.abs().sum()) > 1e-12 else None)
+                preds.add(predict(b, name, regime, adv))
+            pe = "0" if all(p[0] == "0" for p in preds) else ">0"
+            pw = "0" if all(p[1] == "0" for p in preds) else ">0"
+            note = "/".join(sorted({p[2] for p in preds if p[2]}))
+            e, w = max(ex), None if all(v is None for v in wh) else max(v for v in wh if v is not None)
+            out[name][regime] = {"exch_predicted": pe, "exch_residual": e, "exch_match": (e < 1e-6) == (pe == "0"),
+                                 "whole_predicted": pw, "whole_group": w, "note": note,
+                                 "whole_match": w is None or (w < 1e-6) == (pw == "0"),
+                                 "per_seed": {"exch_residual": ex, "whole_group": wh}}
     return out
+
+
+def code(cells, key, match):
+    """One character per regime: 0 measured zero, + above zero, . n/a; ! marks a mismatch."""
+    s = ""
+    for d in cells:
+        v = d[key]
+        s += "." if v is None else ("0" if v < 1e-6 else "+")
+        s += "" if d[match] else "!"
+    return s
 
 
 def main(argv):
@@ -167,42 +302,58 @@ def main(argv):
     out_dir = o["out"] if explicit or not o["quick"] else os.path.join(common.ROOT, "out", "quick")
     os.makedirs(out_dir, exist_ok=True)
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
+    seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
-    board = score(n_groups, seeds=tuple(o["seeds"]))
-    rows = [[name] + [f"{'0' if d['predicted'] == '0' else '>0'} | {d['exch_residual']:.3f}"
-                      f"{'' if d['match'] else ' (!)'}" for d in (board[name][r] for r in REGIMES)]
-            + [WHY.get(name, "")] for name in board]
-    common.table(rows, ["objective"] + [f"{r}: predicted | exch_residual" for r in REGIMES] + ["what breaks it"])
-    mism = [(n, r) for n in board for r in REGIMES if not board[n][r]["match"]]
-    print(f"scoreboard: {len(board)} rows x {len(REGIMES)} regimes, {len(mism)} mismatches"
-          + "".join(f"; {n} / {r}" for n, r in mism) + f" [{time.time() - t0:.1f}s]")
-    data = {"experiment": "scoreboard", "config": {"groups": n_groups, "group_size": 6, "seeds": o["seeds"],
+    grid = [f"{loss} · {est}" for loss in L.LOSSES for est in A.ESTIMATORS]
+    board = score(grid + list(SWITCHES), n_groups, seeds)
+    for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
+                              ("whole_group", "whole_match", "whole-group residual")):
+        print(f"{title}: rows --loss, columns --adv; per regime ({SHORT}) 0 = zero, + = above zero, "
+              f". = n/a, ! = disagrees with the prediction")
+        rows = [[loss] + [code([board[f"{loss} · {e}"][r] for r in REGIMES], key, match) for e in A.ESTIMATORS]
+                for loss in L.LOSSES]
+        common.table(rows, ["loss \\ adv"] + [e[:14] for e in A.ESTIMATORS])
+    common.table([[n, *(f"{board[n][r]['exch_predicted']} | {board[n][r]['exch_residual']:.3f}"
+                        + ("" if board[n][r]["exch_match"] else " (!)") for r in REGIMES), SWITCHES[n][3]]
+                  for n in SWITCHES], ["switch row"] + [f"{r}: pred. | exch" for r in REGIMES] + ["what breaks it"])
+    mism = [(n, r, k) for n in board for r in REGIMES for k in ("exch", "whole") if not board[n][r][f"{k}_match"]]
+    print(f"scoreboard: {len(board)} rows x {len(REGIMES)} regimes x 2 measures, {len(mism)} mismatches"
+          + "".join(f"; {n} / {r} / {k}" for n, r, k in mism) + f" [{time.time() - t0:.1f}s]")
+    data = {"experiment": "scoreboard", "config": {"groups": n_groups, "group_size": 6, "seeds": list(seeds),
                                                   "cov_ratio": COV_RATIO, "quick": o["quick"]},
-            "regimes": list(REGIMES), "summary": board, "mismatches": [list(m) for m in mism],
-            "wall_s": round(time.time() - t0, 2)}
-
-    def plot(plt):
-        names = list(board)
-        vals = [[board[n][r]["exch_residual"] for r in REGIMES] for n in names]
-        fig, ax = plt.subplots(figsize=(9, 0.42 * len(names) + 1.6))
-        top = max(max(v) for v in vals) or 1.0
-        im = ax.imshow(vals, cmap="Reds", vmin=0, vmax=top, aspect="auto")
-        for i, n in enumerate(names):
-            for j, r in enumerate(REGIMES):
-                d = board[n][r]
-                ax.text(j, i, f"{d['exch_residual']:.3f}  (pred. {d['predicted']})" + ("" if d["match"] else " !"),
-                        ha="center", va="center", fontsize=8, color="white" if vals[i][j] > 0.55 * top else "black")
-        ax.set_xticks(range(len(REGIMES)))
-        ax.set_xticklabels(REGIMES, fontsize=9)
-        ax.set_yticks(range(len(names)))
-        ax.set_yticklabels(names, fontsize=9)
-        ax.set_title("exch_residual, max over 3 seeds (unitless, 0 to 1): 0 = shared copies cancel;\n"
-                     "(pred.) = loss.py's verdict, ! = it disagrees", fontsize=10)
-        fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("exch_residual", fontsize=9)
-        fig.tight_layout()
-        return fig
-    common.save("scoreboard", data, out_dir, plot)
+            "regimes": list(REGIMES), "losses": list(L.LOSSES), "estimators": list(A.ESTIMATORS),
+            "switches": {n: SWITCHES[n][3] for n in SWITCHES}, "why": WHY, "summary": board,
+            "mismatches": [list(m) for m in mism], "wall_s": round(time.time() - t0, 2)}
+    common.save("scoreboard", data, out_dir, lambda plt: plot(plt, board))
     return data
+
+
+def plot(plt, board):
+    """Loss x estimator: in how many regimes the whole group's shared token cancels."""
+    import numpy as np
+    n_l, n_e = len(L.LOSSES), len(A.ESTIMATORS)
+    vals = np.zeros((n_l, n_e))
+    fig, ax = plt.subplots(figsize=(11, 9.5))
+    for i, loss in enumerate(L.LOSSES):
+        for j, est in enumerate(A.ESTIMATORS):
+            cells = [board[f"{loss} · {est}"][r] for r in REGIMES]
+            vals[i, j] = sum(1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6)
+            txt = code(cells, "whole_group", "whole_match")
+            ax.text(j, i, txt, ha="center", va="center", fontsize=8, family="monospace",
+                    color="white" if vals[i, j] >= 3 else "black")
+    im = ax.imshow(vals, cmap="Greens", vmin=0, vmax=4, aspect="auto")
+    ax.set_xticks(range(n_e))
+    ax.set_xticklabels(A.ESTIMATORS, rotation=35, ha="right", fontsize=9)
+    ax.set_yticks(range(n_l))
+    ax.set_yticklabels(L.LOSSES, fontsize=9)
+    ax.set_xlabel("advantage estimator (--adv)")
+    ax.set_ylabel("objective (--loss)")
+    ax.set_title("Does the token every rollout of a group shares cancel? (synthetic groups, max over seeds)\n"
+                 f"text: one character per regime ({SHORT}): 0 cancels, + does not, . nothing to measure,"
+                 " ! disagrees with the tables", fontsize=10)
+    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("regimes (of 4) where it cancels", fontsize=9)
+    fig.tight_layout()
+    return fig
 
 
 if __name__ == "__main__":

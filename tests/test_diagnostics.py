@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import diagnostics as D
 import probes as P
-import loss as L
+import advantage as A
 import toy_tasks
 from model import GPT, GPTConfig
 from toy_tasks import EOS, PAD, encode
@@ -64,7 +64,7 @@ def test_policy_at_matches_a_forward_pass_per_history():
 
 def test_learning_tax_kl_zero_without_change_positive_with():
     model, b = tiny_model(), shared_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     h = D.shared_histories(b["tokens"], b["mask"], b["group"])
     before = D.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
     same = P.one_update(model, b, adv, "sgd", 0.0)

@@ -15,10 +15,10 @@ def read(path):
     return open(os.path.join(ROOT, path), encoding="utf-8").read()
 
 
-def objective_block(text):
-    """The lines between <!-- objectives --> and <!-- /objectives -->."""
-    m = re.search(r"<!-- objectives -->\n(.*?)<!-- /objectives -->", text, re.S)
-    assert m, "no <!-- objectives --> block"
+def objective_block(text, name="objectives"):
+    """The lines between <!-- name --> and <!-- /name -->."""
+    m = re.search(rf"<!-- {name} -->\n(.*?)<!-- /{name} -->", text, re.S)
+    assert m, f"no <!-- {name} --> block"
     return m.group(1).strip()
 
 
@@ -45,6 +45,14 @@ def test_loss_py_table_has_every_objective_once():
 def test_readme_objective_table_is_loss_py_table():
     """The README's copy of the table agrees with loss.py's on every row and cell."""
     assert rows(objective_block(read("README.md"))) == rows(objective_block(L.__doc__))
+
+
+def test_theory_estimator_table_is_advantage_py_table():
+    """THEORY.md's copy of the estimator table agrees with advantage.py's, row by row."""
+    import advantage
+    mine = rows(objective_block(advantage.__doc__, "estimators"))
+    assert list(mine) == list(advantage.ESTIMATORS)
+    assert rows(objective_block(read("THEORY.md"), "estimators")) == mine
 
 
 def test_no_other_doc_repeats_the_objective_columns():

@@ -21,6 +21,7 @@ import batching  # noqa: E402
 import check  # noqa: E402
 import ex6_buggy_loss  # noqa: E402
 import key  # noqa: E402
+import advantage  # noqa: E402
 import loss as L  # noqa: E402
 
 STUDENTS = ("Ada Lovelace", "s1234567", "Émilie du Châtelet")
@@ -195,7 +196,7 @@ WRONG = {
     "ex2": {"re-centred A": recentred, "equal contiguous groups": reshaped, "no 0/0 guard": no_guard,
             "modifies its input": in_place, "one projection for the batch": whole_batch},
     "ex3": {"contiguous runs": runs, "global min": lambda w, a, g: torch.full_like(w, float(w.min())),
-            "group mean": lambda w, a, g: L.group_mean(w, g)[0],
+            "group mean": lambda w, a, g: advantage.group_mean(w, g)[0],
             "equal contiguous groups": lambda w, a, g: w.reshape(len(torch.unique(g)), -1).min(1, keepdim=True)
             .values.expand(len(torch.unique(g)), -1).reshape(-1)},
     "ex5": {"shuffle (splits groups)": batching.shuffle, "query (no balancing)": batching.query,

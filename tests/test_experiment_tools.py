@@ -8,7 +8,7 @@ import sys
 import torch
 
 import probes as P
-import loss as L
+import advantage as A
 from test_diagnostics import hand_batch, tiny_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
@@ -58,7 +58,7 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
     model = tiny_model(double=True)
     b = hand_batch()
     b["logprobs"], b["max_len"] = torch.zeros(b["mask"].shape, dtype=torch.float64), 4
-    adv = L.advantages(b["rewards"], b["group"], "grpo")
+    adv = A.advantages(b["rewards"], b["group"], "grpo")
     assert bool((adv != 0).any())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}

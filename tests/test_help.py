@@ -55,8 +55,9 @@ def test_train_help_defaults_are_what_a_run_takes(capsys):
         text = help_of(lambda: config.parse_args([f"--task={task}", "--help"]), capsys)
         cfg = config.parse_args([f"--task={task}"], check=False)
         for f in dataclasses.fields(Config):
-            if f.name not in ("clip",):  # clip: none for the objectives without one
+            if f.name not in ("clip", "adv"):  # clip: none for the objectives without one; adv: the loss's own
                 assert f"--{f.name}={getattr(cfg, f.name)} " in text, (task, f.name)
+        assert "--adv=auto " in text and cfg.adv == "grpo"
 
 
 @pytest.mark.parametrize("script", ["sample", "see"])

@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+import advantage as A
 import loss as L
 
 # One group of three completions of lengths 2, 3, 4 (T = 4); rewards 1, 0, 0.
@@ -32,16 +33,16 @@ def expand(per_seq, mask=MASK):
 
 
 def test_advantages_by_hand():
-    torch.testing.assert_close(L.advantages(R, GROUP, "grpo"), A_STD)
-    torch.testing.assert_close(L.advantages(R, GROUP, "dapo"), A_STD)
-    torch.testing.assert_close(L.advantages(R, GROUP, "dr_grpo"), A_CEN)
-    torch.testing.assert_close(L.advantages(R, GROUP, "dfpo_orth"), A_CEN)
-    torch.testing.assert_close(L.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5]))
-    torch.testing.assert_close(L.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0]))
+    torch.testing.assert_close(A.advantages(R, GROUP, "grpo"), A_STD)
+    torch.testing.assert_close(A.advantages(R, GROUP, A.for_loss("dapo")), A_STD)
+    torch.testing.assert_close(A.advantages(R, GROUP, "dr_grpo"), A_CEN)
+    torch.testing.assert_close(A.advantages(R, GROUP, A.for_loss("dfpo_orth")), A_CEN)
+    torch.testing.assert_close(A.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5]))
+    torch.testing.assert_close(A.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0]))
     # two interleaved groups are handled separately
     r = torch.tensor([1.0, 3.0, 0.0, 2.0])
     g = torch.tensor([0, 1, 0, 1])
-    torch.testing.assert_close(L.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5]))
+    torch.testing.assert_close(A.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5]))
 
 
 ON = torch.log(torch.rand(3, 4, generator=torch.Generator().manual_seed(0)) * 0.9 + 0.05) * MASK
@@ -152,7 +153,7 @@ def shared_group(G=4, seed=0, off_policy=False, shared_logratio=0.0):
 
 def shared_token_net(name, off_policy, clip="none", shared_logratio=0.0, **kw):
     new, old, mask, r, grp = shared_group(off_policy=off_policy, shared_logratio=shared_logratio)
-    adv = L.advantages(r, grp, name)
+    adv = A.advantages(r, grp, A.for_loss(name))
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip, **kw)
     return float(c[:, 0].sum()), float(c[:, 0].abs().sum())
 
@@ -196,7 +197,7 @@ def test_first_token_residual_stat():
     assert L.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
     new, old, mask, r, grp = shared_group()
     for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
-        c, _ = coef(name, new, old, L.advantages(r, grp, name), mask, grp)
+        c, _ = coef(name, new, old, A.advantages(r, grp, A.for_loss(name)), mask, grp)
         assert (L.first_token_residual(c, grp) < 1e-6) == expect_zero
 
 
@@ -205,11 +206,11 @@ def test_first_token_residual_stat():
 def test_zero_variance_groups_contribute_nothing_and_are_counted():
     r = torch.tensor([1.0, 1, 1, 0, 1, 0, 0, 0, 0])
     g = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
-    assert L.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
+    assert A.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
     mask = torch.ones(9, 3, dtype=torch.bool)
     new = torch.full((9, 3), -0.5)
     for name in L.LOSSES:
-        adv = L.advantages(r, g, name)
+        adv = A.advantages(r, g, A.for_loss(name))
         c, _ = coef(name, new, new - 0.1, adv, mask, g)
         # positive_only: its advantage is 1[r>0], not group-relative; kl_cov: its
         # |log rho| penalty acts on the selected tokens whatever their advantage
@@ -234,7 +235,7 @@ def batch(seed=1):
 
 def grad_of(name, parts, clip="sym"):
     new, old, mask, r, grp = batch()
-    adv = L.advantages(r, grp, name)
+    adv = A.advantages(r, grp, A.for_loss(name))
     counts = L.step_counts(mask, adv, name, max_len=6)
     new = new.clone().requires_grad_(True)
     for idx in parts:

@@ -9,6 +9,7 @@ import sys
 import pytest
 import torch
 
+import advantage
 import loss as L
 import loss_engines as E
 
@@ -38,11 +39,11 @@ def per_seq(x, mask=MASK):
 
 def test_gpg_advantage_by_hand():
     # alpha = N / #{r != 0} = 3 / 1; A = 3 (r - mu)
-    torch.testing.assert_close(L.advantages(torch.tensor([1.0, 0, 0]), GROUP, "gpg"),
+    torch.testing.assert_close(advantage.advantages(torch.tensor([1.0, 0, 0]), GROUP, "gpg"),
                                torch.tensor([2.0, -1.0, -1.0]))
     # two groups, 4 rollouts, 3 non-zero rewards: alpha = 4/3
     r, g = torch.tensor([1.0, 0, 2, 1]), torch.tensor([0, 0, 1, 1])
-    torch.testing.assert_close(L.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3)
+    torch.testing.assert_close(advantage.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3)
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -113,12 +114,12 @@ def test_cov_scores_and_clip_cov_by_hand():
 
 
 def test_kl_cov_by_hand():
-    # top-1 covariance is (0, 0): it gets + 1.0 |log rho|, c = rho A / 4 - sign(log rho) / 4;
+    # top-1 covariance is (0, 0): it gets + 0.1 |log rho| (verl's ppo_kl_coef), c = rho A / 4 - 0.1 sign(log rho) / 4;
     # no ratio clip, so rho = e^0.5 at (1, 1) keeps rho A / 4
     logr = torch.tensor([[0.1, -0.2], [0.0, 0.5]])
     c, _ = coef("kl_cov", COV_LP, COV_LP - logr, COV_A, COV_M, COV_G)
     expected = logr.exp() * COV_A[:, None] / 4
-    expected[0, 0] -= 0.25
+    expected[0, 0] -= 0.025
     torch.testing.assert_close(c, expected)
     c, _ = coef("kl_cov", COV_LP, COV_LP.detach(), COV_A, COV_M, COV_G)  # on-policy: |0| adds nothing
     torch.testing.assert_close(c, COV_A[:, None].expand(2, 2) / 4)
@@ -226,7 +227,7 @@ CANCELS = {  # regimes in which the table says each row keeps exchangeability (u
 @pytest.mark.parametrize("regime", ["on", "off", "clip"])
 def test_exchangeability_verdict_of_each_row(name, regime):
     tok, mask, grp, new, old, r = verdict_group(regime)
-    adv = L.advantages(r, grp, name)
+    adv = advantage.advantages(r, grp, advantage.for_loss(name))
     clip = ("none", 0.2) if name in L.NO_CLIP else \
         ("higher", 3e-4, 4e-4) if name in ("gspo", "luspo") else ("higher", 0.2, 0.28)
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip[0], **dict(zip(("clip_low", "clip_high"), clip[1:])))
@@ -239,7 +240,7 @@ def test_exchangeability_verdict_of_each_row(name, regime):
 
 def test_switch_verdicts():
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = L.advantages(r, grp, "dapo")
+    adv = advantage.advantages(r, grp, advantage.for_loss("dapo"))
     ref = new - 0.2 * mask
     res = lambda **kw: L.exch_residual(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
                                      adv, tok, mask, grp)
@@ -259,7 +260,7 @@ def test_dfpo_orth_cancels_whole_group_tokens_only():
     """Adv-Orthogonal makes sum_i A_i w~_i = 0 over the group, so the first token cancels,
     but w~ differs between rollouts: a prefix that only part of the group shares does not."""
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = L.advantages(r, grp, "dfpo_orth")
+    adv = advantage.advantages(r, grp, advantage.for_loss("dfpo_orth"))
     c, _ = coef("dfpo_orth", new, old, adv, mask, grp)
     assert abs(float(c[:, 0].sum())) < 1e-6 and L.first_token_residual(c, grp) < 1e-6
     assert L.exch_residual(c, adv, tok, mask, grp) > 1e-3
@@ -267,7 +268,7 @@ def test_dfpo_orth_cancels_whole_group_tokens_only():
 
 def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
     tok, mask, grp, new, old, r = verdict_group("on")
-    adv = L.advantages(r, grp, "clip_cov")
+    adv = advantage.advantages(r, grp, advantage.for_loss("clip_cov"))
     hi = new.clone()
     hi[:, 0] = -0.01          # the shared first token far above the mean log pi: cov > 1 for A > 0
     hi[mask & (torch.arange(6) > 0)] = -3.0
@@ -280,16 +281,32 @@ def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
 # ----------------------------------------------------------------------------- scoreboard
 
 def test_scoreboard_quick_mode(tmp_path, capsys):
+    """Every loss x estimator and every switch row, each measured against its
+    prediction; the quick board agrees with the tables everywhere."""
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     import scoreboard
     data = scoreboard.main(["--quick", f"--out={tmp_path}"])
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
-    assert set(L.LOSSES) <= set(saved["summary"]) and saved["regimes"] == list(scoreboard.REGIMES)
+    grid = {f"{l} · {e}" for l in L.LOSSES for e in advantage.ESTIMATORS}
+    assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(scoreboard.REGIMES)
     for row in saved["summary"].values():
         for cell in row.values():
-            assert cell["predicted"] in ("0", ">0") and 0 <= cell["exch_residual"] <= 1
-    assert "scoreboard:" in capsys.readouterr().out
+            assert cell["exch_predicted"] in ("0", ">0") and 0 <= cell["exch_residual"] <= 1
+    assert saved["mismatches"] == []
+    assert "0 mismatches" in capsys.readouterr().out
+
+
+def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
+    """The board can fail: claim that grpo's 1/L_i weights are exchangeable, and that
+    reinforce_plus_plus is centred, and the measurements disagree."""
+    sys.path.insert(0, os.path.join(ROOT, "experiments"))
+    import scoreboard
+    monkeypatch.setitem(scoreboard.CANCELS, "grpo", set(scoreboard.REGIMES))
+    monkeypatch.setattr(advantage, "CENTRED", advantage.CENTRED + ("reinforce_plus_plus",))
+    board = scoreboard.score(["grpo · grpo", "dapo · reinforce_plus_plus"], 3)
+    assert not board["grpo · grpo"]["on-policy"]["exch_match"]
+    assert not board["dapo · reinforce_plus_plus"]["on-policy"]["whole_match"]
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -314,5 +331,114 @@ def test_bad_switches_are_one_line_errors(argv, msg):
 @pytest.mark.parametrize("name", L.NO_CLIP)
 def test_objectives_without_a_ratio_clip_default_to_clip_none(name):
     from config import parse_args
-    assert parse_args([f"--loss={name}"]).clip == "none"
+    extra = ["--dro_beta=0.1"] if name == "dro" else []
+    assert parse_args([f"--loss={name}"] + extra).clip == "none"
     assert parse_args(["--loss=grpo"]).clip == "sym"
+
+
+# ----------------------------------------------------------------------------- dppo, dro (verl)
+
+def test_dppo_tv_by_hand():
+    # two tokens, A = +1, -1; pi_old = 0.5 everywhere; thresholds eps = 0.2 (clip=sym).
+    # row 0 (A > 0): pi = 0.6 (+0.1: kept), 0.8 (+0.3 > 0.2: masked)
+    # row 1 (A < 0): pi = 0.2 (-0.3 < -0.2: masked), 0.45 (kept)
+    new = torch.tensor([[0.6, 0.8], [0.2, 0.45]]).log()
+    old = torch.full((2, 2), 0.5).log()
+    a, m, g = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.long)
+    c, st = coef("dppo_tv", new, old, a, m, g, clip="sym")
+    rho = new.exp() / 0.5
+    torch.testing.assert_close(c, torch.tensor([[rho[0, 0] / 4, 0.0], [0.0, -rho[1, 1] / 4]]))
+    assert st["clip_frac"] == 0.5
+    c, _ = coef("dppo_tv", new, old, a, m, g, clip="sym", dual_clip=1.1)  # the IS weight capped at 1.1
+    torch.testing.assert_close(c, torch.tensor([[1.1 / 4, 0.0], [0.0, -0.9 / 4]]))
+
+
+def test_dppo_kl_by_hand():
+    # binary KL(0.5 || p) = 0.5 ln(0.5/p) + 0.5 ln(0.5/(1-p)): p = 0.6 -> 0.0204, p = 0.8 -> 0.2231
+    assert float(E.binary_kl(torch.tensor(0.5), torch.tensor(0.6))) == pytest.approx(
+        0.5 * math.log(0.5 / 0.6) + 0.5 * math.log(0.5 / 0.4), abs=1e-6)
+    new = torch.tensor([[0.6, 0.8], [0.2, 0.45]]).log()
+    old = torch.full((2, 2), 0.5).log()
+    a, m, g = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.long)
+    # eps = 0.1: (0,0) KL 0.020 kept; (0,1) KL 0.223 with pi > pi_old masked; (1,0) KL(0.5||0.2) = 0.223,
+    # pi < pi_old masked for A < 0; (1,1) KL 0.005 kept
+    c, _ = coef("dppo_kl", new, old, a, m, g, clip="sym", clip_low=0.1)
+    rho = new.exp() / 0.5
+    torch.testing.assert_close(c, torch.tensor([[rho[0, 0] / 4, 0.0], [0.0, -rho[1, 1] / 4]]))
+    # A > 0 with pi below pi_old is always kept, however far
+    c, _ = coef("dppo_kl", torch.tensor([[0.05]]).log(), old[:1, :1], a[:1], m[:1, :1], g[:1], clip="sym",
+                clip_low=0.1)
+    torch.testing.assert_close(c, torch.tensor([[0.1]]))
+
+
+def test_dro_by_hand():
+    # c = (A - beta log rho) / sum L, token-mean over the 9 tokens
+    c, _ = coef("dro", ON, OLD, A, dro_beta=0.5)
+    torch.testing.assert_close(c, (per_seq(A) - 0.5 * LOGR * MASK) / 9)
+    c, _ = coef("dro", ON, ON.detach(), A, dro_beta=0.5)  # on-policy: the plain policy gradient
+    torch.testing.assert_close(c, per_seq(A) / 9)
+
+
+# ----------------------------------------------------------------------------- switches
+
+@pytest.mark.parametrize("kind,grad", [("k1", lambda d: torch.ones_like(d)), ("k2", lambda d: d),
+                                       ("k3", lambda d: 1 - torch.exp(-d)), ("abs", torch.sign),
+                                       ("k1+", lambda d: d), ("k3+", lambda d: d), ("abs+", lambda d: d)])
+def test_kl_estimators_value_and_gradient_by_hand(kind, grad):
+    d = torch.tensor([-0.4, -0.1, 0.3, 0.7])
+    lp = d.clone().requires_grad_(True)
+    val = E.kl_penalty(lp, torch.zeros(4), kind)
+    base = kind.rstrip("+")
+    expected = {"k1": d, "k2": d ** 2 / 2, "k3": torch.exp(-d) + d - 1, "abs": d.abs()}[base]
+    torch.testing.assert_close(val.detach(), expected)
+    val.sum().backward()
+    torch.testing.assert_close(lp.grad, grad(d))
+
+
+def test_beta_takes_the_estimator_and_the_objective_aggregation():
+    ref = ON + 0.2 * MASK  # log pi - log pi_ref = -0.2 on every token
+    c0, _ = coef("dapo", ON, ON.detach(), A, clip="sym")
+    c, st = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logp=ref, kl_loss_type="k1")
+    torch.testing.assert_close(c, c0 - 0.5 * MASK.float() / 9)  # k1: -beta * norm on every token
+    c, _ = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logp=ref, kl_loss_type="k2")
+    torch.testing.assert_close(c, c0 + 0.5 * 0.2 * MASK.float() / 9)  # k2: -beta d norm, d = -0.2
+    assert st["kl_ref"] == pytest.approx(-0.2)
+
+
+@pytest.mark.parametrize("agg,norm", [("token-mean", lambda: torch.full((3,), 1 / 9)),
+                                      ("token-sum", lambda: torch.ones(3)),
+                                      ("seq-mean-token-sum", lambda: torch.full((3,), 1 / 3)),
+                                      ("seq-mean-token-mean", lambda: 1 / (3 * LENS)),
+                                      ("seq-mean-token-sum-norm", lambda: torch.full((3,), 1 / 12))])
+def test_agg_modes_by_hand(agg, norm):
+    # on-policy, no clip: c = A * norm_i; L_max = 4 (the mask's width)
+    c, _ = coef("grpo", ON, ON.detach(), A, agg=agg)
+    torch.testing.assert_close(c, per_seq(A * norm()))
+
+
+def test_entropy_keep_by_hand():
+    # 8 tokens, entropies 0.1..0.8; q = 0.25 keeps those >= the 0.75 quantile = 0.625 (linear): 0.7, 0.8
+    h = torch.arange(1, 9, dtype=torch.float).reshape(2, 4) / 10
+    m = torch.ones(2, 4, dtype=torch.bool)
+    torch.testing.assert_close(E.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1.0]]))
+    assert bool(E.entropy_keep(h, m, 1.0).all())
+    m[1, 3] = False  # a masked token is never kept, nor counted: 7 tokens, 0.75 quantile = 0.55
+    torch.testing.assert_close(E.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0.0]]))
+
+
+def test_off_policy_keep_by_hand():
+    # mean_t log(pi_old/pi): row 0 = 0.3 (A < 0: dropped at delta 0.2), row 1 = 0.3 (A > 0: kept),
+    # row 2 = 0.1 (A < 0, below delta: kept)
+    new = torch.zeros(3, 2)
+    old = torch.tensor([[0.2, 0.4], [0.3, 0.3], [0.1, 0.1]])
+    keep = E.off_policy_keep(new, old, torch.ones(3, 2, dtype=torch.bool), torch.tensor([-1.0, 1.0, -1.0]), 0.2)
+    torch.testing.assert_close(keep.float(), torch.tensor([[0, 0], [1, 1], [1, 1.0]]))
+
+
+def test_keep_stops_the_policy_gradient_of_dropped_tokens_only():
+    keep = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 1]], dtype=torch.bool)
+    for name in ("grpo", "dapo", "cispo", "dfpo_min", "vespo"):
+        c0, _ = coef(name, ON, OLD, A, clip="none")
+        c, st = coef(name, ON, OLD, A, clip="none", keep=keep & MASK)
+        torch.testing.assert_close(c, c0 * (keep & MASK).float())
+        assert st["kept_frac"] == pytest.approx(6 / 9)

@@ -4,7 +4,7 @@ import dataclasses
 import pytest
 import torch
 
-import loss as L
+import advantage as A
 import probes as P
 import toy_tasks
 from sampler import sample
@@ -14,7 +14,7 @@ from toy_tasks import EOS, PAD, encode
 
 def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
     model, b = tiny_model(), hand_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     coef = P.token_coefficients(model, b, adv)
     lr = 1e-2
     ct = P.coupling_terms(model, b, coef, lr)
@@ -28,7 +28,7 @@ def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
 
 def test_head_only_update_moves_only_the_head():
     model, b = tiny_model(), hand_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     new = P.one_update(model, b, adv, "adam", 1e-3, params="head")
     for (n, p), q in zip(model.named_parameters(), new.parameters()):
         assert torch.equal(p, q) == (n != "lm_head.weight"), n
@@ -36,7 +36,7 @@ def test_head_only_update_moves_only_the_head():
 
 def test_coupling_summary_shares_and_same_token_alpha():
     model, b = tiny_model(), hand_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     ct = P.coupling_terms(model, b, P.token_coefficients(model, b, adv), 1.0)
     s = P.coupling_summary(ct, adv[:, None].expand_as(b["mask"])[b["mask"]])
     assert s["mass_same"] + s["mass_diff"] == pytest.approx(1.0)
@@ -47,7 +47,7 @@ def test_coupling_summary_shares_and_same_token_alpha():
 
 def test_masked_closed_form_twin_matches_masked_head_step():
     model, b = tiny_model(), hand_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     m = b["mask"]
     lr = 1e-2
     d = P.masked_update_deltas(model, b, adv, lr, params="head")
@@ -68,7 +68,7 @@ def test_masked_sweep_equals_separate_sgd_steps():
     """The linear route (one gradient per class, theta + lr (G - G_drop)) against
     separate one_update steps with the removed coefficients zeroed, at two lrs."""
     model, b = tiny_model(), hand_batch()
-    adv = L.advantages(b["rewards"], b["group"])
+    adv = A.advantages(b["rewards"], b["group"])
     m, tok = b["mask"], b["tokens"]
     sgn = torch.sign(adv)[:, None].expand_as(tok)
     coef = P.token_coefficients(model, b, adv)

@@ -34,8 +34,9 @@ def test_every_loss_and_clip_runs_an_rl_step(tmp_path, loss, clip):
         with pytest.raises(CliError, match="has no ratio clip"):
             parse_args([f"--loss={loss}", f"--clip={clip}"])
         return
+    extra = ["--dro_beta=0.1"] if loss == "dro" else []
     _, summary = run_main(tmp_path, f"--loss={loss}", f"--clip={clip}", "--minibatches=2",
-                          "--batching=query", "--rl_steps=1", "--sft_steps=1")
+                          "--batching=query", "--rl_steps=1", "--sft_steps=1", *extra)
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
     for key in ("clip_frac", "seq_ratio", "first_token_residual", "zero_var", "mb_pos", "mb_neg",
                 "groups_split", "token_spread", "eval_acc"):
@@ -195,3 +196,30 @@ def test_bf16_autocast_path_runs_on_cpu(tmp_path):
         low = completion_logprobs(model, prompts, tokens, mask, T.PAD)
     assert low.dtype == torch.float32
     torch.testing.assert_close(low, ref, atol=0.1, rtol=0.05)
+
+
+@pytest.mark.parametrize("flags", [["--agg=token-sum"], ["--beta=0.1", "--kl_loss_type=k1"],
+                                   ["--top_entropy_quantile=0.5", "--minibatches=2"],
+                                   ["--off_policy_mask_threshold=0.01", "--minibatches=2", "--epochs=2"],
+                                   ["--loss=dppo_kl", "--dual_clip=3"], ["--loss=dro", "--dro_beta=0.5"]])
+def test_engine_switches_run(tmp_path, flags):
+    run_main(tmp_path, "--rl_steps=1", "--sft_steps=1", *flags)
+    rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
+    selecting = any(f.startswith(("--top_entropy", "--off_policy")) for f in flags)
+    assert ("kept_frac" in rl) == selecting and rl.get("kept_frac", 1.0) <= 1.0
+    if "--top_entropy_quantile=0.5" in flags:
+        assert 0.3 < rl["kept_frac"] < 0.7
+
+
+@pytest.mark.parametrize("flags,msg", [(["--kl_loss_type=k1"], "needs --beta"),
+                                       (["--loss=sapo", "--agg=token-sum"], "defines its own aggregation"),
+                                       (["--loss=dro"], "needs --dro_beta"),
+                                       (["--dro_beta=0.1"], "applies to it only"),
+                                       (["--loss=gspo", "--top_entropy_quantile=0.5"], "one ratio per sequence"),
+                                       (["--top_entropy_quantile=1.5"], "fraction"),
+                                       (["--off_policy_mask_threshold=-1"], "0 \\(off\\) or positive"),
+                                       (["--agg=mean"], "unknown aggregation"),
+                                       (["--kl_loss_type=k4", "--beta=0.1"], "unknown kl_loss_type")])
+def test_engine_switches_refuse_what_cannot_apply(flags, msg):
+    with pytest.raises(CliError, match=msg):
+        parse_args(flags)

@@ -1,0 +1,165 @@
+"""advantage.py: advantage estimators, the first half of every objective (``--adv``).
+
+What it teaches
+---------------
+A critic-free objective turns one reward r_i per completion into one advantage
+A_i per completion, and every token of the completion carries it. A token that
+every rollout of a group emits after the same history gets the coefficient
+sum_i w_i A_i (loss.py). With equal weights w_i = w this is w * sum_i A_i, so the
+copies cancel only if the advantages are **centred** inside the group:
+
+    sum_{i in g} A_i = 0.
+
+Equal weights (gradient exchangeability, loss.py) and centred advantages are two
+separate conditions; the engines let you choose them separately (verl's
+``adv_estimator``, TRL's ``scale_rewards``), and so does ``--adv`` here. An
+estimator that is not centred gives a shared token a net push of w * sum_i A_i
+even under exchangeable weights; tests/test_advantage.py checks each row of the
+``centred?`` column on random groups, both ways.
+
+Notation: mu_g and sigma_g = mean and sample sd (Bessel) of group g's rewards;
+mean_B, sd_B = the same over the whole rollout batch (every group, every
+process); L_i = completion length; b_g = the reward of the greedy completion of
+prompt g; eps = 1e-6 (TRL uses 1e-4 where it divides by a sd).
+This table is the one home of these facts; THEORY.md shows it verbatim
+(tests/test_docs.py checks the copy):
+
+<!-- estimators -->
+| `--adv` | A_i | centred? | upstream |
+|---|---|---|---|
+| `grpo` | (r_i - mu_g)/(sigma_g + eps) | yes | verl `grpo`; TRL `scale_rewards="group"` |
+| `dr_grpo` | r_i - mu_g | yes | verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"` |
+| `grpo_batch_std` | (r_i - mu_g)/(sd_B + eps) | yes | TRL `scale_rewards="batch"` |
+| `rloo` | r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g) | yes | verl `rloo` |
+| `gpg` | alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch | yes | verl `gpg` |
+| `batch_whiten` | (r_i - mean_B)/(sd_B + eps), one count per sequence | no: the batch mean replaces mu_g | (batch normalisation) |
+| `reinforce_plus_plus` | (r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch | no: a batch, length-weighted baseline | verl `reinforce_plus_plus` |
+| `reinforce_plus_plus_baseline` | (x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch | no: centred, then shifted by m | verl `reinforce_plus_plus_baseline` |
+| `remax` | r_i - b_g | no (with 0/1 rewards every group is one-signed) | verl `remax` |
+| `opo` | r_i - sum_j L_j r_j / sum_j L_j (j in g) | no, unless the lengths are equal | verl `opo` |
+| `grpo_passk` | (r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest | no: A >= 0 | verl `grpo_passk` |
+| `positive_only` | 1[r_i > 0] | no: A >= 0 | (rejection sampling) |
+<!-- /estimators -->
+
+``--adv=auto`` (the default) takes the estimator each ``--loss`` has always used
+(``DEFAULT``), so every command written before ``--adv`` existed gives the same
+numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with gamma = 1
+and no KL in the reward, where every token of a completion has the return r_i.
+``remax`` needs one greedy completion per prompt, which sampler.rollouts draws
+(``baseline``). ``grpo_passk`` follows verl: the first of equal maxima is "the
+best", so a group with two or more correct answers gets A = 0 everywhere.
+"""
+
+import torch
+
+ESTIMATORS = ("grpo", "dr_grpo", "grpo_batch_std", "rloo", "gpg", "batch_whiten", "reinforce_plus_plus",
+              "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "positive_only")
+CENTRED = ("grpo", "dr_grpo", "grpo_batch_std", "rloo", "gpg")
+ONE_SIGNED = ("grpo_passk", "positive_only")  # A >= 0 whatever the rewards
+# --adv=auto: each --loss's own estimator (loss.py's table, "advantage A_i" column)
+DEFAULT = {"dr_grpo": "dr_grpo", "dfpo_min": "dr_grpo", "dfpo_orth": "dr_grpo", "rloo": "rloo",
+           "gpg": "gpg", "positive_only": "positive_only"}
+
+
+def for_loss(loss):
+    """The estimator ``--adv=auto`` picks for ``--loss=loss``."""
+    return DEFAULT.get(loss, "grpo")
+
+
+def compact(group):
+    """Group ids -> 0..K-1 (so any labels work, also a subset of a batch)."""
+    return torch.unique(group, return_inverse=True)[1]
+
+
+def group_sum(x, group):
+    """Sum of x over the members of each row's group, broadcast back to rows."""
+    g = compact(group)
+    return torch.zeros(int(g.max()) + 1, dtype=x.dtype, device=x.device).index_add_(0, g, x)[g]
+
+
+def group_mean(x, group):
+    """Mean of x over the members of each row's group, and the group's size, per row."""
+    n = group_sum(torch.ones_like(x), group)
+    return group_sum(x, group) / n, n
+
+
+def group_std(x, group):
+    """Sample (Bessel-corrected) sd of x inside each row's group, as TRL and verl."""
+    mu, n = group_mean(x, group)
+    var, _ = group_mean((x - mu) ** 2, group)
+    return (var * n / (n - 1)).sqrt()
+
+
+def _token_whiten(x, lengths):
+    """verl's masked_whiten of a per-sequence value repeated on each of its L_i
+    tokens: mean and (Bessel) variance over the batch's tokens, rsqrt(var + 1e-8)."""
+    w = lengths.to(x.dtype)
+    n = w.sum()
+    m = (w * x).sum() / n
+    v = (w * (x - m) ** 2).sum() / n * n / (n - 1)
+    return (x - m) * torch.rsqrt(v + 1e-8)
+
+
+def advantages(rewards, group, estimator="grpo", lengths=None, baseline=None, eps=1e-6):
+    """Per-sequence advantages A_i [N] (the table above) of one whole rollout batch.
+
+    rewards [N], group [N] ids; lengths [N] completion lengths (``opo`` and the
+    ``reinforce_plus_plus`` rows need them); baseline [N] the greedy reward of
+    each row's prompt (``remax``). Batch statistics are over the rows given:
+    pass the whole batch, every process's (train.py does)."""
+    r = rewards.float()
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+    if estimator in ("opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline") and lengths is None:
+        raise ValueError(f"--adv={estimator} needs the completion lengths")
+    if estimator == "remax" and baseline is None:
+        raise ValueError("--adv=remax needs the greedy baseline reward of every row")
+    mu, n = group_mean(r, group)
+    if estimator == "positive_only":
+        return (r > 0).float()
+    if estimator == "dr_grpo":
+        return r - mu
+    if estimator == "grpo":
+        return (r - mu) / (group_std(r, group) + eps)
+    if estimator == "grpo_batch_std":
+        return (r - mu) / (r.std() + eps)
+    if estimator == "rloo":
+        return (r - mu) * n / (n - 1)
+    if estimator == "gpg":  # verl: alpha = N / #{r != 0} over the batch (f_norm = 1)
+        return (r - mu) * len(r) / max(int((r != 0).sum()), 1)
+    if estimator == "batch_whiten":
+        return (r - r.mean()) / (r.std() + eps)
+    if estimator == "reinforce_plus_plus":
+        return _token_whiten(r, lengths)
+    if estimator == "reinforce_plus_plus_baseline":
+        return _token_whiten(r - mu, lengths)
+    if estimator == "remax":
+        return r - baseline.float()
+    if estimator == "opo":
+        L = lengths.to(r.dtype)
+        return r - group_sum(L * r, group) / group_sum(L, group)
+    # grpo_passk: the group's first best gets (r_max - r_2nd) / (sigma_g + eps), the rest 0
+    g = compact(group)
+    out = torch.zeros_like(r)
+    sigma = group_std(r, group)
+    for k in range(int(g.max()) + 1):
+        idx = torch.nonzero(g == k).flatten()
+        top = torch.topk(r[idx], 2)
+        best = idx[int(torch.argmax(r[idx]))]
+        out[best] = (top.values[0] - top.values[1]) / (sigma[best] + eps)
+    return out
+
+
+def zero_variance_fraction(rewards, group):
+    """Fraction of groups whose rewards are all equal (no within-group signal)."""
+    g = compact(group)
+    K = int(g.max()) + 1
+    hi = torch.full((K,), -float("inf")).scatter_reduce(0, g, rewards.float(), "amax")
+    lo = torch.full((K,), float("inf")).scatter_reduce(0, g, rewards.float(), "amin")
+    return float((hi == lo).float().mean())
+
+
+def group_sums(adv, group):
+    """sum_{i in g} A_i for each group (0 for every group iff the estimator is centred here)."""
+    g = compact(group)
+    return torch.zeros(int(g.max()) + 1, dtype=adv.dtype).index_add_(0, g, adv)
