@@ -30,8 +30,13 @@
   ``generate`` (``GPT2LMHeadModel``, the same sizes, random weights, KV cache
   on, temperature-1 sampling, the same 16 prompts x 8 completions x 32 new
   tokens with no early stop), timed interleaved in one process;
-  ``speedup`` = HF seconds / ours. Skipped with a note when transformers is
-  not installed (it is not a dependency: ``pip install transformers``).
+  ``speedup`` = HF seconds / ours. ``matmul_floor_s`` times our sampler's
+  linear layers alone (the same shapes: the prompt once per group, then
+  32 - 1 decode steps of 128 rows): no fp32 sampler that does this arithmetic
+  can be faster, so ``hf_over_floor`` = HF seconds / floor is the largest
+  speedup over ``generate`` any such sampler could reach. Skipped with a note
+  when transformers is not installed (it is not a dependency:
+  ``pip install transformers``).
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -198,16 +203,29 @@ def bench_hf(model, P, device, size):
         return hf.generate(ids, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=T,
                            min_new_tokens=T, num_return_sequences=G, use_cache=True, pad_token_id=PAD,
                            eos_token_id=None)
-    ours(), theirs()  # warm-up
-    a, b = [], []
-    for _ in range(P["repeats"]):  # interleaved: both see the same machine state
+    lin = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    xp = [torch.randn(len(prompts) * ids.shape[1], m.in_features, device=device) for m in lin]
+    xd = [torch.randn(len(prompts) * G, m.in_features, device=device) for m in lin]
+
+    @torch.no_grad()
+    def floor():  # our sampler's matmuls alone: the prompt once per group, T - 1 decode steps of B x G rows
+        for m, x in zip(lin, xp):
+            torch.nn.functional.linear(x, m.weight, m.bias)
+        for _ in range(T - 1):
+            for m, x in zip(lin, xd):
+                torch.nn.functional.linear(x, m.weight, m.bias)
+    ours(), theirs(), floor()  # warm-up
+    a, b, c = [], [], []
+    for _ in range(P["repeats"]):  # interleaved: all three see the same machine state
         a.append(timed(ours, device)[0])
         b.append(timed(theirs, device)[0])
+        c.append(timed(floor, device)[0])
     out = theirs()
     assert out.shape == (P["prompts"] * G, ids.shape[1] + T), "generate stopped early"
-    ka, kb = statistics.median(a), statistics.median(b)
-    return {"name": "hf_generate", "ours_s": ka, "hf_s": kb, "speedup": kb / ka,
-            "rollouts": P["prompts"] * G, "new_tokens": T}
+    ka, kb, kc = statistics.median(a), statistics.median(b), statistics.median(c)
+    return {"name": "hf_generate", "ours_s": ka, "hf_s": kb, "speedup": kb / ka, "matmul_floor_s": kc,
+            "floor_share_of_ours": kc / ka, "hf_over_floor": kb / kc, "rollouts": P["prompts"] * G,
+            "new_tokens": T}
 
 
 def bench_update(model, batch, P, peak, device):
@@ -326,7 +344,7 @@ def ddp_worker(P, device, size):
     rec = ddp_steps(P, device, size)
     if rank == 0:
         print(json.dumps(rec), flush=True)
-    dist.destroy_process_group()
+    D.teardown(clean=True)  # a barrier, then leave the group: no collective left in flight
 
 
 def bench_ddp(P, device, size, quick):
@@ -418,3 +436,4 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
+    D.finish_worker()  # a torchrun worker leaves at once: gloo's threads and the GIL can deadlock at exit
