@@ -37,8 +37,9 @@ at the last step, of ``query``, ``balanced`` and ``sign`` minus ``shuffle``.
 [P2] predicts < 0 for query and balanced (a group's positives and negatives
 meet in one step, so shared tokens cancel) and > 0 for sign. The unsigned
 drift is used because blocked cancellation makes the log-odds random-walk
-further in either direction; the signed drift has a 1/L_i push of its own
-(chain_style) that no scheduler changes to first order.
+further in either direction; the signed drift moves away from restating
+under grpo and dr_grpo alike (chain_style), for reasons no scheduler is
+predicted to change.
 Secondary: held-out accuracy averaged over the last 3 evaluations, the same
 pairs (predicted > 0 for query and balanced, < 0 for sign); signed restate
 drift (predicted about 0).

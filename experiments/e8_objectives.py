@@ -34,8 +34,9 @@ token cancels; E7 is about the cut), B = 4 prompts x G = 8, the ratio clip
 arms (Adam's step is invariant to the constant factors by which the
 objectives' losses differ), ``--diagnostics``.
 
-Clip and lr were fixed on stability alone, before any run on seeds 0-9. The
-first quick run (seed 0, no clip, lr 1e-4) collapsed: greedy accuracy 0.72 ->
+Clip and lr were fixed on stability alone, on probe seeds 10 and 11, before
+the full run on seeds 0-9. One earlier quick run, on seed 0 (no clip, lr 1e-4),
+prompted the rule: it collapsed: greedy accuracy 0.72 ->
 0.43 under grpo and -> 0.05 under dfpo_min (mean of the last 3 evaluations),
 so it would have compared the drift of broken policies. The rule, written
 down before probing: on probe seeds 10 and 11 (not evaluation seeds), 600 RL

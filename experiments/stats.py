@@ -8,18 +8,21 @@
   80 % power, (t_{0.975, n-1} + z_{0.8}) sd / sqrt(n); ``seeds_needed`` inverts it;
 * ``contrast``: a primary or secondary contrast (paired, with the predicted
   sign); ``verdict``: agree / contradict / inconclusive against a margin fixed
-  before the run; ``print_contrasts``, ``ci`` and ``fmt`` for tables.
+  before the run; ``print_contrasts``, ``ci`` and ``fmt`` for tables;
+* ``p_value(c)``: the two-sided paired-t p of a contrast, 2 (1 - F_{n-1}(|t|)),
+  t = diff / (sd / sqrt(n)); ``holm(ps)``: Holm's step-down adjustment of a
+  family of p-values, p_(k) -> max_{j <= k} min(1, (m - j + 1) p_(j)), which
+  keeps the family-wise error at 5 % when the adjusted p is read against 0.05.
 """
 
 import math
 
 
-def t_quantile(df, q=0.975):
-    """Quantile of Student's t with df degrees of freedom, computed exactly from
-    its CDF (regularised incomplete beta, by Lentz's continued fraction) and
-    bisection: no scipy. t_quantile(2) = 4.3027, t_quantile(9) = 2.2622."""
+def t_cdf(t, df):
+    """CDF of Student's t with df degrees of freedom, exactly, from the
+    regularised incomplete beta (Lentz's continued fraction): no scipy."""
     if df < 1:
-        raise ValueError(f"t_quantile needs df >= 1, got {df}")
+        raise ValueError(f"t_cdf needs df >= 1, got {df}")
 
     def betacf(a, b, x):
         tiny, c, d = 1e-300, 1.0, 1.0 - (a + b) * x / (a + 1)
@@ -43,15 +46,42 @@ def t_quantile(df, q=0.975):
             return math.exp(lbt) * betacf(a, b, x) / a
         return 1.0 - math.exp(lbt) * betacf(b, a, 1 - x) / b
 
-    def cdf(t):
-        tail = 0.5 * ibeta(df / 2, 0.5, df / (df + t * t))
-        return 1.0 - tail if t > 0 else tail
+    tail = 0.5 * ibeta(df / 2, 0.5, df / (df + t * t))
+    return 1.0 - tail if t > 0 else tail
 
+
+def t_quantile(df, q=0.975):
+    """Quantile of Student's t with df degrees of freedom, by bisection on
+    ``t_cdf``. t_quantile(2) = 4.3027, t_quantile(9) = 2.2622."""
+    if df < 1:
+        raise ValueError(f"t_quantile needs df >= 1, got {df}")
     lo, hi = 0.0, 1e4
     for _ in range(200):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if cdf(mid) < q else (lo, mid)
+        lo, hi = (mid, hi) if t_cdf(mid, df) < q else (lo, mid)
     return (lo + hi) / 2
+
+
+def p_value(c):
+    """Two-sided paired-t p of a contrast (``paired``/``contrast``); None with
+    fewer than 2 pairs; 0.0 when every difference is the same non-zero number."""
+    n, d, sd = c.get("n") or 0, c.get("diff"), c.get("sd")
+    if n < 2 or d is None or sd is None or sd != sd:
+        return None
+    if sd == 0:
+        return 1.0 if d == 0 else 0.0
+    return 2.0 * (1.0 - t_cdf(abs(d) / (sd / math.sqrt(n)), n - 1))
+
+
+def holm(ps):
+    """Holm's step-down adjusted p-values of a family, in the order given (None
+    stays None and does not count in the family size)."""
+    idx = sorted((i for i, p in enumerate(ps) if p is not None), key=lambda i: ps[i])
+    m, out, running = len(idx), list(ps), 0.0
+    for j, i in enumerate(idx):
+        running = max(running, min(1.0, (m - j) * ps[i]))
+        out[i] = running
+    return out
 
 
 def mean_ci(xs):
