@@ -402,6 +402,8 @@ def main(argv):
     opts = parse(argv)
     P, device = (QUICK if opts["quick"] else FULL), opts["device"]
     if opts["ddp_worker"]:
+        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+            raise CliError("--ddp_worker is internal: bench.py starts it under torchrun; run python bench.py --ddp")
         return ddp_worker(P, device, P["sizes"][0])
     out = open(opts["out"], "w") if opts["out"] else None
     peak = matmul_peak(P, device)

@@ -45,6 +45,9 @@ def parse_problem(task_name, prompt):
     return tuple(int(p) for p in parts)
 
 
+MEMORY_LIMIT = 4 * 2 ** 30  # bytes one call may ask for
+
+
 def main(cfg):
     if not cfg.init_from:
         raise CliError("--init_from=CKPT is required")
@@ -74,6 +77,11 @@ def main(cfg):
         raise CliError(f"prompt is too long for this model (block_size={model.cfg.block_size})")
     gen = torch.Generator().manual_seed(cfg.seed)
     n = 1 if cfg.temperature == 0 else cfg.num_samples
+    c = model.cfg  # the KV cache and the logits of every row, twice for temporaries
+    need = 2 * len(ids) * n * (2 * c.n_layer * c.block_size * c.n_embd + c.block_size * c.n_out) * 4
+    if need > MEMORY_LIMIT:
+        raise CliError(f"{len(ids)} prompts x {n} samples would need about {need / 2 ** 30:.1f} GiB "
+                       f"(limit {MEMORY_LIMIT / 2 ** 30:.0f} GiB); ask for fewer")
     try:
         out = sample(model, ids, n, task.max_new_tokens, cfg.temperature, generator=gen)
     except FloatingPointError as e:

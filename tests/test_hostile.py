@@ -181,6 +181,10 @@ PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
     ("see.py", ["--init_from={d}/ckpt.pt", "--out={d}/nowhere/see.png"], "does not exist"),
     ("experiments/scoreboard.py", [f"--seeds={2 ** 64}", "--out={d}/sb"], "out of range"),
     ("experiments/e8_objectives.py", ["--quick", "--group_size=1", "--out={d}/e8"], "at least 2 completions"),
+    ("sample.py", ["--init_from={d}/ckpt.pt", "--num_prompts=4096", "--num_samples=4096", "--temperature=1"],
+     "GiB"),
+    ("bench.py", ["--ddp_worker"], "internal"),
+    ("experiments/multiplicity.py", ["--results={d}/nowhere"], "no such folder"),
 ]
 
 
