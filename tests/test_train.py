@@ -30,11 +30,11 @@ def read_metrics(path):
 @pytest.mark.parametrize("loss", L.LOSSES)
 @pytest.mark.parametrize("clip", L.CLIPS)
 def test_every_loss_and_clip_runs_an_rl_step(tmp_path, loss, clip):
+    extra = ["--dro_beta=0.1"] if loss == "dro" else []
     if loss in L.NO_CLIP and clip != "none":  # no ratio clip to apply: a one-line error
         with pytest.raises(CliError, match="has no ratio clip"):
-            parse_args([f"--loss={loss}", f"--clip={clip}"])
+            parse_args([f"--loss={loss}", f"--clip={clip}", *extra])
         return
-    extra = ["--dro_beta=0.1"] if loss == "dro" else []
     _, summary = run_main(tmp_path, f"--loss={loss}", f"--clip={clip}", "--minibatches=2",
                           "--batching=query", "--rl_steps=1", "--sft_steps=1", *extra)
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
