@@ -71,9 +71,8 @@ Switches that add to any row (each off by default):
 | switch          | adds to c_{i,t}                                | exchangeability                      |
 |-----------------|------------------------------------------------|--------------------------------------|
 | dual_clip=C     | 0 where A < 0 and rho > C (verl clip_ratio_c,  | token PPO losses only; a shared (h,a)|
-|                 |   TRL delta); dppo: sg(min(rho, C)) instead    |                                      |
-|                 |                                                | with rho > C loses *every* copy (A>0 |
-|                 |                                                | ones are cut by 1+eps_high already): |
+|                 |   TRL delta); for dppo, its IS weight is       | with rho > C loses *every* copy (A>0 |
+|                 |   sg(min(rho, C)) instead                      | ones are cut by 1+eps_high already): |
 |                 |                                                | 0 = 0, nothing left to break; for    |
 |                 |                                                | 1+eps_high < rho < C it stays broken |
 | beta            | -beta (1 - pi_ref/pi) * norm_i   (k3, against  | no: every copy of (h,a) gets the same|
@@ -82,12 +81,12 @@ Switches that add to any row (each off by default):
 | entropy_coef=e  | nothing on c: -e grad H(pi(.|h)) / sum L at    | the same reward-free push at every   |
 |                 |   every history h of the step                  | copy of h; it never cancels, and     |
 |                 |                                                | exch_residual (on c) does not see it |
-| kl_loss_type=k  | beta's estimator: k1, k2, k3 (default), abs, | k3's verdict, for every k (k1 adds   |
+| kl_loss_type=k  | beta's estimator: k1, k2, k3 (default), abs,   | k3's verdict, for every k (k1 adds   |
 |                 |   or k1+/k3+/abs+ (value of k, gradient of k2) | -beta norm_i even where pi = pi_ref) |
 | agg=mode        | norm_i of verl's loss_agg_mode instead of the  | token-mean, token-sum, seq-mean-     |
 |                 |   row's own (not for positive_only, bnpo, gmpo,| token-sum(-norm): equal; seq-mean-   |
 |                 |   sapo, whose aggregation defines them)        | token-mean: 1/L_i breaks it          |
-| top_entropy_    | 0 on tokens below the (1-q) entropy quantile  | copies share their history, so their |
+| top_entropy_    | 0 on tokens below the (1-q) entropy quantile   | copies share their history, so their |
 |   quantile=q    |   of the micro-batch (TRL)                     | entropy: kept together; a split step |
 |                 |                                                | can cut them apart (two thresholds)  |
 | off_policy_mask_| 0 on whole sequences with A < 0 and            | on-policy nothing is dropped; off-   |
