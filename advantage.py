@@ -150,6 +150,19 @@ def advantages(rewards, group, estimator="grpo", lengths=None, baseline=None, ep
     return out
 
 
+def permute_within_groups(rewards, group, generator):
+    """--permute_rewards, the null-reward control: each group's rewards shuffled
+    across its rollouts. Every group keeps its rewards (so its mean, sd and
+    mixed-ness), but no completion is scored by its own reward."""
+    r = torch.rand(len(rewards), generator=generator, device=generator.device).to(rewards.device)
+    g = group.to(torch.float64) * 2
+    src = torch.argsort(g + r.to(torch.float64))  # each group's rows, in a random order
+    dst = torch.argsort(g, stable=True)            # each group's rows, in their own order
+    out = rewards.clone()
+    out[dst] = rewards[src]
+    return out
+
+
 def zero_variance_fraction(rewards, group):
     """Fraction of groups whose rewards are all equal (no within-group signal)."""
     g = compact(group)

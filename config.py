@@ -51,7 +51,8 @@ class Config:
     group_size: int = _f(8, "G: completions per prompt")
     temperature: float = _f(1.0, "sampling temperature (the loss uses the same)")
     top_k: int = _f(0, "sample from the top k tokens only (0: off)")
-    lr: float = _f(1e-4, "RL learning rate (AdamW)")
+    lr: float = _f(1e-4, "RL learning rate")
+    optimizer: str = _f("adamw", "RL optimizer: adamw (betas 0.9, 0.99, no weight decay) | sgd (plain, no momentum)")
     grad_clip: float = _f(1.0, "gradient-norm clip")
     loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only | "
                   "bnpo | cispo | sapo | gmpo | clip_cov | kl_cov | gpg | luspo | vespo | dppo_tv | dppo_kl | dro "
@@ -97,6 +98,8 @@ class Config:
     init_from: str = _f("", "start from this checkpoint (skips SFT)")
     eval_every: int = _f(50, "RL steps between held-out evaluations")
     eval_size: int = _f(256, "held-out problems (disjoint from training, fixed by seed)")
+    permute_rewards: bool = _f(False, "null-reward control: shuffle each group's rewards across its rollouts "
+                                      "before the advantages (same rewards, none earned by its own rollout)")
     diagnostics: bool = _f(False, "also log learning tax, answer drift, entropy and pass@k (diagnostics.py)")
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
@@ -124,7 +127,8 @@ GROUPS = {
     "task": ("task", "digits", "scratchpad"),
     "model": ("n_layer", "n_head", "n_embd"),
     "SFT warm start": ("sft_steps", "sft_batch", "sft_lr", "sft_flawed"),
-    "RL": ("rl_steps", "prompts_per_step", "group_size", "temperature", "top_k", "lr", "grad_clip"),
+    "RL": ("rl_steps", "prompts_per_step", "group_size", "temperature", "top_k", "lr", "optimizer", "grad_clip",
+           "permute_rewards"),
     "objective": ("loss", "adv", "agg", "clip", "clip_low", "clip_high", "dual_clip", "beta", "kl_loss_type",
                   "entropy_coef", "dro_beta", "top_entropy_quantile", "off_policy_mask_threshold"),
     "schedule (mini-batches, micro-batches, processes)": ("batching", "minibatches", "epochs", "micro_batch",
@@ -301,6 +305,8 @@ def validate(cfg):
                        "and no group would carry a signal; use a positive temperature")
     if cfg.top_k < 0:
         raise CliError(f"--top_k must be 0 (off) or positive, got {cfg.top_k}")
+    if cfg.optimizer not in ("adamw", "sgd"):
+        raise CliError(f"unknown optimizer {cfg.optimizer!r}; choose adamw or sgd")
     if cfg.adv not in advantage.ESTIMATORS:
         raise CliError(f"unknown advantage estimator {cfg.adv!r}; choose auto or one of "
                        f"{', '.join(advantage.ESTIMATORS)}")

@@ -198,6 +198,15 @@ def token_entropy(model, h, temperature=1.0):
     return -(logp.exp() * logp).sum(-1)
 
 
+def rl_optimizer(params, name, lr):
+    """The RL optimizer (--optimizer): AdamW with betas (0.9, 0.99) and no weight
+    decay, which rescales every parameter's step by its own gradient history, or
+    plain SGD (no momentum), whose step is lr times the gradient."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+
+
 def amp(cfg, device):
     """bf16 autocast on CUDA (and on CPU with --bf16=true); log-probs stay fp32."""
     on = cfg.bf16 == "true" or (cfg.bf16 == "auto" and device == "cuda")

@@ -43,6 +43,7 @@ held-out accuracy.
 import torch
 import torch.nn.functional as F
 
+import advantage
 import toy_tasks
 from model import amp, attention_mask, left_pad
 from toy_tasks import EOS, PAD
@@ -142,6 +143,8 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
+    if getattr(cfg, "permute_rewards", False):  # the null-reward control (this process's own groups)
+        out["rewards"] = advantage.permute_within_groups(out["rewards"], out["group"], gen)
     if greedy is not None:  # its reward, on each of the prompt's G rows
         out["baseline"] = torch.tensor([float(task.reward(p, toy_tasks.decode(t)))
                                         for p, t in zip(problems, greedy)], device=device).repeat_interleave(

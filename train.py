@@ -43,7 +43,7 @@ import loss_engines as E
 import toy_tasks
 from config import Config, CliError, parse_args, fail
 from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
-from model import GPT, GPTConfig, amp, completion_logprobs, token_entropy
+from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer, token_entropy
 from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD
 
@@ -238,7 +238,7 @@ def reference_model(raw, cfg, state, device):
 
 def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
     """Evaluate the warm start, then --rl_steps RL steps, evaluating every --eval_every."""
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt = rl_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
     ref_model = reference_model(raw, cfg, state, device) if cfg.beta else None
     if state.phase == "rl":  # resumed in RL
         state.restore(opt, D.rank_world()[0])

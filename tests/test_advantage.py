@@ -112,3 +112,28 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batc
 def test_an_estimator_runs_and_is_logged(tmp_path, est):
     train.main(parse_args(TINY + [f"--adv={est}", f"--out_dir={tmp_path}"]))
     assert json.load(open(os.path.join(tmp_path, "config.json")))["adv"] == est
+
+
+def test_permute_within_groups_keeps_each_groups_rewards():
+    r = torch.tensor([1.0, 2, 3, 4, 10, 20, 30, 40, 7, 7])
+    grp = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
+    moved = 0
+    for seed in range(5):
+        out = advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(seed))
+        for k in range(3):
+            assert sorted(out[grp == k].tolist()) == sorted(r[grp == k].tolist())
+        moved += int(not torch.equal(out, r))
+    assert moved >= 4
+    again = advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
+    assert torch.equal(again, advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0)))
+
+
+def test_sgd_and_permuted_rewards_run(tmp_path):
+    train.main(parse_args(TINY + ["--optimizer=sgd", "--permute_rewards", f"--out_dir={tmp_path}"]))
+    ck = torch.load(os.path.join(tmp_path, "ckpt.pt"), weights_only=True)
+    groups = ck["resume"]["optimizer"]["param_groups"]
+    assert "momentum" in groups[0] and "betas" not in groups[0]  # torch.optim.SGD's state, not AdamW's
+    conf = json.load(open(os.path.join(tmp_path, "config.json")))
+    assert conf["optimizer"] == "sgd" and conf["permute_rewards"] is True
+    with pytest.raises(CliError, match="unknown optimizer"):
+        parse_args(["--optimizer=adam"])
