@@ -170,9 +170,3 @@ def zero_variance_fraction(rewards, group):
     hi = torch.full((K,), -float("inf")).scatter_reduce(0, g, rewards.float(), "amax")
     lo = torch.full((K,), float("inf")).scatter_reduce(0, g, rewards.float(), "amin")
     return float((hi == lo).float().mean())
-
-
-def group_sums(adv, group):
-    """sum_{i in g} A_i for each group (0 for every group iff the estimator is centred here)."""
-    g = compact(group)
-    return torch.zeros(int(g.max()) + 1, dtype=adv.dtype).index_add_(0, g, adv)

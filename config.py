@@ -84,10 +84,6 @@ class Config:
                              "local (each micro-batch's and process's own: a lesson, not a recommendation)")
     # run
     seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
-
-    def __post_init__(self):  # --adv=auto: the estimator this --loss has always used, logged resolved
-        if self.adv == "auto":
-            self.adv = advantage.for_loss(self.loss)
     device: str = _f("auto", "auto | cpu | cuda")
     bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
     compile: bool = _f(False, "torch.compile the model's forward pass")
@@ -102,6 +98,10 @@ class Config:
                                       "before the advantages (same rewards, none earned by its own rollout)")
     diagnostics: bool = _f(False, "also log learning tax, answer drift, entropy and pass@k (diagnostics.py)")
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
+
+    def __post_init__(self):  # --adv=auto: the estimator this --loss has always used, logged resolved
+        if self.adv == "auto":
+            self.adv = advantage.for_loss(self.loss)
 
 
 COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",

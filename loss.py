@@ -152,6 +152,8 @@ DUAL_CLIP = ("grpo", "dr_grpo", "dapo", "bnpo", "rloo", "dppo_tv", "dppo_kl")  #
 # --agg: verl's loss_agg_mode names, as the weight norm_i of every token of sequence i
 AGGS = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 AGG_FIXED = ("positive_only", "bnpo", "gmpo", "sapo")  # their aggregation is part of their definition
+AGG_AS = {"token-mean": "dapo", "seq-mean-token-sum": "rloo", "seq-mean-token-mean": "grpo",
+          "seq-mean-token-sum-norm": "dr_grpo"}  # the row whose own norm_i each mode is
 DFPO = ("dfpo_min", "dfpo_orth")
 
 
@@ -194,11 +196,10 @@ def _token_norm(loss, lens, counts, agg=None):
     the objective's own, or verl's ``loss_agg_mode`` ``agg`` (``--agg``)."""
     N, L_max, toks = counts["n_seqs"], counts["max_len"], max(counts["n_tokens"], 1)
     const = lambda v: torch.full_like(lens, v, dtype=torch.float)
-    if agg is not None and loss not in AGG_FIXED:
-        return {"token-mean": lambda: const(1.0 / toks), "token-sum": lambda: const(1.0),
-                "seq-mean-token-sum": lambda: const(1.0 / N),
-                "seq-mean-token-mean": lambda: 1.0 / (N * lens.clamp(min=1).float()),
-                "seq-mean-token-sum-norm": lambda: const(1.0 / (N * L_max))}[agg]()
+    if agg is not None and loss not in AGG_FIXED:  # token-sum, or some row's own aggregation
+        if agg == "token-sum":
+            return const(1.0)
+        loss = AGG_AS[agg]
     if loss in ("grpo", "gspo", "sapo", "gmpo"):
         return 1.0 / (N * lens.clamp(min=1).float())
     if loss in ("dr_grpo", "dfpo_min", "dfpo_orth"):

@@ -48,6 +48,13 @@ def parse_problem(task_name, prompt):
 MEMORY_LIMIT = 4 * 2 ** 30  # bytes one call may ask for
 
 
+def memory_need(c, rows):
+    """Bytes of one sampling call of ``rows`` completions: the KV cache (keys and
+    values of every layer and position) and the logits of every row, in fp32,
+    twice for temporaries."""
+    return 2 * rows * (2 * c.n_layer * c.block_size * c.n_embd + c.block_size * c.n_out) * 4
+
+
 def main(cfg):
     if not cfg.init_from:
         raise CliError("--init_from=CKPT is required")
@@ -77,8 +84,7 @@ def main(cfg):
         raise CliError(f"prompt is too long for this model (block_size={model.cfg.block_size})")
     gen = torch.Generator().manual_seed(cfg.seed)
     n = 1 if cfg.temperature == 0 else cfg.num_samples
-    c = model.cfg  # the KV cache and the logits of every row, twice for temporaries
-    need = 2 * len(ids) * n * (2 * c.n_layer * c.block_size * c.n_embd + c.block_size * c.n_out) * 4
+    need = memory_need(model.cfg, len(ids) * n)
     if need > MEMORY_LIMIT:
         raise CliError(f"{len(ids)} prompts x {n} samples would need about {need / 2 ** 30:.1f} GiB "
                        f"(limit {MEMORY_LIMIT / 2 ** 30:.0f} GiB); ask for fewer")

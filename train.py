@@ -32,14 +32,14 @@ import time
 import torch
 from tqdm import tqdm
 
+import advantage as A
 import batching
 import checkpoint as C
 import diagnostics
 import dist_utils as D
-import rundir as R
-import advantage as A
 import loss as L
 import loss_engines as E
+import rundir as R
 import toy_tasks
 from config import Config, CliError, parse_args, fail
 from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint

@@ -39,7 +39,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-import loss as L
+import probes as P
 import toy_tasks
 from model import completion_logprobs, left_pad
 from toy_tasks import PAD
@@ -85,7 +85,7 @@ def _dot(a, b):
     return sum(float((x * y).sum()) for x, y in zip(a, b) if x is not None and y is not None)
 
 
-def split_step(model, opt, batch, adv, loss, task, problems, grad_clip=1.0, clip="sym"):
+def split_step(model, opt, batch, adv, loss, task, problems, grad_clip=1.0):
     """One on-policy optimizer step of ``loss`` on the whole batch, taken with
     ``opt`` (torch.optim.SGD without momentum, or AdamW without weight decay),
     and the change of ell it makes, split (the module docstring). Returns
@@ -94,11 +94,8 @@ def split_step(model, opt, batch, adv, loss, task, problems, grad_clip=1.0, clip
     params = [p for p in model.parameters() if p.requires_grad]
     ell0 = restate_log_odds(model, task, problems)
     g_ell = _grad(ell0, params)
+    c = P.token_coefficients(model, batch, adv, loss)  # on-policy: rho = 1, no clip binds
     logp = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)
-    new = logp.detach().clone().requires_grad_(True)
-    counts = L.step_counts(batch["mask"], adv, loss, max_len=batch.get("max_len"))
-    value, _ = L.policy_loss(new, logp.detach(), batch["mask"], adv, batch["group"], loss, clip, counts=counts)
-    c = L.coefficients(value, new).detach() * batch["mask"]
     g_d = _grad(-(c[:, 0] * logp[:, 0]).sum(), params)
     g_c = _grad(-(c[:, 1:] * logp[:, 1:]).sum(), params)
     zero = lambda g, p: torch.zeros_like(p) if g is None else g

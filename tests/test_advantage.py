@@ -73,7 +73,7 @@ def test_every_estimator_is_centred_exactly_when_the_table_says():
             lens = torch.randint(1, 9, (20,), generator=g)
             base = (torch.rand(5, generator=g) < 0.5).float().repeat_interleave(4)
             a = advantage.advantages(r, grp, est, lengths=lens, baseline=base)
-            worst = max(worst, float(advantage.group_sums(a, grp).abs().max()))
+            worst = max(worst, float(advantage.group_sum(a, grp).abs().max()))  # sum_g A, on every row
         assert (worst < 1e-5) == (est in advantage.CENTRED), (est, worst)
 
 

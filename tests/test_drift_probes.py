@@ -50,7 +50,7 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)  # the sampler is fp32
         batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
         adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
-        out = DP.split_step(model, opt, batch, adv, "dr_grpo", task, problems, grad_clip=clip, clip="none")
+        out = DP.split_step(model, opt, batch, adv, "dr_grpo", task, problems, grad_clip=clip)
         assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
         assert out["measured"] == pytest.approx(out["exact"], rel=0.05, abs=1e-9)
         assert out["direct"] != 0 and out["coupled"] != 0

@@ -212,3 +212,11 @@ def test_memory_estimate_by_hand():
     assert memory_estimate(cfg) == 40960 + 983040 + 2097152
     cfg.diagnostics = False  # then the 12 rollouts are the largest call
     assert memory_estimate(cfg) == 40960 + 983040 + 2 * 12 * 64 * 2 * 8 * 2 * 4
+
+
+def test_sample_memory_need_by_hand():
+    """2 layers, block 64, width 8, 31 outputs, 10 rows: 2 * 10 * (2*2*64*8 + 64*31) * 4 bytes."""
+    import sample
+    from model import GPTConfig
+    c = GPTConfig(vocab_size=32, n_out=31, n_layer=2, n_head=2, n_embd=8, block_size=64)
+    assert sample.memory_need(c, 10) == 2 * 10 * (2048 + 1984) * 4 == 322560
