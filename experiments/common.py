@@ -364,7 +364,7 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     g = opt.param_groups[0]
     new_opt = torch.optim.AdamW(new.parameters(), lr=g["lr"], betas=g["betas"], eps=g["eps"],
                                 weight_decay=g["weight_decay"])
-    new_opt.load_state_dict(opt.state_dict())
+    new_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a same-dtype load would share the moments
     cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)

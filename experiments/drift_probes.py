@@ -22,7 +22,11 @@ during RL (> 0: away from restating). Two questions per optimizer step:
        g_direct  = grad of -sum_i c_{i,0} log pi(y_{i,0})     (the first-token copies)
        g_coupled = grad of -sum_{i, t>=1} c_{i,t} log pi(y_{i,t})  (every other token),
 
-   with c the step's detached coefficients (loss.coefficients). To first order
+   with c the step's detached coefficients (``step_coefficients``: the PPO
+   ratio against the sampling-time log-probs, the clip and DFPO's weights, as
+   train.optimizer_step has them, so also for a reused mini-batch). The
+   first-token log-probs depend on the prompt alone, so g_direct comes from a
+   forward pass over the prompts. To first order
    the step changes ell by grad ell . Delta theta. For plain SGD
    Delta theta = -lr s g (s: the gradient-norm clip's factor). For AdamW with
    the denominator D = sqrt(v_t / (1 - beta2^t)) + eps of the actual step held
@@ -32,6 +36,9 @@ during RL (> 0: away from restating). Two questions per optimizer step:
    the measured change of ell; the parts add up to grad ell . (theta_new -
    theta_old) exactly (tests/test_drift_probes.py), and to the measured change
    up to second-order terms.
+3. **How far did the step move the policy?** ``kl``: KL(pi_new || pi_old) per
+   token at the batch's own sampled histories; and how settled the choice is:
+   its two-way entropy (``choice``).
 """
 
 import copy
@@ -39,7 +46,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-import probes as P
+import loss as L
 import toy_tasks
 from model import completion_logprobs, left_pad
 from toy_tasks import PAD
@@ -68,58 +75,92 @@ def credit(batch, adv):
     return {"credit_gap": gap, "credit_cov": sum(covs) / len(covs), "restated": float(x.mean())}
 
 
-def restate_log_odds(model, task, problems):
-    """ell: mean over problems of log pi(majority first token) - log pi("("), differentiable."""
+def choice(model, task, problems):
+    """(ell, H): the restate log-odds ell (differentiable) and the entropy of the
+    two-way choice, mean over problems of the binary entropy of sigmoid(ell_p),
+    in nats (log 2 = 0.69: an even choice; 0: a settled one)."""
     dev = next(model.parameters()).device
     ids, valid, _ = left_pad([toy_tasks.encode(task.prompt(p)) for p in problems], PAD, dev)
     logp = F.log_softmax(model(ids, valid)[:, -1].float(), -1)  # left-padded: the last position is real
     a = torch.tensor([toy_tasks.encode(task.style_points(p)[0][2][0])[0] for p in problems], device=dev)
-    return (logp.gather(1, a[:, None])[:, 0] - logp[:, RESTATE]).mean()
+    ell = logp.gather(1, a[:, None])[:, 0] - logp[:, RESTATE]
+    q = torch.sigmoid(ell.detach().double())
+    h = -(q * q.clamp_min(1e-300).log() + (1 - q) * (1 - q).clamp_min(1e-300).log())
+    return ell.mean(), float(h.mean())
 
 
-def _grad(scalar, params):
-    return torch.autograd.grad(scalar, params, retain_graph=True, allow_unused=True)
+def restate_log_odds(model, task, problems):
+    """ell: mean over problems of log pi(majority first token) - log pi("("), differentiable."""
+    return choice(model, task, problems)[0]
+
+
+def first_token_logprobs(model, batch):
+    """log pi(y_{i,0} | prompt_i) [N] from the prompts alone: the first completion
+    token sees nothing else, so this equals column 0 of completion_logprobs."""
+    dev = batch["tokens"].device
+    ids, valid, _ = left_pad(batch["prompts"], PAD, dev)
+    logp = F.log_softmax(model(ids, valid)[:, -1], -1)
+    return logp.gather(1, batch["tokens"][:, :1])[:, 0]
+
+
+def step_coefficients(logp, old, batch, adv, cfg):
+    """c_{i,t} = -d loss / d log pi(y_{i,t}) of the step train.optimizer_step takes
+    on this (mini-)batch: --loss with its PPO ratio against ``old``, --clip and, for
+    DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
+    new = logp.detach().clone().requires_grad_(True)
+    counts = L.step_counts(batch["mask"], adv, cfg.loss, max_len=batch.get("max_len"))
+    value, _ = L.policy_loss(new, old, batch["mask"], adv, batch["group"], cfg.loss, cfg.clip, cfg.clip_low,
+                             cfg.clip_high, counts)
+    return L.coefficients(value, new).detach() * batch["mask"]
+
+
+def _grad(scalar, params, keep=False):
+    g = torch.autograd.grad(scalar, params, retain_graph=keep, allow_unused=True)
+    return [torch.zeros_like(p) if x is None else x for x, p in zip(g, params)]
 
 
 def _dot(a, b):
-    return sum(float((x * y).sum()) for x, y in zip(a, b) if x is not None and y is not None)
+    return sum(float((x * y).sum()) for x, y in zip(a, b))
 
 
-def split_step(model, opt, batch, adv, loss, task, problems, grad_clip=1.0):
-    """One on-policy optimizer step of ``loss`` on the whole batch, taken with
-    ``opt`` (torch.optim.SGD without momentum, or AdamW without weight decay),
-    and the change of ell it makes, split (the module docstring). Returns
-    {"direct", "coupled", "carried", "predicted", "measured", "exact"}; "exact"
-    is grad ell . (theta_new - theta_old)."""
+def split_step(model, opt, batch, adv, cfg, task, problems):
+    """One optimizer step of ``cfg.loss`` on ``batch`` (a whole rollout batch, or a
+    mini-batch whose ``logprobs`` are the sampling-time ones: off-policy), taken
+    with ``opt`` (torch.optim.SGD without momentum, or AdamW without weight
+    decay) and --grad_clip, as train.optimizer_step takes it, and the change of ell
+    it makes, split (the module docstring). Returns {"direct", "coupled",
+    "carried", "predicted", "exact", "measured", "kl", "entropy"}: "exact" is
+    grad ell . (theta_new - theta_old); "kl" the mean over the batch's completion
+    tokens of KL(pi_new || pi_old) at their sampled histories; "entropy" the
+    choice's entropy before the step."""
     params = [p for p in model.parameters() if p.requires_grad]
-    ell0 = restate_log_odds(model, task, problems)
+    ell0, entropy = choice(model, task, problems)
     g_ell = _grad(ell0, params)
-    c = P.token_coefficients(model, batch, adv, loss)  # on-policy: rho = 1, no clip binds
-    logp = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)
-    g_d = _grad(-(c[:, 0] * logp[:, 0]).sum(), params)
-    g_c = _grad(-(c[:, 1:] * logp[:, 1:]).sum(), params)
-    zero = lambda g, p: torch.zeros_like(p) if g is None else g
-    g_d, g_c = [zero(g, p) for g, p in zip(g_d, params)], [zero(g, p) for g, p in zip(g_c, params)]
-    norm = torch.sqrt(sum(((a + b) ** 2).sum() for a, b in zip(g_d, g_c)))
-    s = min(1.0, grad_clip / (float(norm) + 1e-6))  # torch's clip_grad_norm_ factor
+    logp, h = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
+                                  return_hidden=True)
+    old_policy = F.log_softmax(model.lm_head(h.detach()).float(), -1).detach()
+    c = step_coefficients(logp, batch.get("logprobs", logp.detach()), batch, adv, cfg)
+    g = _grad(-(c * logp).sum(), params)
+    g_d = _grad(-(c[:, 0] * first_token_logprobs(model, batch)).sum(), params)
+    g_c = [a - b for a, b in zip(g, g_d)]
+    norm = torch.sqrt(sum((a ** 2).sum() for a in g))
+    s = min(1.0, cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip_grad_norm_ factor
     before = [p.detach().clone() for p in params]
     group = opt.param_groups[0]
-    adam = isinstance(opt, torch.optim.AdamW)
     m_prev = [copy.deepcopy(opt.state[p].get("exp_avg")) if p in opt.state else None for p in params]
     opt.zero_grad(set_to_none=True)
-    for p, a, b in zip(params, g_d, g_c):
-        p.grad = (a + b).clone()
-    torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    for p, a in zip(params, g):
+        p.grad = a.clone()
+    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
     opt.step()
     lr = group["lr"]
-    if adam:
+    if isinstance(opt, torch.optim.AdamW):
         b1, b2 = group["betas"]
         parts = {"direct": [], "coupled": [], "carried": []}
         for p, a, b, m in zip(params, g_d, g_c, m_prev):
             st = opt.state[p]
             t = float(st["step"])
-            den = (st["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + group["eps"]
-            k = -lr / (1 - b1 ** t) / den
+            k = -lr / (1 - b1 ** t) / ((st["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + group["eps"])
             parts["direct"].append(k * (1 - b1) * s * a)
             parts["coupled"].append(k * (1 - b1) * s * b)
             parts["carried"].append(k * b1 * (m if m is not None else torch.zeros_like(p)))
@@ -131,4 +172,10 @@ def split_step(model, opt, batch, adv, loss, task, problems, grad_clip=1.0):
     out["exact"] = _dot(g_ell, [p.detach() - q for p, q in zip(params, before)])
     with torch.no_grad():
         out["measured"] = float(restate_log_odds(model, task, problems) - ell0)
+        _, h_new = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
+                                       return_hidden=True)
+        new_policy = F.log_softmax(model.lm_head(h_new).float(), -1)
+        kl = (new_policy.exp() * (new_policy - old_policy)).sum(-1)
+        out["kl"] = float(kl[batch["mask"]].mean())
+    out["entropy"] = entropy
     return out

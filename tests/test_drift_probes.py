@@ -9,6 +9,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 import advantage  # noqa: E402
+import train  # noqa: E402
 import common  # noqa: E402
 import drift_probes as DP  # noqa: E402
 import toy_tasks as T  # noqa: E402
@@ -34,8 +35,7 @@ def _setup(opt_name, lr):
     task = T.make_task("chain")
     model = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=16,
                           block_size=64)).double()
-    opt = (torch.optim.SGD(model.parameters(), lr=lr) if opt_name == "sgd" else
-           torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99), weight_decay=0.0))
+    opt = train.rl_optimizer(model.parameters(), opt_name, lr)
     draw = T.train_sampler(task, [], 0)
     gen = torch.Generator().manual_seed(0)
     problems = [draw() for _ in range(6)]
@@ -50,7 +50,8 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)  # the sampler is fp32
         batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
         adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
-        out = DP.split_step(model, opt, batch, adv, "dr_grpo", task, problems, grad_clip=clip)
+        cfg = common.Config(loss="dr_grpo", grad_clip=clip)
+        out = DP.split_step(model, opt, batch, adv, cfg, task, problems)
         assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
         assert out["measured"] == pytest.approx(out["exact"], rel=0.05, abs=1e-9)
         assert out["direct"] != 0 and out["coupled"] != 0
@@ -58,3 +59,38 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
             assert out["carried"] == 0
     if opt_name == "adamw":
         assert out["carried"] != 0
+
+
+def test_first_token_logprobs_equal_column_0_of_the_completion():
+    task, model, opt, draw, gen, problems = _setup("sgd", 1e-3)
+    batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
+    full = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], T.PAD)
+    assert torch.allclose(DP.first_token_logprobs(model, batch), full[:, 0], atol=1e-12)
+
+
+@pytest.mark.parametrize("loss,opt_name,offpolicy", [("dr_grpo", "adamw", False), ("grpo", "sgd", False),
+                                                     ("dfpo_min", "adamw", True), ("dr_grpo", "adamw", True)])
+def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
+    """The probe's step is train.optimizer_step's: same parameters after it, on a
+    whole on-policy batch and on an off-policy mini-batch whose ratio and clip bind."""
+    task, model, opt, draw, gen, problems = _setup(opt_name, 1e-2 if opt_name == "sgd" else 3e-3)
+    cfg = common.Config(loss=loss, grad_clip=0.5)
+    batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
+    batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(12)])
+    adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv)
+    with torch.no_grad():
+        batch["logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], T.PAD)
+    if offpolicy:  # one step first, so that the ratio is not 1 and the clip binds for some tokens
+        train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg)
+    twin = copy.deepcopy(model)
+    twin_opt = train.rl_optimizer(twin.parameters(), opt_name, opt.param_groups[0]["lr"])
+    twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict shares same-dtype tensors
+    rows = torch.arange(6) if offpolicy else torch.arange(12)  # a mini-batch: the first 2 groups
+    sub = {k: ([v[i] for i in rows.tolist()] if k == "prompts" else v[rows] if torch.is_tensor(v) else v)
+           for k, v in batch.items()}
+    train.optimizer_step(model, opt, batch, adv, rows, cfg)
+    out = DP.split_step(twin, twin_opt, sub, adv[rows], cfg, task, problems)
+    moved = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), twin.parameters()))
+    assert moved < 1e-10
+    assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
+    assert out["kl"] > 0

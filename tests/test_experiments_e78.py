@@ -121,3 +121,44 @@ def test_e8_run_flags_take_the_run_clip_except_clip_higher():
     f = e8.run_flags({**o, "clip": "none"}, 0, "grpo clip-higher", "w.pt")
     assert "--clip=higher" in f and "--clip_high=0.28" in f and "--clip=none" not in f
     assert "--clip=none" in e8.run_flags({**o, "clip": "none"}, 0, "grpo", "w.pt")
+
+
+def test_e9_quick(tmp_path):
+    """Every arm from its warm start, paired by seed; each primary contrast is the
+    difference of two arms' drifts, and a drift is the sum of its per-step changes."""
+    import e9_drift_mechanism as e9
+    data = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])
+    saved = json.load(open(os.path.join(tmp_path, "e9_drift_mechanism.json")))
+    check_primary(saved)
+    assert set(saved["runs"]) == set(e9.ARMS) and len(saved["primary"]) == 6
+    for arm, (r,) in saved["runs"].items():
+        assert r["seed"] == 0 and all(len(r[k]) == 2 for k in e9.PER_STEP)
+        assert abs(r["drift"] - sum(r["measured"])) < 1e-12 and all(k >= 0 for k in r["kl"])
+        assert 0 <= r["entropy"][0] <= 0.6932
+    runs = saved["runs"]
+    for (a, b, pred), (name, c) in zip(e9.PRIMARY, saved["primary"].items()):
+        assert name == f"drift {a} - {b}" and c["predicted"] == pred
+        assert abs(c["diff"] - (runs[a][0]["drift"] - runs[b][0]["drift"])) < 1e-12
+    assert runs["sgd"][0]["lr"] == e9.EXTRA["sgd_lr"][0] and runs["adamw"][0]["lr"] == 1e-4
+    assert runs["teacher60"][0]["ell_end"] != runs["adamw"][0]["ell_end"]  # its own warm start
+    assert data["rl_steps"] == 2
+    again = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])  # cached runs, same numbers
+    assert again["primary"] == data["primary"]
+
+
+def test_e9_calibration_interpolates_in_log_log():
+    """KL = 0.01 lr^2 through 0.1 and 1: adamw's KL 2.5e-3 lies at lr 0.5 exactly."""
+    import e9_drift_mechanism as e9
+    kls = {0.01: 1e-6, 0.1: 1e-4, 1.0: 1e-2}
+    assert abs(e9.match_lr(kls, 2.5e-3) - 0.5) < 1e-12
+    assert abs(e9.match_lr(kls, 1e-5) - 10 ** -1.5) < 1e-12  # the lower pair
+
+
+def test_e9_calibration_refuses_runs_that_do_not_move(tmp_path, capsys, monkeypatch):
+    """--small's warm start earns no reward: no KL to match, one error line."""
+    import e9_drift_mechanism as e9
+    with pytest.raises(SystemExit) as e:
+        monkeypatch.setattr(sys, "argv", ["e9", "--calibrate", "--small", "--calib_steps=1", "--calib_lrs=0.1,1",
+                                          f"--out={tmp_path}"])
+        e9.common.cli(e9.main)
+    assert e.value.code == 2 and capsys.readouterr().err.count("error:") == 1

@@ -285,6 +285,10 @@ EXPERIMENTS = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_valu
                "e7_schedulers", "e8_objectives"]
 BAD += [("chain_style", ["--seeds=a"], "list of integers"), ("chain_style", ["--rl_steps=0"], "at least 1"),
         ("chain_style", ["--sft_steps=x"], "an integer"), ("chain_style", ["--out={d}/afile"], "is a file")]
+BAD += [("e9_drift_mechanism", ["--sgd_lr=0"], "> 0"), ("e9_drift_mechanism", ["--calib_lrs=0.1,x"], "numbers"),
+        ("e9_drift_mechanism", ["--rl_steps=0"], "at least 1"), ("e9_drift_mechanism", ["--seeds=a"], "integers"),
+        ("e9_drift_mechanism", ["--calibrate=maybe"], "true or false"),
+        ("e9_drift_mechanism", ["--out={d}/afile"], "is a file")]
 BAD += [("scoreboard", ["--nope=1"], "unknown flag"), ("scoreboard", ["--groups=0"], "at least 1"),
         ("scoreboard", ["--seeds=x"], "list of integers")]
 for e in EXPERIMENTS:

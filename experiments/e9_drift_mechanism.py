@@ -1,0 +1,340 @@
+"""E9: why does an exchangeable objective still drift a reward-irrelevant choice?
+
+On ``--task=chain`` the first completion token is a choice the verifier ignores:
+restate the problem, ``(``, or not. chain_style found the restate log-odds
+
+    ell = mean over the 256 held-out problems of log pi(a | prompt) - log pi("(" | prompt)
+
+(a: the first token of the unrestated form; > 0: away from restating) growing
+by about +1.5 nats in 200 on-policy steps under ``grpo`` and the exchangeable
+``dr_grpo`` alike. Equal weights on the copies of the first token make their
+*expected* push zero only if restating earns nothing; so either the rewards do
+favour a form, or something else in the loop moves the choice. E9 separates the
+candidates with arms and controls, and measures at every optimizer step
+(drift_probes.py) the choice's real credit, the change of ell split into the
+part from the first-token copies (*direct*), from every other token through the
+shared parameters (*coupled*) and from AdamW's momentum (*carried*), the KL of
+the policy to the one before the step, and the entropy of the choice.
+
+Method: per seed, chain_style's warm start (train.py's chain defaults: SFT 1500
+steps, a teacher who restates 40 % of the time), then 200 RL steps of each arm
+from it with the seed's problem stream and sampling generator (so the arms share
+the first rollout batch), train.py's B = 16 x G = 8, lr 1e-4, clip 0.2, grad clip
+1.0; the step is train.optimizer_step's (tests/test_drift_probes.py).
+
+  adamw           dr_grpo, AdamW: chain_style's dr_grpo arm (the reference)
+  sgd             dr_grpo, plain SGD at --sgd_lr, fixed by --calibrate (below)
+  permuted        dr_grpo, each group's rewards shuffled across its rollouts
+                  (--permute_rewards): same reward distribution, no credit; the
+                  expected gradient is zero for every token
+  dr_grpo_reuse   dr_grpo, 2 mini-batches x 2 epochs (E8's reuse): the baseline
+                  of the next arm (on-policy, dfpo_min *is* dr_grpo, loss.py)
+  dfpo_min_reuse  dfpo_min, 2 mini-batches x 2 epochs: Min-Replace acting
+  grpo            grpo, AdamW
+  teacher60       dr_grpo, AdamW, from a warm start whose teacher restates 60 %
+                  of the time (same seed, same problems, same coin flips)
+
+Pre-registration (fixed before the full run). Outcome: the signed restate
+drift ell(step 200) - ell(warm start), per seed. Primary contrasts, paired by
+seed, Student-t 95 % intervals, Holm's correction over these six:
+
+  1. sgd - adamw:                     < 0  (Adam's per-parameter normalisation
+                                            turns a small systematic signal into
+                                            full-size steps; SGD's KL is matched)
+  2. permuted - adamw:                < 0  (if real credit moves the choice)
+  3. dfpo_min_reuse - dr_grpo_reuse:  < 0  (E8: DFPO drifts less than grpo)
+  4. dr_grpo_reuse - adamw:           no prediction (reuse alone)
+  5. grpo - adamw:                    < 0  (P1's first-order 1/L_i argument;
+                                            chain_style found -0.01 +- 0.50)
+  6. teacher60 - adamw:               < 0  (sharpening towards the teacher's
+                                            majority form flips the sign)
+
+Secondary, exploratory (no correction): the attribution split of adamw's
+drift (cumulative direct, coupled, carried against the measured drift, and how
+well their sum tracks it), each arm's drift against 0, the cumulative
+``credit_cov`` of each arm, the mean per-step KL of sgd against adamw (the
+calibration's target: within 20 %), the change of the choice's entropy, and
+the final greedy accuracy.
+
+--calibrate fixes --sgd_lr before the full run, on seed 100 (not one of 0-9):
+200 steps of adamw and of SGD at each of --calib_lrs; the lr whose mean per-step
+KL matches adamw's, interpolated in log-log. It looks at the KL only.
+
+    python experiments/e9_drift_mechanism.py --quick       # seed 0, 40 RL steps (out/quick/)
+    python experiments/e9_drift_mechanism.py --calibrate   # the SGD lr (results/e9_calibration.json)
+    python experiments/e9_drift_mechanism.py --jobs=2      # seeds 0-9 (results/)
+    python experiments/e9_drift_mechanism.py --replot
+"""
+import contextlib
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+import drift_probes as DP  # noqa: E402
+import advantage as A  # noqa: E402
+import batching  # noqa: E402
+import checkpoint  # noqa: E402
+import stats  # noqa: E402
+import toy_tasks  # noqa: E402
+from model import rl_optimizer  # noqa: E402
+from sampler import evaluate, rollouts  # noqa: E402
+
+ARMS = {"adamw": {"loss": "dr_grpo"},
+        "sgd": {"loss": "dr_grpo", "optimizer": "sgd"},
+        "permuted": {"loss": "dr_grpo", "permute_rewards": True},
+        "dr_grpo_reuse": {"loss": "dr_grpo", "minibatches": 2, "epochs": 2},
+        "dfpo_min_reuse": {"loss": "dfpo_min", "minibatches": 2, "epochs": 2},
+        "grpo": {"loss": "grpo"},
+        "teacher60": {"loss": "dr_grpo"}}
+TEACHER = {"teacher60": 0.6}  # the restate rate of an arm's warm-start teacher (else the task's 0.4)
+PRIMARY = (("sgd", "adamw", "< 0"), ("permuted", "adamw", "< 0"), ("dfpo_min_reuse", "dr_grpo_reuse", "< 0"),
+           ("dr_grpo_reuse", "adamw", "none"), ("grpo", "adamw", "< 0"), ("teacher60", "adamw", "< 0"))
+PARTS = ("measured", "direct", "coupled", "carried", "exact")
+PER_STEP = PARTS + ("kl", "entropy", "credit_gap", "credit_cov", "restated", "reward")
+EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
+         "rl_steps": (200, "RL steps per arm (quick: 40)"),
+         "sgd_lr": (0.02, "the sgd arm's learning rate (from --calibrate)"),
+         "calibrate": (False, "fix --sgd_lr: KL-match SGD to adamw on seed 100, print it, exit"),
+         "calib_lrs": ("0.01,0.02,0.04", "SGD learning rates --calibrate tries"),
+         "calib_steps": (200, "RL steps of each --calibrate run (the full run's length)"),
+         "threads": (0, "torch threads (0: all cores in one process, 1 per worker with --jobs > 1)"),
+         "small": (False, "tiny model and batches, for smoke tests")}
+
+
+@contextlib.contextmanager
+def chain_teacher(p_restate):
+    """toy_tasks' chain task with a teacher who restates ``p_restate`` of the time,
+    for train.py's SFT inside the block (the RL reward ignores the restatement)."""
+    make = toy_tasks.TASKS["chain"]
+    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
+        digits, scratchpad, p_restate=p_restate)
+    try:
+        yield
+    finally:
+        toy_tasks.TASKS["chain"] = make
+
+
+def warm(opts, seed, arm):
+    """The warm start of ``arm`` and ``seed`` (trained once by train.py, reused)."""
+    size = {"n_layer": 1, "n_embd": 32, "n_head": 2, "sft_steps": 50} if opts["small"] else {"n_embd": 96}
+    sft = size.pop("sft_steps", 1500)
+    p = TEACHER.get(arm)
+    with chain_teacher(p) if p else contextlib.nullcontext():
+        out = os.path.join(opts["out"], f"teacher{round(100 * p)}") if p else opts["out"]
+        return common.warm_start(out, seed, "chain", sft_steps=sft, sft_flawed=0.6, **size)
+
+
+def rows_of(batch, mb):
+    return {k: [v[i] for i in mb.tolist()] if k == "prompts" else v[mb] if torch.is_tensor(v) else v
+            for k, v in batch.items()}
+
+
+def run_arm(opts, seed, arm, rl_steps, lr=None):
+    """``rl_steps`` RL steps of ``arm`` from its warm start; per-step records."""
+    spec = dict(ARMS[arm])
+    small = {"prompts_per_step": 4, "group_size": 4, "eval_size": 16} if opts["small"] else {}
+    sgd = spec.get("optimizer") == "sgd"
+    cfg = common.Config(task="chain", seed=seed, lr=lr or (opts["sgd_lr"] if sgd else common.Config.lr),
+                        **spec, **small)
+    model, _ = checkpoint.load_checkpoint(warm(opts, seed, arm))
+    task = toy_tasks.make_task("chain")
+    held_out = toy_tasks.eval_problems(task, cfg.eval_size, seed)
+    draw = toy_tasks.train_sampler(task, held_out, seed)  # train.py's streams for this seed
+    gen = torch.Generator().manual_seed(seed)
+    opt = rl_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
+    acc0 = evaluate(model, task, held_out, cfg, "cpu")
+    rec = {k: [] for k in PER_STEP}
+    for _ in range(rl_steps):
+        model.train()
+        batch = rollouts(model, task, draw, cfg, gen, "cpu")
+        batch["max_len"] = task.max_new_tokens
+        lens = batch["mask"].sum(1)
+        adv = A.advantages(batch["rewards"], batch["group"], cfg.adv, lengths=lens)
+        step = {k: 0.0 for k in PARTS + ("kl",)}
+        step.update(DP.credit(batch, adv), reward=float(batch["rewards"].mean()), entropy=None)
+        n = 0
+        for _ in range(cfg.epochs):
+            for mb in batching.make_minibatches(cfg.batching, batch["group"], adv, lens, cfg.minibatches, gen):
+                out = DP.split_step(model, opt, rows_of(batch, mb), adv[mb], cfg, task, held_out)
+                n += 1
+                step["entropy"] = out["entropy"] if step["entropy"] is None else step["entropy"]
+                for k in PARTS + ("kl",):
+                    step[k] += out[k]
+        step["kl"] /= n  # the mean over the RL step's optimizer steps
+        if not all(math.isfinite(v) for v in (step["measured"], step["kl"])):
+            raise FloatingPointError(f"E9 {arm} seed {seed}: the run diverged (try a smaller learning rate)")
+        for k in PER_STEP:
+            rec[k].append(step[k])
+    with torch.no_grad():
+        ell_end, h_end = DP.choice(model, task, held_out)
+    return {"seed": seed, "lr": cfg.lr, "acc0": acc0, "acc": evaluate(model, task, held_out, cfg, "cpu"),
+            "drift": sum(rec["measured"]), "entropy_end": h_end, "ell_end": float(ell_end), **rec}
+
+
+def warm_credit(opts, seed, arm="adamw", prompts=256, group_size=8):
+    """The warm start's sampled accuracy with and without the restatement: 256
+    training problems x 8 rollouts, temperature 1, its own sampling stream."""
+    model, _ = checkpoint.load_checkpoint(warm(opts, seed, arm))
+    task = toy_tasks.make_task("chain")
+    draw = toy_tasks.train_sampler(task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 5000 + seed)
+    n = 8 if opts["small"] else prompts
+    with torch.no_grad():
+        b = common.rollout_batch(model, task, draw, n, group_size, torch.Generator().manual_seed(5000 + seed))
+    x, r = DP.restated(b), b["rewards"]
+    acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
+    return {"rollouts": len(r), "restated": int(x.sum()), "acc_restated": acc(x), "acc_not": acc(~x)}
+
+
+def one_seed(args):
+    """Every arm of one seed (each arm's record cached in <out>/runs/e9/, reused)."""
+    opts, seed = args
+    runs = {"warm_credit": {a: warm_credit(opts, seed, a) for a in ("adamw", "teacher60")}}
+    for arm in ARMS:
+        lr = opts["sgd_lr"] if ARMS[arm].get("optimizer") == "sgd" else common.Config.lr
+        tag = f"{arm}_s{seed}_steps{opts['rl_steps']}_lr{lr:g}{'_small' if opts['small'] else ''}"
+        path = os.path.join(opts["out"], "runs", "e9", tag + ".json")
+        if os.path.exists(path):
+            runs[arm] = json.load(open(path))
+            continue
+        t = time.time()
+        runs[arm] = dict(run_arm(opts, seed, arm, opts["rl_steps"]), seconds=round(time.time() - t, 1))
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(runs[arm]), f))
+    return runs
+
+
+def calibrate(opts):
+    """--calibrate: mean per-step KL of adamw and of SGD at each --calib_lrs on seed
+    100; the SGD lr that matches adamw's (log-log interpolation)."""
+    seed, n = 100, opts["calib_steps"]
+    target = sum(run_arm(opts, seed, "adamw", n)["kl"]) / n
+    kls = {lr: sum(run_arm(opts, seed, "sgd", n, lr=lr)["kl"]) / n for lr in opts["calib_lrs"]}
+    print(f"adamw: mean per-step KL {target:.3g}")
+    for lr, k in kls.items():
+        print(f"sgd lr {lr:g}: mean per-step KL {k:.3g}")
+    if not target > 0 or not all(k > 0 for k in kls.values()):
+        raise common.CliError("--calibrate: a run did not move (KL 0): its warm start earns no reward to learn from")
+    lr = match_lr(kls, target)
+    print(f"--sgd_lr={lr:.3g}")
+    data = {"experiment": "e9_calibration", "seed": seed, "steps": n, "adamw_kl": target,
+            "sgd_kl": {f"{k:g}": v for k, v in kls.items()}, "sgd_lr": lr}
+    common.save("e9_calibration", data, opts["out"])
+    return data
+
+
+def match_lr(kls, target):
+    """The lr at which log KL, interpolated linearly in log lr between the two
+    neighbouring tried lrs whose KLs lie closest around ``target``, equals log target."""
+    pts = sorted((math.log(lr), math.log(k)) for lr, k in kls.items())
+    (x0, y0), (x1, y1) = min(zip(pts, pts[1:]), key=lambda p: abs((p[0][1] + p[1][1]) / 2 - math.log(target)))
+    return math.exp(x0 + (math.log(target) - y0) * (x1 - x0) / (y1 - y0))
+
+
+def main(argv):
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e9_drift_mechanism", plot))
+    if o["calibrate"]:
+        return calibrate(o)
+    o["rl_steps"] = min(o["rl_steps"], 40) if o["quick"] else o["rl_steps"]
+    if o["jobs"] > 1 and len(o["seeds"]) > 1 and not o["threads"]:
+        o["threads"] = 1  # one thread per worker: two workers on two cores
+    results, seeds, t0 = common.over_seeds(one_seed, o)
+    runs = {arm: [r[arm] for r in results] for arm in ARMS}
+    warm_acc = {a: [r["warm_credit"][a] for r in results] for a in ("adamw", "teacher60")}
+    per_seed = lambda arm, k: [r[k] for r in runs[arm]]
+    primary = {f"drift {a} - {b}": stats.contrast(per_seed(a, "drift"), per_seed(b, "drift"), pred, seeds)
+               for a, b, pred in PRIMARY}
+    ps = [stats.p_value(c) for c in primary.values()]
+    holm = {n: {"p": p, "p_holm": a} for n, p, a in zip(primary, ps, stats.holm(ps))}
+    cum = lambda arm, k: [sum(r[k]) for r in runs[arm]]
+    secondary = {f"drift {a} vs 0": stats.contrast(per_seed(a, "drift"), 0.0, "none", seeds) for a in ARMS}
+    secondary.update({f"cumulative {k}, adamw": stats.contrast(cum("adamw", k), 0.0, "none", seeds)
+                      for k in ("direct", "coupled", "carried")})
+    secondary.update({f"cumulative credit_cov, {a}": stats.contrast(cum(a, "credit_cov"), 0.0, "none", seeds)
+                      for a in ARMS})
+    kl = {a: [sum(r["kl"]) / len(r["kl"]) for r in runs[a]] for a in ARMS}
+    secondary["log mean per-step KL, sgd - adamw"] = stats.contrast(
+        [math.log(x) if x > 0 else None for x in kl["sgd"]], [math.log(x) if x > 0 else None for x in kl["adamw"]],
+        "about 0", seeds)
+    for a in list(ARMS)[1:]:
+        secondary[f"final accuracy, {a} - adamw"] = stats.contrast(per_seed(a, "acc"), per_seed("adamw", "acc"),
+                                                                   "none", seeds)
+    tracking = {a: track(runs[a]) for a in ARMS}
+    data = {"experiment": "e9_drift_mechanism", "seeds": seeds, "rl_steps": o["rl_steps"], "quick": o["quick"],
+            "sgd_lr": o["sgd_lr"], "arms": ARMS, "primary": primary, "holm": holm, "secondary": secondary,
+            "tracking": tracking, "warm_credit": warm_acc, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
+            "seconds": round(time.time() - t0, 1), "jobs": o["jobs"]}
+    common.print_contrasts(primary)
+    for name, h in holm.items():
+        if h["p"] is not None:
+            print(f"  {name}: p {h['p']:.3g}, Holm-adjusted p {h['p_holm']:.3g}")
+    common.print_contrasts(secondary, "secondary")
+    for a, t in tracking.items():
+        print(f"{a}: sum of the parts / measured drift {t['ratio']}, per-step r {t['r']}")
+    print(f"E9 took {data['seconds']:.0f}s with {o['jobs']} worker(s)")
+    data = common.clean(data)
+    common.save("e9_drift_mechanism", data, o["out"], lambda plt: plot(plt, data))
+    return data
+
+
+def track(runs):
+    """How well direct + coupled + carried tracks the measured drift: the ratio of
+    their totals (mean over seeds) and the correlation of the per-step values
+    (pooled over seeds)."""
+    pred = [p for r in runs for p in (sum(x) for x in zip(r["direct"], r["coupled"], r["carried"]))]
+    meas = [m for r in runs for m in r["measured"]]
+    ratios = [sum(d + c + k for d, c, k in zip(r["direct"], r["coupled"], r["carried"])) / r["drift"]
+              for r in runs if r["drift"]]
+    n, mp, mm = len(pred), sum(pred) / len(pred), sum(meas) / len(meas)
+    cov = sum((p - mp) * (m - mm) for p, m in zip(pred, meas))
+    var = math.sqrt(sum((p - mp) ** 2 for p in pred) * sum((m - mm) ** 2 for m in meas))
+    return {"ratio": stats.ci(ratios) if ratios else None, "r": round(cov / var, 4) if var else None, "n_steps": n}
+
+
+def plot(plt, data):
+    """Left: signed drift per arm (mean and 95 % t band). Middle: adamw's drift split
+    into direct, coupled and carried. Right: the primary contrasts."""
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    fig.subplots_adjust(wspace=0.45, bottom=0.32)
+    fig.suptitle("E9: what drives the restate drift on chain (200 RL steps from the warm start)", fontsize=11)
+    colors = dict(zip(ARMS, ("tab:blue", "tab:orange", "tab:gray", "tab:cyan", "tab:green", "tab:red",
+                             "tab:purple")))
+    cumsum = lambda xs: [sum(xs[:i + 1]) for i in range(len(xs))]
+
+    def band(ax, curves, color, label, style="-"):
+        cols = list(zip(*curves))
+        m = [common.ci(list(c)) for c in cols]
+        xs = range(1, len(cols) + 1)
+        ax.plot(xs, [a for a, _ in m], style, color=color, label=label, lw=1.5)
+        ax.fill_between(xs, [a - (b or 0) for a, b in m], [a + (b or 0) for a, b in m], color=color, alpha=0.12)
+    for arm, runs in data["runs"].items():
+        band(axes[0], [cumsum(r["measured"]) for r in runs], colors[arm], arm)
+    runs = data["runs"]["adamw"]
+    band(axes[1], [cumsum(r["measured"]) for r in runs], "k", "measured")
+    for k, c in (("direct", "tab:green"), ("coupled", "tab:red"), ("carried", "tab:blue")):
+        band(axes[1], [cumsum(r[k]) for r in runs], c, k, "--")
+    for ax, title in ((axes[0], "signed restate drift, every arm"), (axes[1], "adamw: the drift split")):
+        ax.axhline(0, color="k", lw=0.6)
+        ax.set_xlabel("RL step")
+        ax.set_ylabel("Δ restate log-odds since the warm start (nats)\n> 0: away from restating")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, ncol=2)
+    common.contrast_panel(axes[2], data["primary"], "difference of the signed drift (nats)")
+    axes[2].set_title("primary contrasts (paired by seed)", fontsize=10)
+    n = len(data["seeds"])
+    common.caption(fig, "Left and middle: cumulative change of ell = log pi(unrestated first token) - log pi('(') "
+                        "over 256 held-out problems; lines: mean over "
+                        f"{n} seeds, bands: 95 % Student-t interval over seeds (t with {n - 1} degrees of freedom; "
+                        "none with one seed). Middle: the first-order parts of each step's change (direct: the "
+                        "first-token copies; coupled: every other token; carried: AdamW's momentum). Right: paired "
+                        "differences, 95 % t intervals (not Holm-adjusted; the adjusted p-values are in the JSON).")
+    return fig
+
+
+if __name__ == "__main__":
+    common.cli(main)
