@@ -26,7 +26,9 @@ the first rollout batch), train.py's B = 16 x G = 8, lr 1e-4, clip 0.2, grad cli
   sgd             dr_grpo, plain SGD at --sgd_lr, fixed by --calibrate (below)
   permuted        dr_grpo, each group's rewards shuffled across its rollouts
                   (--permute_rewards): same reward distribution, no credit; the
-                  expected gradient is zero for every token
+                  expected gradient is zero for every token (a uniform shuffle
+                  gives rollout i each reward of its group with probability 1/G,
+                  so E[A_i | the group's rollouts] = mean(r) - mean(r) = 0)
   dr_grpo_reuse   dr_grpo, 2 mini-batches x 2 epochs (E8's reuse): the baseline
                   of the next arm (on-policy, dfpo_min *is* dr_grpo, loss.py)
   dfpo_min_reuse  dfpo_min, 2 mini-batches x 2 epochs: Min-Replace acting
@@ -57,8 +59,10 @@ calibration's target: within 20 %), the change of the choice's entropy, and
 the final greedy accuracy.
 
 --calibrate fixes --sgd_lr before the full run, on seed 100 (not one of 0-9):
-200 steps of adamw and of SGD at each of --calib_lrs; the lr whose mean per-step
-KL matches adamw's, interpolated in log-log. It looks at the KL only.
+200 steps of adamw and of SGD at each of --calib_lrs (added to the lrs an
+earlier --calibrate in --out tried); the lr whose mean per-step KL matches
+adamw's, interpolated in log-log between the tried lrs around it. It looks at
+the KL only.
 
     python experiments/e9_drift_mechanism.py --quick       # seed 0, 40 RL steps (out/quick/)
     python experiments/e9_drift_mechanism.py --calibrate   # the SGD lr (results/e9_calibration.json)
@@ -99,9 +103,9 @@ PARTS = ("measured", "direct", "coupled", "carried", "exact")
 PER_STEP = PARTS + ("kl", "entropy", "credit_gap", "credit_cov", "restated", "reward")
 EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
          "rl_steps": (200, "RL steps per arm (quick: 40)"),
-         "sgd_lr": (0.02, "the sgd arm's learning rate (from --calibrate)"),
+         "sgd_lr": (0.0175, "the sgd arm's learning rate (from --calibrate)"),
          "calibrate": (False, "fix --sgd_lr: KL-match SGD to adamw on seed 100, print it, exit"),
-         "calib_lrs": ("0.01,0.02,0.04", "SGD learning rates --calibrate tries"),
+         "calib_lrs": ("0.03,0.06,0.12", "SGD learning rates --calibrate tries"),
          "calib_steps": (200, "RL steps of each --calibrate run (the full run's length)"),
          "threads": (0, "torch threads (0: all cores in one process, 1 per worker with --jobs > 1)"),
          "small": (False, "tiny model and batches, for smoke tests")}
@@ -213,8 +217,11 @@ def calibrate(opts):
     """--calibrate: mean per-step KL of adamw and of SGD at each --calib_lrs on seed
     100; the SGD lr that matches adamw's (log-log interpolation)."""
     seed, n = 100, opts["calib_steps"]
-    target = sum(run_arm(opts, seed, "adamw", n)["kl"]) / n
-    kls = {lr: sum(run_arm(opts, seed, "sgd", n, lr=lr)["kl"]) / n for lr in opts["calib_lrs"]}
+    path = os.path.join(opts["out"], "e9_calibration.json")
+    old = json.load(open(path)) if os.path.exists(path) else {}
+    kls = {float(k): v for k, v in old.get("sgd_kl", {}).items()} if old.get("steps") == n else {}
+    target = old["adamw_kl"] if kls else sum(run_arm(opts, seed, "adamw", n)["kl"]) / n
+    kls.update({lr: sum(run_arm(opts, seed, "sgd", n, lr=lr)["kl"]) / n for lr in opts["calib_lrs"] if lr not in kls})
     print(f"adamw: mean per-step KL {target:.3g}")
     for lr, k in kls.items():
         print(f"sgd lr {lr:g}: mean per-step KL {k:.3g}")
