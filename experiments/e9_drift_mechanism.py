@@ -130,7 +130,7 @@ def warm(opts, seed, arm):
     sft = size.pop("sft_steps", 1500)
     p = TEACHER.get(arm)
     with chain_teacher(p) if p else contextlib.nullcontext():
-        out = os.path.join(opts["out"], f"teacher{round(100 * p)}") if p else opts["out"]
+        out = os.path.join(opts["out"], "ckpt", f"teacher{round(100 * p)}") if p else opts["out"]
         return common.warm_start(out, seed, "chain", sft_steps=sft, sft_flawed=0.6, **size)
 
 
