@@ -135,6 +135,8 @@ def warm(opts, seed, arm):
 
 
 def rows_of(batch, mb):
+    """The rollout batch restricted to the rows ``mb`` (a mini-batch): tensors and the
+    prompt list indexed, per-batch scalars (``max_len``) kept."""
     return {k: [v[i] for i in mb.tolist()] if k == "prompts" else v[mb] if torch.is_tensor(v) else v
             for k, v in batch.items()}
 
@@ -304,11 +306,13 @@ def track(runs):
 
 
 def plot(plt, data):
-    """Left: signed drift per arm (mean and 95 % t band). Middle: adamw's drift split
-    into direct, coupled and carried. Right: the primary contrasts."""
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-    fig.subplots_adjust(wspace=0.45, bottom=0.32)
-    fig.suptitle("E9: what drives the restate drift on chain (200 RL steps from the warm start)", fontsize=11)
+    """Top: signed drift per arm, and adamw's drift split into direct, coupled and
+    carried (mean and 95 % t band). Bottom: the primary contrasts, and each arm's
+    cumulative credit (within-group covariance of restating with the advantage)."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
+    fig.subplots_adjust(wspace=0.3, hspace=0.5, top=0.93, bottom=0.12)
+    fig.suptitle(f"E9: what drives the restate drift on chain ({data['rl_steps']} RL steps from the warm start)",
+                 fontsize=12)
     colors = dict(zip(ARMS, ("tab:blue", "tab:orange", "tab:gray", "tab:cyan", "tab:green", "tab:red",
                              "tab:purple")))
     cumsum = lambda xs: [sum(xs[:i + 1]) for i in range(len(xs))]
@@ -319,27 +323,38 @@ def plot(plt, data):
         xs = range(1, len(cols) + 1)
         ax.plot(xs, [a for a, _ in m], style, color=color, label=label, lw=1.5)
         ax.fill_between(xs, [a - (b or 0) for a, b in m], [a + (b or 0) for a, b in m], color=color, alpha=0.12)
+    (drift, split), (contrasts, credit) = axes
     for arm, runs in data["runs"].items():
-        band(axes[0], [cumsum(r["measured"]) for r in runs], colors[arm], arm)
+        band(drift, [cumsum(r["measured"]) for r in runs], colors[arm], arm)
+        band(credit, [cumsum(r["credit_cov"]) for r in runs], colors[arm], arm)
     runs = data["runs"]["adamw"]
-    band(axes[1], [cumsum(r["measured"]) for r in runs], "k", "measured")
+    band(split, [cumsum(r["measured"]) for r in runs], "k", "measured")
     for k, c in (("direct", "tab:green"), ("coupled", "tab:red"), ("carried", "tab:blue")):
-        band(axes[1], [cumsum(r[k]) for r in runs], c, k, "--")
-    for ax, title in ((axes[0], "signed restate drift, every arm"), (axes[1], "adamw: the drift split")):
+        band(split, [cumsum(r[k]) for r in runs], c, k, "--")
+    for ax, title in ((drift, "signed restate drift, every arm"), (split, "adamw: the drift split, first order")):
+        ax.set_ylabel("Δ restate log-odds since warm start (nats)\n> 0: away from restating")
+        ax.set_title(title, fontsize=11)
+    credit.set_ylabel("cumulative credit_cov (reward units)\n> 0: the advantage favours restating")
+    credit.set_title("real credit: Σ over steps of cov(restated, Â) within groups", fontsize=11)
+    for ax in (drift, split, credit):
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xlabel("RL step")
-        ax.set_ylabel("Δ restate log-odds since the warm start (nats)\n> 0: away from restating")
-        ax.set_title(title, fontsize=10)
-        ax.legend(fontsize=7, ncol=2)
-    common.contrast_panel(axes[2], data["primary"], "difference of the signed drift (nats)")
-    axes[2].set_title("primary contrasts (paired by seed)", fontsize=10)
+        ax.legend(fontsize=8, ncol=2)
+    short = {k.replace("drift ", "").replace(" - ", " − "): c for k, c in data["primary"].items()}
+    common.contrast_panel(contrasts, short, "difference of the signed drift (nats)")
+    contrasts.set_xticks(range(len(short)), list(short), fontsize=8.5, rotation=22, ha="right")
+    contrasts.set_title("primary contrasts, paired by seed\n(predicted < 0; no prediction for "
+                        "dr_grpo_reuse − adamw)", fontsize=11)
     n = len(data["seeds"])
-    common.caption(fig, "Left and middle: cumulative change of ell = log pi(unrestated first token) - log pi('(') "
-                        "over 256 held-out problems; lines: mean over "
-                        f"{n} seeds, bands: 95 % Student-t interval over seeds (t with {n - 1} degrees of freedom; "
-                        "none with one seed). Middle: the first-order parts of each step's change (direct: the "
-                        "first-token copies; coupled: every other token; carried: AdamW's momentum). Right: paired "
-                        "differences, 95 % t intervals (not Holm-adjusted; the adjusted p-values are in the JSON).")
+    common.caption(fig, "Top and bottom right: cumulative change over RL steps; ell = log pi(unrestated first "
+                        "token) - log pi('(') averaged over 256 held-out problems. Lines: mean over "
+                        f"{n} seed{'s' if n > 1 else ''}; bands: 95 % Student-t interval over seeds"
+                        + (f" (t with {n - 1} degrees of freedom)." if n > 1 else " (none with one seed).")
+                        + " Top right: the first-order parts of each step's change (direct: the first-token "
+                        "copies; coupled: every other token; carried: AdamW's momentum from earlier steps). "
+                        "Bottom left: paired differences per seed (grey dots) and their mean with a 95 % t "
+                        "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report).",
+                   width=140)
     return fig
 
 
