@@ -2,6 +2,7 @@
 matplotlib) and carry the fields the README reports. No figure is asserted."""
 import importlib
 import json
+import math
 import os
 import sys
 
@@ -140,6 +141,8 @@ def test_e9_quick(tmp_path):
         assert name == f"drift {a} - {b}" and c["predicted"] == pred
         assert abs(c["diff"] - (runs[a][0]["drift"] - runs[b][0]["drift"])) < 1e-12
     assert runs["sgd"][0]["lr"] == e9.EXTRA["sgd_lr"][0] and runs["adamw"][0]["lr"] == 1e-4
+    assert runs["sgd_kl"][0]["lr"] == e9.kl_matched_lr(runs["sgd"][0]["lr"], runs["adamw"][0]["kl"],
+                                                       runs["sgd"][0]["kl"])
     assert runs["teacher60"][0]["ell_end"] != runs["adamw"][0]["ell_end"]  # its own warm start
     assert data["rl_steps"] == 2
     again = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])  # cached runs, same numbers
@@ -152,6 +155,24 @@ def test_e9_calibration_interpolates_in_log_log():
     kls = {0.01: 1e-6, 0.1: 1e-4, 1.0: 1e-2}
     assert abs(e9.match_lr(kls, 2.5e-3) - 0.5) < 1e-12
     assert abs(e9.match_lr(kls, 1e-5) - 10 ** -1.5) < 1e-12  # the lower pair
+
+
+def test_e9_kl_matched_lr_by_hand():
+    """adamw's mean KL 4e-4 against SGD's 1e-4 at lr 0.01: lr 0.01 * 4^(1/KL_SLOPE)."""
+    import e9_drift_mechanism as e9
+    lr = e9.kl_matched_lr(0.01, [3e-4, 5e-4], [0.5e-4, 1.5e-4])
+    assert abs(lr - 0.01 * 4 ** (1 / e9.KL_SLOPE)) < 1e-15 and lr > 0.01
+    assert e9.kl_matched_lr(0.01, [3e-4], [0.0]) == 0.01  # a run that did not move: nothing to match
+
+
+def test_e9_kl_slope_is_the_calibration_s():
+    """KL_SLOPE is the least-squares slope of log KL on log lr over the committed calibration."""
+    import e9_drift_mechanism as e9
+    cal = json.load(open(os.path.join(ROOT, "results", "e9_calibration.json")))
+    pts = [(math.log(float(lr)), math.log(k)) for lr, k in cal["sgd_kl"].items()]
+    mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
+    slope = sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+    assert abs(slope - e9.KL_SLOPE) < 0.005
 
 
 def test_e9_calibration_refuses_runs_that_do_not_move(tmp_path, capsys, monkeypatch):
