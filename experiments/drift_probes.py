@@ -32,7 +32,13 @@ during RL (> 0: away from restating). Two questions per optimizer step:
    the denominator D = sqrt(v_t / (1 - beta2^t)) + eps of the actual step held
    fixed, Delta theta = -lr (beta1 m_{t-1} + (1 - beta1) s g) / (1 - beta1^t) / D:
    a *carried* part (earlier steps' momentum) plus the direct and coupled parts
-   of this step's gradient. ``split_step`` returns the three inner products and
+   of this step's gradient. The momentum is linear in the gradients, so it too
+   splits by origin: m = m_direct + m_coupled, m_direct,t = beta1 m_direct,t-1 +
+   (1 - beta1) s g_direct (kept in ``memo``), and the carried part splits into
+   ``carried_direct`` + ``carried_coupled``; direct + carried_direct is then
+   everything the first-token copies of this and earlier steps contribute to
+   the step, and coupled + carried_coupled everything else: a two-way split of
+   the whole update. ``split_step`` returns the inner products and
    the measured change of ell; the parts add up to grad ell . (theta_new -
    theta_old) exactly (tests/test_drift_probes.py), and to the measured change
    up to second-order terms.
@@ -123,13 +129,15 @@ def _dot(a, b):
     return sum(float((x * y).sum()) for x, y in zip(a, b))
 
 
-def split_step(model, opt, batch, adv, cfg, task, problems):
+def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     """One optimizer step of ``cfg.loss`` on ``batch`` (a whole rollout batch, or a
     mini-batch whose ``logprobs`` are the sampling-time ones: off-policy), taken
     with ``opt`` (torch.optim.SGD without momentum, or AdamW without weight
     decay) and --grad_clip, as train.optimizer_step takes it, and the change of ell
-    it makes, split (the module docstring). Returns {"direct", "coupled",
-    "carried", "predicted", "exact", "measured", "kl", "entropy"}: "exact" is
+    it makes, split (the module docstring). ``memo``, a dict kept across the
+    steps of one run, holds AdamW's direct-origin momentum (None: not split by
+    origin). Returns {"direct", "coupled", "carried", "carried_direct",
+    "carried_coupled", "predicted", "exact", "measured", "kl", "entropy"}: "exact" is
     grad ell . (theta_new - theta_old); "kl" the mean over the batch's completion
     tokens of KL(pi_new || pi_old) at their sampled histories; "entropy" the
     choice's entropy before the step."""
@@ -156,18 +164,27 @@ def split_step(model, opt, batch, adv, cfg, task, problems):
     lr = group["lr"]
     if isinstance(opt, torch.optim.AdamW):
         b1, b2 = group["betas"]
-        parts = {"direct": [], "coupled": [], "carried": []}
+        parts = {"direct": [], "coupled": [], "carried": [], "carried_direct": [], "carried_coupled": []}
         for p, a, b, m in zip(params, g_d, g_c, m_prev):
             st = opt.state[p]
             t = float(st["step"])
             k = -lr / (1 - b1 ** t) / ((st["exp_avg_sq"] / (1 - b2 ** t)).sqrt() + group["eps"])
+            m = m if m is not None else torch.zeros_like(p)
+            m_d = memo.get(p, torch.zeros_like(p)) if memo is not None else torch.zeros_like(p)
             parts["direct"].append(k * (1 - b1) * s * a)
             parts["coupled"].append(k * (1 - b1) * s * b)
-            parts["carried"].append(k * b1 * (m if m is not None else torch.zeros_like(p)))
+            parts["carried"].append(k * b1 * m)
+            parts["carried_direct"].append(k * b1 * m_d)
+            parts["carried_coupled"].append(k * b1 * (m - m_d))
+            if memo is not None:
+                memo[p] = b1 * m_d + (1 - b1) * s * a  # as torch's exp_avg.lerp_(grad, 1 - beta1)
     else:
+        zero = [torch.zeros_like(p) for p in params]
         parts = {"direct": [-lr * s * a for a in g_d], "coupled": [-lr * s * b for b in g_c],
-                 "carried": [torch.zeros_like(p) for p in params]}
+                 "carried": zero, "carried_direct": zero, "carried_coupled": zero}
     out = {k: _dot(g_ell, v) for k, v in parts.items()}
+    if memo is None:
+        out["carried_direct"] = out["carried_coupled"] = None
     out["predicted"] = out["direct"] + out["coupled"] + out["carried"]
     out["exact"] = _dot(g_ell, [p.detach() - q for p, q in zip(params, before)])
     with torch.no_grad():

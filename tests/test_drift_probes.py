@@ -46,19 +46,38 @@ def _setup(opt_name, lr):
                                               ("adamw", 1e-5, 1e-3)])
 def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, clip):
     task, model, opt, draw, gen, problems = _setup(opt_name, lr)
+    memo = {}
     for step in range(2):  # the second AdamW step carries the first one's momentum
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)  # the sampler is fp32
         batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
         adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
         cfg = common.Config(loss="dr_grpo", grad_clip=clip)
-        out = DP.split_step(model, opt, batch, adv, cfg, task, problems)
+        out = DP.split_step(model, opt, batch, adv, cfg, task, problems, memo)
         assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
         assert out["measured"] == pytest.approx(out["exact"], rel=0.05, abs=1e-9)
         assert out["direct"] != 0 and out["coupled"] != 0
+        assert out["carried_direct"] + out["carried_coupled"] == pytest.approx(out["carried"], rel=1e-9, abs=1e-15)
         if opt_name == "sgd":
             assert out["carried"] == 0
     if opt_name == "adamw":
-        assert out["carried"] != 0
+        assert out["carried"] != 0 and out["carried_direct"] != 0 and out["carried_coupled"] != 0
+
+
+def test_momentum_of_first_token_copies_alone_is_all_direct():
+    """With only the first completion token in the loss, g_coupled = 0 at every step,
+    so AdamW's carried momentum is all of direct origin: carried_coupled = 0."""
+    task, model, opt, draw, gen, problems = _setup("adamw", 1e-4)
+    memo = {}
+    for step in range(2):
+        batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
+        batch["mask"][:, 1:] = False
+        batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])
+        adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
+        out = DP.split_step(model, opt, batch, adv, common.Config(loss="dr_grpo", grad_clip=1e9), task, problems,
+                            memo)
+        assert abs(out["coupled"]) < 1e-12 * max(1.0, abs(out["direct"])) and out["direct"] != 0
+    assert out["carried"] != 0 and out["carried_direct"] == pytest.approx(out["carried"], rel=1e-9)
+    assert abs(out["carried_coupled"]) < 1e-9 * abs(out["carried"])
 
 
 def test_first_token_logprobs_equal_column_0_of_the_completion():
