@@ -316,10 +316,16 @@ def main(argv):
         secondary[f"final accuracy, {a} - adamw"] = stats.contrast(per_seed(a, "acc"), per_seed("adamw", "acc"),
                                                                    "none", seeds)
     tracking = {a: track(runs[a]) for a in ARMS}
+    per_arm = {a: summary(runs[a]) for a in ARMS}
+    warm_gap = {a: stats.contrast([w["acc_restated"] for w in warm_acc[a]], [w["acc_not"] for w in warm_acc[a]],
+                                  "none", seeds) for a in warm_acc}
     data = {"experiment": "e9_drift_mechanism", "seeds": seeds, "rl_steps": o["rl_steps"], "quick": o["quick"],
             "sgd_lr": o["sgd_lr"], "arms": ARMS, "primary": primary, "holm": holm, "secondary": secondary,
-            "tracking": tracking, "warm_credit": warm_acc, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
+            "tracking": tracking, "warm_credit": warm_acc, "warm_credit_gap": warm_gap, "per_arm": per_arm, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
             "seconds": round(time.time() - t0, 1), "jobs": o["jobs"]}
+    sci = lambda mh: "n/a" if mh[0] is None else f"{mh[0]:.2e}" + (f" ± {mh[1]:.1e}" if mh[1] is not None else "")
+    common.table([[a] + [sci(v[k]) if k in ("kl", "lr") else stats.fmt(v[k]) for k in SUMMARY]
+                  for a, v in per_arm.items()], ["arm"] + list(SUMMARY))
     common.print_contrasts(primary)
     for name, h in holm.items():
         if h["p"] is not None:
@@ -331,6 +337,24 @@ def main(argv):
     data = common.clean(data)
     common.save("e9_drift_mechanism", data, o["out"], lambda plt: plot(plt, data))
     return data
+
+
+SUMMARY = ("drift", "positive", "credit_cov", "credit_gap", "kl", "acc0", "acc", "entropy0", "entropy_end", "lr")
+
+
+def summary(runs):
+    """One arm over seeds, each [mean, 95 % t half-width]: its drift, the share of
+    seeds whose drift is > 0, cumulative credit_cov, credit_gap (mean over the
+    steps where both forms were sampled), mean per-step KL, accuracy at the warm
+    start and at the end, the choice's entropy at the first step and at the end,
+    and the learning rate."""
+    mean = lambda xs: sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs))
+    per = {"drift": [r["drift"] for r in runs], "positive": [float(r["drift"] > 0) for r in runs],
+           "credit_cov": [sum(r["credit_cov"]) for r in runs], "credit_gap": [mean(r["credit_gap"]) for r in runs],
+           "kl": [sum(r["kl"]) / len(r["kl"]) for r in runs], "acc0": [r["acc0"] for r in runs],
+           "acc": [r["acc"] for r in runs], "entropy0": [r["entropy"][0] for r in runs],
+           "entropy_end": [r["entropy_end"] for r in runs], "lr": [r["lr"] for r in runs]}
+    return {k: stats.ci(v) for k, v in per.items()}
 
 
 def track(runs):
