@@ -17,9 +17,10 @@ import sys
 from tqdm import tqdm
 
 
-def progress(steps, desc, master):
+def progress(steps, desc, master=True, total=None):
     """A progress bar on a terminal; none in a redirected log (its lines would flood it)."""
-    return tqdm(steps, desc=desc, dynamic_ncols=True, disable=not master or not sys.stderr.isatty())
+    return tqdm(steps, desc=desc, total=total, dynamic_ncols=True,
+                disable=not master or not sys.stderr.isatty())
 
 
 MIXED_HINT_BELOW, MIXED_START_STEPS = 0.2, 10  # the hint's threshold; the summary's mean over first steps

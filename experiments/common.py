@@ -23,7 +23,6 @@ import sys
 import time
 
 import torch
-from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -31,6 +30,7 @@ if ROOT not in sys.path:
 
 import checkpoint  # noqa: E402
 import config  # noqa: E402
+from console import progress  # noqa: E402
 import train  # noqa: E402
 from model import completion_logprobs  # noqa: E402
 from toy_tasks import PAD  # noqa: E402
@@ -208,7 +208,7 @@ def _init_worker(threads):
 
 
 def pool(fn, items, jobs=1, threads=1, desc="seeds"):
-    """[fn(x) for x in items], in order, with a progress bar. With jobs > 1 the
+    """[fn(x) for x in items], in order, with a progress bar (on a terminal only). With jobs > 1 the
     items run in that many worker processes ("spawn": a fresh interpreter each,
     so no thread pool is inherited half-initialised) of ``threads`` torch threads;
     ``fn`` must be a module-level function and its result picklable. With
@@ -216,10 +216,10 @@ def pool(fn, items, jobs=1, threads=1, desc="seeds"):
     items = list(items)
     jobs = max(1, min(jobs, len(items)))
     if jobs == 1:
-        return [fn(x) for x in tqdm(items, desc=desc, dynamic_ncols=True)]
+        return [fn(x) for x in progress(items, desc)]
     ctx = multiprocessing.get_context("spawn")
     with ctx.Pool(jobs, initializer=_init_worker, initargs=(threads,)) as p:
-        return list(tqdm(p.imap(fn, items), total=len(items), desc=desc, dynamic_ncols=True))
+        return list(progress(p.imap(fn, items), desc, total=len(items)))
 
 
 def over_seeds(one_seed, opts):
