@@ -227,7 +227,7 @@ def warm_credit(opts, seed, arm="adamw", prompts=256, group_size=8):
 def one_seed(args):
     """Every arm of one seed (each arm's record cached in <out>/runs/e9/, reused)."""
     opts, seed = args
-    runs = {"warm_credit": {a: warm_credit(opts, seed, a) for a in ("adamw", "teacher60")}}
+    runs = {"warm_credit": {a: warm_credit(opts, seed, a) for a in ("adamw", "teacher60")}, "fresh": 0}
     for arm in ARMS:
         lr = opts["sgd_lr"] if ARMS[arm].get("optimizer") == "sgd" else common.Config.lr
         lr = kl_matched_lr(lr, runs["adamw"]["kl"], runs["sgd"]["kl"]) if arm == "sgd_kl" else lr
@@ -238,6 +238,7 @@ def one_seed(args):
             continue
         t = time.time()
         runs[arm] = dict(run_arm(opts, seed, arm, opts["rl_steps"], lr), seconds=round(time.time() - t, 1))
+        runs["fresh"] += 1  # run now, not read from the cache
         os.makedirs(os.path.dirname(path), exist_ok=True)
         checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(runs[arm]), f))
     return runs
@@ -322,7 +323,8 @@ def main(argv):
     data = {"experiment": "e9_drift_mechanism", "seeds": seeds, "rl_steps": o["rl_steps"], "quick": o["quick"],
             "sgd_lr": o["sgd_lr"], "arms": ARMS, "primary": primary, "holm": holm, "secondary": secondary,
             "tracking": tracking, "warm_credit": warm_acc, "warm_credit_gap": warm_gap, "per_arm": per_arm, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
-            "seconds": round(time.time() - t0, 1), "jobs": o["jobs"]}
+            "seconds": round(time.time() - t0, 1), "jobs": o["jobs"],
+            "cpu_s": round(sum(r["seconds"] for a in ARMS for r in runs[a]), 1)}  # every run's own time, 1 thread
     sci = lambda mh: "n/a" if mh[0] is None else f"{mh[0]:.2e}" + (f" ± {mh[1]:.1e}" if mh[1] is not None else "")
     common.table([[a] + [sci(v[k]) if k in ("kl", "lr") else stats.fmt(v[k]) for k in SUMMARY]
                   for a, v in per_arm.items()], ["arm"] + list(SUMMARY))
@@ -333,7 +335,9 @@ def main(argv):
     common.print_contrasts(secondary, "secondary")
     for a, t in tracking.items():
         print(f"{a}: sum of the parts / measured drift {t['ratio']}, per-step r {t['r']}")
-    print(f"E9 took {data['seconds']:.0f}s with {o['jobs']} worker(s)")
+    # throughput of the runs made now (cached ones cost nothing; warm starts trained now are included)
+    data["rate"] = common.rate("E9", sum(r["fresh"] for r in results), data["seconds"], o["jobs"], "runs")
+    print(f"E9: {data['cpu_s']:.0f} CPU seconds in the {len(ARMS) * len(seeds)} runs, one thread each")
     data = common.clean(data)
     common.save("e9_drift_mechanism", data, o["out"], lambda plt: plot(plt, data))
     return data
@@ -402,12 +406,15 @@ def plot(plt, data):
     for ax, title in ((drift, "signed restate drift, every arm"), (split, "adamw: the drift split, first order")):
         ax.set_ylabel("Δ restate log-odds since warm start (nats)\n> 0: away from restating")
         ax.set_title(title, fontsize=11)
-    credit.set_ylabel("cumulative credit_cov (reward units)\n> 0: the advantage favours restating")
+    credit.set_ylabel("cumulative credit_cov (units of the arm's Â)\n> 0: the advantage favours restating")
     credit.set_title("real credit: Σ over steps of cov(restated, Â) within groups", fontsize=11)
     for ax in (drift, split, credit):
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xlabel("RL step")
         ax.legend(fontsize=8, ncol=2)
+    lo, hi = split.get_ylim()
+    split.set_ylim(lo, hi + 0.45 * (hi - lo))  # room for the legend above the bands
+    split.legend(fontsize=8, ncol=1, loc="upper left")
     short = {k.replace("drift ", "").replace(" - ", " − "): c for k, c in data["primary"].items()}
     common.contrast_panel(contrasts, short, "difference of the signed drift (nats)")
     contrasts.set_xticks(range(len(short)), list(short), fontsize=8.5, rotation=22, ha="right")
@@ -422,7 +429,9 @@ def plot(plt, data):
                         "copies; coupled: every other token), each with AdamW's momentum of the same origin "
                         "from earlier steps (dashed) and without it (dotted). "
                         "Bottom left: paired differences per seed (grey dots) and their mean with a 95 % t "
-                        "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report).",
+                        "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report). "
+                        "Bottom right: in units of each arm's own advantage (grpo's is divided by the "
+                        "group's standard deviation, so its scale is larger).",
                    width=140)
     return fig
 
