@@ -89,7 +89,7 @@ class Task:
     flawed: Callable          # (problem, rng=None) -> a flawed teacher's solution text
     max_new_tokens: int       # longest completion + EOS
     n_problems: int           # size of the problem space
-    style_points: Callable = None  # problem -> [(kind, prefix, (variant_a, variant_b))], reward-irrelevant choices
+    style_points: Callable = None  # problem -> [(kind, prefix, (variant_a, variant_b))], choices the verifier ignores
 
 
 def _final(text, scratchpad):
@@ -241,7 +241,7 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
         7+8=15,15*3=45,45-5=40
         (7+8*3-5)7+8=15;15*3=45,45-5=40        (the same, with two style choices)
 
-    Style: the teacher makes reward-irrelevant choices at fixed points, and the
+    Style: the teacher makes choices the verifier ignores at fixed points, and the
     verifier reads only the last number after ``=``:
 
     * ``restate``: the completion opens by restating the problem in brackets, with

@@ -242,7 +242,7 @@ def rate(name, runs, seconds, jobs, unit="runs"):
 
 TASK_SIZED = ("n_layer", "n_head", "n_embd", "sft_steps", "sft_batch", "sft_flawed")  # per-task defaults
 DIAG_FLAGS = {
-    "task": ("chain", "task of the warm start (chain: long completions with reward-irrelevant style choices)"),
+    "task": ("chain", "task of the warm start (chain: long completions with style choices the verifier ignores)"),
     "digits": (2, "operand digits (add, mul)"), "scratchpad": (False, "scratchpad solutions (add, mul)"),
     "sft_steps": (1000, "SFT steps of the warm start (default: the task's, config.TASK_DEFAULTS)"),
     "sft_flawed": (0.7, "flawed-teacher share of the SFT data (default: the task's)"),

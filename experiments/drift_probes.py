@@ -1,4 +1,4 @@
-"""drift_probes.py: what moves a reward-irrelevant choice, step by step (for E9).
+"""drift_probes.py: what moves a choice the verifier ignores, step by step (for E9).
 
 What it teaches
 ---------------

@@ -21,7 +21,8 @@ a problem has the same answer, but the teacher writes it in several equally
 correct forms: the ``restate`` point (the first token: restate the problem in
 brackets, ~10 tokens longer, or not) and the ``sep`` points (``,`` or ``;``).
 The verifier ignores both, so any change of the log-odds between the two forms
-since the warm start is reward-irrelevant drift. The restate point's history
+since the warm start is drift the verifier does not ask for (E9, run later,
+found that the policy's accuracy does depend on the restate form). The restate point's history
 is the prompt, shared by every rollout of a group: exactly [P1]'s setting.
 
 Method: per seed the cached chain warm start (train.py's chain defaults), then
