@@ -336,7 +336,8 @@ def main(argv):
     for a, t in tracking.items():
         print(f"{a}: sum of the parts / measured drift {t['ratio']}, per-step r {t['r']}")
     # throughput of the runs made now (cached ones cost nothing; warm starts trained now are included)
-    data["rate"] = common.rate("E9", sum(r["fresh"] for r in results), data["seconds"], o["jobs"], "runs")
+    data["rate"] = common.rate("E9", sum(r["fresh"] for r in results), data["seconds"],
+                               min(o["jobs"], len(seeds)), "runs")
     print(f"E9: {data['cpu_s']:.0f} CPU seconds in the {len(ARMS) * len(seeds)} runs, one thread each")
     data = common.clean(data)
     common.save("e9_drift_mechanism", data, o["out"], lambda plt: plot(plt, data))
