@@ -109,7 +109,7 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
            for k, v in batch.items()}
     train.optimizer_step(model, opt, batch, adv, rows, cfg)
     out = DP.split_step(twin, twin_opt, sub, adv[rows], cfg, task, problems)
-    moved = max(float((p - q).abs().max()) for p, q in zip(model.parameters(), twin.parameters()))
+    moved = max(float((p - q).detach().abs().max()) for p, q in zip(model.parameters(), twin.parameters()))
     assert moved < 1e-10
     assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
     assert out["kl"] > 0
