@@ -317,12 +317,14 @@ def main(argv):
         secondary[f"final accuracy, {a} - adamw"] = stats.contrast(per_seed(a, "acc"), per_seed("adamw", "acc"),
                                                                    "none", seeds)
     tracking = {a: track(runs[a]) for a in ARMS}
+    # added after the full run was seen, not registered: across seeds, does the drift go with the credit?
+    credit_drift_r = {a: stats.pearson(per_seed(a, "drift"), cum(a, "credit_cov")) for a in ARMS}
     per_arm = {a: summary(runs[a]) for a in ARMS}
     warm_gap = {a: stats.contrast([w["acc_restated"] for w in warm_acc[a]], [w["acc_not"] for w in warm_acc[a]],
                                   "none", seeds) for a in warm_acc}
     data = {"experiment": "e9_drift_mechanism", "seeds": seeds, "rl_steps": o["rl_steps"], "quick": o["quick"],
             "sgd_lr": o["sgd_lr"], "arms": ARMS, "primary": primary, "holm": holm, "secondary": secondary,
-            "tracking": tracking, "warm_credit": warm_acc, "warm_credit_gap": warm_gap, "per_arm": per_arm, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
+            "tracking": tracking, "warm_credit": warm_acc, "warm_credit_gap": warm_gap, "per_arm": per_arm, "credit_drift_r": credit_drift_r, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
             "seconds": round(time.time() - t0, 1), "jobs": o["jobs"],
             "cpu_s": round(sum(r["seconds"] for a in ARMS for r in runs[a]), 1)}  # every run's own time, 1 thread
     sci = lambda mh: "n/a" if mh[0] is None else f"{mh[0]:.2e}" + (f" ± {mh[1]:.1e}" if mh[1] is not None else "")
@@ -370,10 +372,9 @@ def track(runs):
     meas = [m for r in runs for m in r["measured"]]
     ratios = [sum(d + c + k for d, c, k in zip(r["direct"], r["coupled"], r["carried"])) / r["drift"]
               for r in runs if r["drift"]]
-    n, mp, mm = len(pred), sum(pred) / len(pred), sum(meas) / len(meas)
-    cov = sum((p - mp) * (m - mm) for p, m in zip(pred, meas))
-    var = math.sqrt(sum((p - mp) ** 2 for p in pred) * sum((m - mm) ** 2 for m in meas))
-    return {"ratio": stats.ci(ratios) if ratios else None, "r": round(cov / var, 4) if var else None, "n_steps": n}
+    r = stats.pearson(pred, meas)
+    return {"ratio": stats.ci(ratios) if ratios else None, "r": None if r is None else round(r, 4),
+            "n_steps": len(pred)}
 
 
 def plot(plt, data):

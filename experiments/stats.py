@@ -12,7 +12,9 @@
 * ``p_value(c)``: the two-sided paired-t p of a contrast, 2 (1 - F_{n-1}(|t|)),
   t = diff / (sd / sqrt(n)); ``holm(ps)``: Holm's step-down adjustment of a
   family of p-values, p_(k) -> max_{j <= k} min(1, (m - j + 1) p_(j)), which
-  keeps the family-wise error at 5 % when the adjusted p is read against 0.05.
+  keeps the family-wise error at 5 % when the adjusted p is read against 0.05;
+* ``pearson(xs, ys)``: the sample correlation, sum (x - xbar)(y - ybar) /
+  sqrt(sum (x - xbar)^2 sum (y - ybar)^2).
 """
 
 import math
@@ -185,6 +187,15 @@ def ci(xs):
         return [None, None]
     m, h = mean_ci(xs)
     return [m, None if h != h else h]
+
+
+def pearson(xs, ys):
+    """The sample correlation of paired values; None when either is constant."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
+    var = math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
+    return cov / var if var else None
 
 
 def fmt(mc, digits=3):

@@ -199,3 +199,11 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     assert row["p"] == pytest.approx(2 * (1 - S.t_cdf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
     assert 0.01 < row["p"] < 0.02 and not row["survives_holm"]
     assert (tmp_path / "multiplicity.json").exists() and "multiplicity:" in capsys.readouterr().out
+
+
+def test_pearson_by_hand():
+    # x = 1, 2, 3; y = 2, 4, 5: deviations -1, 0, 1 and -5/3, 1/3, 4/3;
+    # cov sum = 5/3 + 4/3 = 3; sum dx^2 = 2, sum dy^2 = 25/9 + 1/9 + 16/9 = 42/9
+    assert S.pearson([1, 2, 3], [2, 4, 5]) == pytest.approx(3 / math.sqrt(2 * 42 / 9))
+    assert S.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert S.pearson([1, 1, 1], [1, 2, 3]) is None
