@@ -3,17 +3,17 @@
 What it teaches
 ---------------
 A critic-free objective turns one reward r_i per completion into one advantage
-A_i per completion, and every token of the completion carries it. A token that
+Â_i per completion, and every token of the completion carries it. A token that
 every rollout of a group emits after the same history gets the coefficient
-sum_i w_i A_i (loss.py). With equal weights w_i = w this is w * sum_i A_i, so the
+sum_i w_i Â_i (loss.py). With equal weights w_i = w this is w * sum_i Â_i, so the
 copies cancel only if the advantages are **centred** inside the group:
 
-    sum_{i in g} A_i = 0.
+    sum_{i in g} Â_i = 0.
 
 Equal weights (gradient exchangeability, loss.py) and centred advantages are two
 separate conditions; the engines let you choose them separately (verl's
 ``adv_estimator``, TRL's ``scale_rewards``), and so does ``--adv`` here. An
-estimator that is not centred gives a shared token a net push of w * sum_i A_i
+estimator that is not centred gives a shared token a net push of w * sum_i Â_i
 even under exchangeable weights; tests/test_advantage.py checks each row of the
 ``centred?`` column on random groups, both ways.
 
@@ -21,11 +21,11 @@ Notation: mu_g and sigma_g = mean and sample sd (Bessel) of group g's rewards;
 mean_B, sd_B = the same over the whole rollout batch (every group, every
 process); L_i = completion length; b_g = the reward of the greedy completion of
 prompt g; eps = 1e-6 (TRL uses 1e-4 where it divides by a sd).
-This table is the one home of these facts; THEORY.md shows it verbatim
-(tests/test_docs.py checks the copy):
+The table is generated from ``ESTIMATORS`` below; THEORY.md shows it verbatim
+(tests/test_docs.py checks both copies):
 
 <!-- estimators -->
-| `--adv` | A_i | centred? | upstream |
+| `--adv` | Â_i | centred? | upstream |
 |---|---|---|---|
 | `grpo` | (r_i - mu_g)/(sigma_g + eps) | yes | verl `grpo`; TRL `scale_rewards="group"` |
 | `dr_grpo` | r_i - mu_g | yes | verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"` |
@@ -37,33 +37,23 @@ This table is the one home of these facts; THEORY.md shows it verbatim
 | `reinforce_plus_plus_baseline` | (x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch | no: centred, then shifted by m | verl `reinforce_plus_plus_baseline` |
 | `remax` | r_i - b_g | no (with 0/1 rewards every group is one-signed) | verl `remax` |
 | `opo` | r_i - sum_j L_j r_j / sum_j L_j (j in g) | no, unless the lengths are equal | verl `opo` |
-| `grpo_passk` | (r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest | no: A >= 0 | verl `grpo_passk` |
-| `positive_only` | 1[r_i > 0] | no: A >= 0 | (rejection sampling) |
+| `grpo_passk` | (r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest | no: Â >= 0 | verl `grpo_passk` |
+| `positive_only` | 1[r_i > 0] | no: Â >= 0 | (rejection sampling) |
 <!-- /estimators -->
 
 ``--adv=auto`` (the default) takes the estimator each ``--loss`` has always used
-(``DEFAULT``), so every command written before ``--adv`` existed gives the same
-numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with gamma = 1
+(its record's ``adv`` in loss.OBJECTIVES), so every command written before
+``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with gamma = 1
 and no KL in the reward, where every token of a completion has the return r_i.
 ``remax`` needs one greedy completion per prompt, which sampler.rollouts draws
 (``baseline``). ``grpo_passk`` follows verl: the first of equal maxima is "the
 best", so a group with two or more correct answers gets A = 0 everywhere.
 """
 
+from dataclasses import dataclass
+from typing import Callable
+
 import torch
-
-ESTIMATORS = ("grpo", "dr_grpo", "grpo_batch_std", "rloo", "gpg", "batch_whiten", "reinforce_plus_plus",
-              "reinforce_plus_plus_baseline", "remax", "opo", "grpo_passk", "positive_only")
-CENTRED = ("grpo", "dr_grpo", "grpo_batch_std", "rloo", "gpg")
-ONE_SIGNED = ("grpo_passk", "positive_only")  # A >= 0 whatever the rewards
-# --adv=auto: each --loss's own estimator (loss.py's table, "advantage A_i" column)
-DEFAULT = {"dr_grpo": "dr_grpo", "dfpo_min": "dr_grpo", "dfpo_orth": "dr_grpo", "rloo": "rloo",
-           "gpg": "gpg", "positive_only": "positive_only"}
-
-
-def for_loss(loss):
-    """The estimator ``--adv=auto`` picks for ``--loss=loss``."""
-    return DEFAULT.get(loss, "grpo")
 
 
 def compact(group):
@@ -100,45 +90,13 @@ def _token_whiten(x, lengths):
     return (x - m) * torch.rsqrt(v + 1e-8)
 
 
-def advantages(rewards, group, estimator="grpo", lengths=None, baseline=None, eps=1e-6):
-    """Per-sequence advantages A_i [N] (the table above) of one whole rollout batch.
+# ----------------------------------------------------------------------------- the estimators
+# Each reads (r, group, mu, n, lengths, baseline, eps): the rewards [N], the group
+# ids, the group mean and size per row, the completion lengths, the greedy
+# baseline reward per row (remax), and eps.
 
-    rewards [N], group [N] ids; lengths [N] completion lengths (``opo`` and the
-    ``reinforce_plus_plus`` rows need them); baseline [N] the greedy reward of
-    each row's prompt (``remax``). Batch statistics are over the rows given:
-    pass the whole batch, every process's (train.py does)."""
-    r = rewards.float()
-    if estimator not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {estimator!r}; choose one of {', '.join(ESTIMATORS)}")
-    if estimator in ("opo", "reinforce_plus_plus", "reinforce_plus_plus_baseline") and lengths is None:
-        raise ValueError(f"--adv={estimator} needs the completion lengths")
-    if estimator == "remax" and baseline is None:
-        raise ValueError("--adv=remax needs the greedy baseline reward of every row")
-    mu, n = group_mean(r, group)
-    if estimator == "positive_only":
-        return (r > 0).float()
-    if estimator == "dr_grpo":
-        return r - mu
-    if estimator == "grpo":
-        return (r - mu) / (group_std(r, group) + eps)
-    if estimator == "grpo_batch_std":
-        return (r - mu) / (r.std() + eps)
-    if estimator == "rloo":
-        return (r - mu) * n / (n - 1)
-    if estimator == "gpg":  # verl: alpha = N / #{r != 0} over the batch (f_norm = 1)
-        return (r - mu) * len(r) / max(int((r != 0).sum()), 1)
-    if estimator == "batch_whiten":
-        return (r - r.mean()) / (r.std() + eps)
-    if estimator == "reinforce_plus_plus":
-        return _token_whiten(r, lengths)
-    if estimator == "reinforce_plus_plus_baseline":
-        return _token_whiten(r - mu, lengths)
-    if estimator == "remax":
-        return r - baseline.float()
-    if estimator == "opo":
-        L = lengths.to(r.dtype)
-        return r - group_sum(L * r, group) / group_sum(L, group)
-    # grpo_passk: the group's first best gets (r_max - r_2nd) / (sigma_g + eps), the rest 0
+def _grpo_passk(r, group, mu, n, lengths, baseline, eps):
+    """The group's first best gets (r_max - r_2nd) / (sigma_g + eps), the rest 0."""
     g = compact(group)
     out = torch.zeros_like(r)
     sigma = group_std(r, group)
@@ -148,6 +106,102 @@ def advantages(rewards, group, estimator="grpo", lengths=None, baseline=None, ep
         best = idx[int(torch.argmax(r[idx]))]
         out[best] = (top.values[0] - top.values[1]) / (sigma[best] + eps)
     return out
+
+
+def _opo(r, group, mu, n, lengths, baseline, eps):
+    length = lengths.to(r.dtype)
+    return r - group_sum(length * r, group) / group_sum(length, group)
+
+
+@dataclass(frozen=True)
+class Estimator:
+    """One advantage estimator (``--adv``): its formula, whether it is centred, its source."""
+    name: str
+    fn: Callable
+    formula: str
+    centred: bool
+    centred_text: str
+    upstream: str
+    one_signed: bool = False   # Â >= 0 whatever the rewards
+    needs: tuple = ()          # what else it reads: "lengths", "baseline"
+
+
+ESTIMATORS = {}
+
+
+def register(est):
+    """Add one estimator; its name becomes an --adv value everywhere."""
+    if est.name in ESTIMATORS:
+        raise ValueError(f"estimator {est.name!r} is already registered")
+    ESTIMATORS[est.name] = est
+    return est
+
+
+def estimator(name):
+    """The record of ``--adv=name``; a ValueError naming the choices otherwise."""
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(ESTIMATORS)}")
+    return ESTIMATORS[name]
+
+
+for _e in (
+    Estimator("grpo", lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
+              "(r_i - mu_g)/(sigma_g + eps)", True, "yes", 'verl `grpo`; TRL `scale_rewards="group"`'),
+    Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: r - mu, "r_i - mu_g", True, "yes",
+              'verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`'),
+    Estimator("grpo_batch_std", lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
+              "(r_i - mu_g)/(sd_B + eps)", True, "yes", 'TRL `scale_rewards="batch"`'),
+    Estimator("rloo", lambda r, g, mu, n, L, b, eps: (r - mu) * n / (n - 1),
+              "r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g)", True, "yes", "verl `rloo`"),
+    # verl: alpha = N / #{r != 0} over the batch (f_norm = 1)
+    Estimator("gpg", lambda r, g, mu, n, L, b, eps: (r - mu) * len(r) / max(int((r != 0).sum()), 1),
+              "alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch", True, "yes",
+              "verl `gpg`"),
+    Estimator("batch_whiten", lambda r, g, mu, n, L, b, eps: (r - r.mean()) / (r.std() + eps),
+              "(r_i - mean_B)/(sd_B + eps), one count per sequence", False,
+              "no: the batch mean replaces mu_g", "(batch normalisation)"),
+    Estimator("reinforce_plus_plus", lambda r, g, mu, n, L, b, eps: _token_whiten(r, L),
+              "(r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch",
+              False, "no: a batch, length-weighted baseline", "verl `reinforce_plus_plus`",
+              needs=("lengths",)),
+    Estimator("reinforce_plus_plus_baseline", lambda r, g, mu, n, L, b, eps: _token_whiten(r - mu, L),
+              "(x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch", False,
+              "no: centred, then shifted by m", "verl `reinforce_plus_plus_baseline`",
+              needs=("lengths",)),
+    Estimator("remax", lambda r, g, mu, n, L, b, eps: r - b.float(), "r_i - b_g", False,
+              "no (with 0/1 rewards every group is one-signed)", "verl `remax`", needs=("baseline",)),
+    Estimator("opo", _opo, "r_i - sum_j L_j r_j / sum_j L_j (j in g)", False,
+              "no, unless the lengths are equal", "verl `opo`", needs=("lengths",)),
+    Estimator("grpo_passk", _grpo_passk, "(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
+              False, "no: Â >= 0", "verl `grpo_passk`", one_signed=True),
+    Estimator("positive_only", lambda r, g, mu, n, L, b, eps: (r > 0).float(), "1[r_i > 0]", False,
+              "no: Â >= 0", "(rejection sampling)", one_signed=True),
+):
+    register(_e)
+
+
+def table():
+    """The estimator table of the docs, from the records."""
+    lines = ["| `--adv` | Â_i | centred? | upstream |", "|---|---|---|---|"]
+    lines += [f"| `{e.name}` | {e.formula} | {e.centred_text} | {e.upstream} |" for e in ESTIMATORS.values()]
+    return "\n".join(lines)
+
+
+def advantages(rewards, group, name="grpo", lengths=None, baseline=None, eps=1e-6):
+    """Per-sequence advantages Â_i [N] (the table above) of one whole rollout batch.
+
+    rewards [N], group [N] ids; lengths [N] completion lengths (``opo`` and the
+    ``reinforce_plus_plus`` rows need them); baseline [N] the greedy reward of
+    each row's prompt (``remax``). Batch statistics are over the rows given:
+    pass the whole batch, every process's (train.py does)."""
+    est = estimator(name)
+    if "lengths" in est.needs and lengths is None:
+        raise ValueError(f"--adv={name} needs the completion lengths")
+    if "baseline" in est.needs and baseline is None:
+        raise ValueError("--adv=remax needs the greedy baseline reward of every row")
+    r = rewards.float()
+    mu, n = group_mean(r, group)
+    return est.fn(r, group, mu, n, lengths, baseline, eps)
 
 
 def permute_within_groups(rewards, group, generator):

@@ -15,9 +15,9 @@ parameters. Nothing cancels, and the token drifts.
 
 Each scheduler below is a pure function
 
-    scheduler(group_ids, advantages, lengths, M, generator) -> list of M LongTensors
+    scheduler(group, advantages, lengths, M, generator) -> list of M LongTensors
 
-- group_ids:  LongTensor [N], the group (prompt) of each rollout. Groups need
+- group:      LongTensor [N], the group (prompt) of each rollout. Groups need
   not be contiguous.
 - advantages: FloatTensor [N]. Only the sign is used: positive (> 0),
   negative (< 0) or zero (== 0).
@@ -100,31 +100,31 @@ def _sign_classes(advantages):
     return pos, neg, zero
 
 
-def _groups(group_ids):
+def _groups(group):
     """The distinct group ids and, for each, the indices of its rollouts."""
-    ids = torch.unique(group_ids)
-    members = [torch.nonzero(group_ids == gid).flatten() for gid in ids]
+    ids = torch.unique(group)
+    members = [torch.nonzero(group == gid).flatten() for gid in ids]
     return ids, members
 
 
 # ------------------------------------------------------------- schedulers
 
 
-def full(group_ids, advantages, lengths, M, generator):
+def full(group, advantages, lengths, M, generator):
     """One step on the whole batch. Nothing is ever split."""
     if M != 1:
         raise ValueError(
             f"batching 'full' takes the whole batch in one step; "
             f"it needs minibatches=1, got {M}")
-    return [torch.arange(len(group_ids), dtype=torch.long)]
+    return [torch.arange(len(group), dtype=torch.long)]
 
 
-def shuffle(group_ids, advantages, lengths, M, generator):
+def shuffle(group, advantages, lengths, M, generator):
     """Random permutation cut into M chunks: a group lands wherever it lands."""
-    return _cut(torch.randperm(len(group_ids), generator=generator), M)
+    return _cut(torch.randperm(len(group), generator=generator), M)
 
 
-def length(group_ids, advantages, lengths, M, generator):
+def length(group, advantages, lengths, M, generator):
     """Even token totals per chunk, with the chunk sizes of `shuffle`.
 
     1. Shuffle the rollouts, so that ties in length are broken at random.
@@ -150,15 +150,15 @@ def length(group_ids, advantages, lengths, M, generator):
     return [torch.tensor(chunk, dtype=torch.long) for chunk in chunks]
 
 
-def query(group_ids, advantages, lengths, M, generator):
+def query(group, advantages, lengths, M, generator):
     """QB: permute the groups and give each mini-batch whole groups."""
-    _, members = _groups(group_ids)
+    _, members = _groups(group)
     group_order = torch.randperm(len(members), generator=generator)
     return [torch.cat([members[g] for g in part.tolist()])
             for part in torch.tensor_split(group_order, M)]
 
 
-def balanced(group_ids, advantages, lengths, M, generator):
+def balanced(group, advantages, lengths, M, generator):
     """RB: deal positives, then negatives, then zeros round-robin.
 
     Rollout k of the line-up goes to mini-batch k mod M. Each class is one
@@ -173,7 +173,7 @@ def balanced(group_ids, advantages, lengths, M, generator):
     return [line_up[c::M].clone() for c in range(M)]
 
 
-def sign(group_ids, advantages, lengths, M, generator):
+def sign(group, advantages, lengths, M, generator):
     """Control: positives, then zeros, then negatives, cut into M chunks."""
     pos, neg, zero = _sign_classes(advantages)
     line_up = torch.cat([_shuffled(pos, generator),
@@ -182,7 +182,7 @@ def sign(group_ids, advantages, lengths, M, generator):
     return _cut(line_up, M)
 
 
-def query_balanced(group_ids, advantages, lengths, M, generator):
+def query_balanced(group, advantages, lengths, M, generator):
     """Whole groups per mini-batch, with positive and negative counts even.
 
     Mini-batch c holds as many groups as it would under `query`, and no group
@@ -198,7 +198,7 @@ def query_balanced(group_ids, advantages, lengths, M, generator):
     #    to the lowest index.
     # 3. Swaps: while swapping two groups in different mini-batches lowers S,
     #    swap them. S is an integer that drops at every swap, so this ends.
-    _, members = _groups(group_ids)
+    _, members = _groups(group)
     n_groups = len(members)
     p = [int((advantages[m] > 0).sum()) for m in members]
     n = [int((advantages[m] < 0).sum()) for m in members]
@@ -253,32 +253,44 @@ SCHEDULERS = {
     "query_balanced": query_balanced,
 }
 
-_WHOLE_GROUPS = ("query", "query_balanced")
+# The schedulers that give every mini-batch whole groups, so that each group's
+# copies of a shared token meet in one optimizer step.
+WHOLE_GROUPS = ("query", "query_balanced")
+
+
+def scheduler(name):
+    """The scheduler called ``name``; a ValueError naming the choices otherwise."""
+    if name not in SCHEDULERS:
+        raise ValueError(f"unknown batching {name!r}; choose one of {', '.join(SCHEDULERS)}")
+    return SCHEDULERS[name]
+
+
+def keeps_groups_whole(name):
+    """Does scheduler ``name`` put every group into one mini-batch?"""
+    return name in WHOLE_GROUPS
 
 
 # ------------------------------------------------------------ entry points
 
 
-def make_minibatches(name, group_ids, advantages, lengths, M, generator):
+def make_minibatches(name, group, advantages, lengths, M, generator):
     """Validate the inputs, then run the scheduler called `name`.
 
     Each error raises ValueError with a one-line message.
     """
-    if name not in SCHEDULERS:
-        raise ValueError(
-            f"unknown batching {name!r}; choose one of: {', '.join(SCHEDULERS)}")
-    group_ids = torch.as_tensor(group_ids, dtype=torch.long)
+    run = scheduler(name)
+    group = torch.as_tensor(group, dtype=torch.long)
     advantages = torch.as_tensor(advantages, dtype=torch.float32)
     lengths = torch.as_tensor(lengths, dtype=torch.long)
-    if not (group_ids.dim() == advantages.dim() == lengths.dim() == 1):
+    if not (group.dim() == advantages.dim() == lengths.dim() == 1):
         raise ValueError(
-            f"group_ids, advantages and lengths must be 1-D; got shapes "
-            f"{tuple(group_ids.shape)}, {tuple(advantages.shape)}, "
+            f"group, advantages and lengths must be 1-D; got shapes "
+            f"{tuple(group.shape)}, {tuple(advantages.shape)}, "
             f"{tuple(lengths.shape)}")
-    n = len(group_ids)
+    n = len(group)
     if not (len(advantages) == n == len(lengths)):
         raise ValueError(
-            f"group_ids, advantages and lengths need one entry per rollout; "
+            f"group, advantages and lengths need one entry per rollout; "
             f"got {n}, {len(advantages)}, {len(lengths)}")
     if torch.isnan(advantages).any():
         raise ValueError("advantages contain NaN, so their sign is undefined")
@@ -292,16 +304,16 @@ def make_minibatches(name, group_ids, advantages, lengths, M, generator):
         raise ValueError(
             f"minibatches={M} is more than the {n} rollouts in the batch; "
             f"every mini-batch needs at least one")
-    if name in _WHOLE_GROUPS:
-        n_groups = len(torch.unique(group_ids))
+    if keeps_groups_whole(name):
+        n_groups = len(torch.unique(group))
         if M > n_groups:
             raise ValueError(
                 f"batching {name!r} gives each mini-batch whole groups; "
                 f"minibatches={M} is more than the {n_groups} groups")
-    return SCHEDULERS[name](group_ids, advantages, lengths, M, generator)
+    return run(group, advantages, lengths, M, generator)
 
 
-def minibatch_stats(minibatches, group_ids, advantages, lengths):
+def minibatch_stats(minibatches, group, advantages, lengths):
     """Plain Python numbers for the log.
 
     mb_pos, mb_neg, mb_zero  counts of positive, negative and zero-advantage
@@ -317,7 +329,7 @@ def minibatch_stats(minibatches, group_ids, advantages, lengths):
     token_counts = [int(lengths[mb].sum()) for mb in minibatches]
     seen_in = {}
     for c, mb in enumerate(minibatches):
-        for gid in group_ids[mb].tolist():
+        for gid in group[mb].tolist():
             seen_in.setdefault(gid, set()).add(c)
     return {
         "mb_pos": mb_pos,

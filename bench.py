@@ -263,13 +263,13 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
     mask, group = out["mask"], out["group"]
 
     def fwd_bwd():
-        adv = A.advantages(rewards, group, A.for_loss(cfg.loss))
+        adv = A.advantages(rewards, group, L.own_estimator(cfg.loss))
         with train.amp(cfg, device):
             logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
                                        cfg.temperature)
-        counts = L.step_counts(mask, adv, cfg.loss, max_len=task.max_new_tokens)
-        loss, _ = L.policy_loss(logp, out["logprobs"], mask, adv, group, cfg.loss, cfg.clip,
-                                cfg.clip_low, cfg.clip_high, counts)
+        counts = L.step_counts(mask, adv, max_len=task.max_new_tokens)
+        loss, _ = L.policy_loss(L.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
+                                L.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
         L.first_token_residual(L.coefficients(loss, logp), group)
         opt.zero_grad(set_to_none=True)
         loss.backward()

@@ -14,6 +14,7 @@ import advantage
 import batching
 import loss
 import loss_engines
+import model
 import toy_tasks
 
 
@@ -26,14 +27,23 @@ def fail(msg, code=2):
     sys.exit(code)
 
 
-def _f(default, help):
-    return field(default=default, metadata={"help": help})
+def _f(default, help, choices=None):
+    """A flag: its default, its help, and (a function giving) the names it accepts,
+    read from the registry each time --help is printed."""
+    return field(default=default, metadata={"help": help, "choices": choices})
+
+
+def help_text(f):
+    """A flag's help, with its choices filled in from their registry ("{choices}")."""
+    text = f.metadata.get("help", "")
+    choices = f.metadata.get("choices")
+    return text.replace("{choices}", " | ".join(choices())) if choices else text
 
 
 @dataclass
 class Config:
     # task
-    task: str = _f("add", "task: add | mul | primes (several correct answers) | chain (long, with style choices)")
+    task: str = _f("add", "task: {choices} (toy_tasks.py)", lambda: toy_tasks.TASKS)
     digits: int = _f(2, "operand digits for add and mul")
     scratchpad: bool = _f(False, "work the columns / partial products before the answer")
     # model
@@ -52,30 +62,28 @@ class Config:
     temperature: float = _f(1.0, "sampling temperature (the loss uses the same)")
     top_k: int = _f(0, "sample from the top k tokens only (0: off)")
     lr: float = _f(1e-4, "RL learning rate")
-    optimizer: str = _f("adamw", "RL optimizer: adamw (betas 0.9, 0.99, no weight decay) | sgd (plain, no momentum)")
+    optimizer: str = _f("adamw", "RL optimizer: {choices}", lambda: [
+        f"{name} ({what})" for name, what in model.OPTIMIZERS.items()])
     grad_clip: float = _f(1.0, "gradient-norm clip")
-    loss: str = _f("grpo", "objective: grpo | dr_grpo | dapo | rloo | gspo | dfpo_min | dfpo_orth | positive_only | "
-                  "bnpo | cispo | sapo | gmpo | clip_cov | kl_cov | gpg | luspo | vespo | dppo_tv | dppo_kl | dro "
-                  "(loss.py)")
-    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | grpo | dr_grpo | grpo_batch_std | rloo | "
-                  "gpg | batch_whiten | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | "
-                  "grpo_passk | positive_only (advantage.py)")
-    agg: str = _f("auto", "token aggregation (verl loss_agg_mode): auto (the --loss's own) | token-mean | "
-                  "token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm")
+    loss: str = _f("grpo", "objective: {choices} (loss.OBJECTIVES)", lambda: loss.OBJECTIVES)
+    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} (advantage.py)",
+                  lambda: advantage.ESTIMATORS)
+    agg: str = _f("auto", "token aggregation (verl loss_agg_mode): auto (the --loss's own) | {choices}",
+                  lambda: loss.AGGS)
     clip: str = _f("sym", "ratio clip: none | sym (1±clip_low) | higher (1-clip_low, 1+clip_high)")
     clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
     clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
     dual_clip: float = _f(0.0, "C > 1: A<0 tokens with ratio > C lose their gradient (verl clip_ratio_c; 0: off)")
     beta: float = _f(0.0, "KL penalty towards the frozen warm start (TRL beta, verl kl_loss_coef; 0: off)")
-    kl_loss_type: str = _f("k3", "--beta's KL estimator (verl kl_loss_type): k1 | k2 | k3 | abs | k1+ | k3+ | abs+ "
-                           "(+: k2's gradient)")
+    kl_loss_type: str = _f("k3", "--beta's KL estimator (verl kl_loss_type): {choices} (+: k2's gradient)",
+                           lambda: loss_engines.KL_TYPES)
     entropy_coef: float = _f(0.0, "minus this times the mean token entropy (0: off)")
     dro_beta: float = _f(0.0, "--loss=dro's quadratic log-ratio coefficient (verl policy_loss.dro_beta; required)")
     top_entropy_quantile: float = _f(1.0, "q < 1: only the top q of each micro-batch's tokens by entropy keep "
                                           "their gradient (TRL; 1: all)")
     off_policy_mask_threshold: float = _f(0.0, "d > 0: A<0 sequences with mean log(pi_old/pi) > d lose their "
                                                "gradient (TRL; 0: off)")
-    batching: str = _f("shuffle", "mini-batch scheduler: full | shuffle | length | query | balanced | sign | query_balanced")
+    batching: str = _f("shuffle", "mini-batch scheduler: {choices} (batching.py)", lambda: batching.SCHEDULERS)
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
     micro_batch: int = _f(0, "K >= 1: rollouts per micro-batch, gradients accumulate into one optimizer "
@@ -100,8 +108,8 @@ class Config:
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
     def __post_init__(self):  # --adv=auto: the estimator this --loss has always used, logged resolved
-        if self.adv == "auto":
-            self.adv = advantage.for_loss(self.loss)
+        if self.adv == "auto" and self.loss in loss.OBJECTIVES:
+            self.adv = loss.OBJECTIVES[self.loss].adv
 
 
 COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
@@ -159,7 +167,7 @@ def usage(cls, doc="", groups=None, examples="", defaults=None):
         for n in names:
             f = by_name[n]
             value = defaults.get(f.name, f.default)
-            lines.append(f"  {'--' + f.name + '=' + str(value):<28} {f.metadata.get('help', '')}")
+            lines.append(f"  {'--' + f.name + '=' + str(value):<28} {help_text(f)}")
     bools = sorted((f.name for f in fields(cls) if f.type is bool), key=lambda n: n != "diagnostics")
     lines += ["", "flags are --key=value" + (f"; a bool flag alone (--{bools[0]}) means true" if bools else "")]
     if examples:
@@ -198,8 +206,9 @@ def parse_args(argv, cls=Config, doc="", check=True):
             if key in values:
                 raise CliError(f"--{key} does not apply to --task={task}")
         values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
-        if "clip" not in values and values.get("loss") in loss.NO_CLIP:
-            values["clip"] = "none"  # these objectives have no ratio clip; an explicit --clip is refused
+        chosen = loss.OBJECTIVES.get(values.get("loss", Config.loss))
+        if "clip" not in values and chosen is not None and chosen.clip == "none":
+            values["clip"] = "none"  # this objective has no ratio clip; an explicit --clip is refused
         if values.get("micro_batch", 1) < 1:
             raise CliError(f"--micro_batch must be at least 1, got {values['micro_batch']} "
                            f"(leave it out to take each mini-batch in one pass)")
@@ -269,18 +278,15 @@ def validate(cfg):
     check_numbers(cfg)
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
         raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20")
-    if cfg.task not in toy_tasks.TASKS:
-        raise CliError(f"unknown task {cfg.task!r}; choose one of {', '.join(toy_tasks.TASKS)}")
-    try:
-        toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    except ValueError as e:
-        raise CliError(str(e)) from None
-    if cfg.loss not in loss.LOSSES:
-        raise CliError(f"unknown loss {cfg.loss!r}; choose one of {', '.join(loss.LOSSES)}")
-    if cfg.clip not in loss.CLIPS:
-        raise CliError(f"unknown clip {cfg.clip!r}; choose one of {', '.join(loss.CLIPS)}")
-    if cfg.batching not in batching.SCHEDULERS:
-        raise CliError(f"unknown batching {cfg.batching!r}; choose one of {', '.join(batching.SCHEDULERS)}")
+    for lookup in (lambda: toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad),
+                   lambda: loss.objective(cfg.loss), lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
+                   lambda: batching.scheduler(cfg.batching),
+                   lambda: advantage.estimator(cfg.adv)):  # each library names its own choices
+        try:
+            lookup()
+        except ValueError as e:
+            raise CliError(str(e)) from None
+    obj = loss.objective(cfg.loss)
     if cfg.bf16 not in ("auto", "true", "false"):
         raise CliError(f"--bf16 takes auto, true or false, got {cfg.bf16!r}")
     if cfg.device not in ("auto", "cpu", "cuda"):
@@ -305,24 +311,27 @@ def validate(cfg):
                        "and no group would carry a signal; use a positive temperature")
     if cfg.top_k < 0:
         raise CliError(f"--top_k must be 0 (off) or positive, got {cfg.top_k}")
-    if cfg.optimizer not in ("adamw", "sgd"):
-        raise CliError(f"unknown optimizer {cfg.optimizer!r}; choose adamw or sgd")
-    if cfg.adv not in advantage.ESTIMATORS:
-        raise CliError(f"unknown advantage estimator {cfg.adv!r}; choose auto or one of "
-                       f"{', '.join(advantage.ESTIMATORS)}")
+    if cfg.optimizer not in model.OPTIMIZERS:
+        raise CliError(f"unknown optimizer {cfg.optimizer!r}; choose one of {', '.join(model.OPTIMIZERS)}")
     if cfg.agg != "auto" and cfg.agg not in loss.AGGS:
         raise CliError(f"unknown aggregation {cfg.agg!r}; choose auto or one of {', '.join(loss.AGGS)}")
-    if cfg.agg != "auto" and cfg.loss in loss.AGG_FIXED:
+    if cfg.agg != "auto" and obj.own_agg:
         raise CliError(f"--loss={cfg.loss} defines its own aggregation; leave --agg out")
     if cfg.kl_loss_type not in loss_engines.KL_TYPES:
-        raise CliError(f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of {', '.join(loss_engines.KL_TYPES)}")
+        raise CliError(f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of "
+                       f"{', '.join(loss_engines.KL_TYPES)}")
     if cfg.kl_loss_type != "k3" and not cfg.beta:
         raise CliError("--kl_loss_type picks --beta's estimator; it needs --beta > 0")
-    if cfg.dro_beta < 0 or (cfg.loss == "dro") != (cfg.dro_beta > 0):
-        raise CliError("--loss=dro needs --dro_beta > 0 (verl has no default), and --dro_beta applies to it only")
+    for name in ("dro_beta",):  # settings that belong to one objective
+        needed = name in obj.needs
+        if getattr(cfg, name) < 0 or needed != (getattr(cfg, name) > 0):
+            owners = [o.name for o in loss.OBJECTIVES.values() if name in o.needs]
+            raise CliError(f"--loss={' / '.join(owners)} needs --{name} > 0 "
+                           f"({obj.needs.get(name) or loss.OBJECTIVES[owners[0]].needs[name]}), "
+                           f"and --{name} applies to it only")
     if not 0 <= cfg.top_entropy_quantile <= 1:
         raise CliError(f"--top_entropy_quantile is a fraction in [0, 1], got {cfg.top_entropy_quantile}")
-    if cfg.top_entropy_quantile < 1 and cfg.loss in ("gspo", "luspo", "gmpo"):
+    if cfg.top_entropy_quantile < 1 and obj.sequence_ratio:
         raise CliError(f"--top_entropy_quantile selects tokens; --loss={cfg.loss} has one ratio per sequence")
     if cfg.off_policy_mask_threshold < 0:
         raise CliError(f"--off_policy_mask_threshold must be 0 (off) or positive, got {cfg.off_policy_mask_threshold}")
@@ -335,13 +344,14 @@ def validate(cfg):
         raise CliError(f"--clip_low must be in (0, 1), got {cfg.clip_low}")
     if cfg.clip_high <= 0:
         raise CliError(f"--clip_high must be positive, got {cfg.clip_high}")
-    if cfg.loss in loss.NO_CLIP and cfg.clip != "none":
+    if obj.clip == "none" and cfg.clip != "none":
         raise CliError(f"--loss={cfg.loss} has no ratio clip; leave --clip out (or pass --clip=none)")
     if cfg.dual_clip:
         if cfg.dual_clip <= 1:
             raise CliError(f"--dual_clip must be above 1 (or 0: off), got {cfg.dual_clip}")
-        if cfg.loss not in loss.DUAL_CLIP:
-            raise CliError(f"--dual_clip applies to the token PPO losses {', '.join(loss.DUAL_CLIP)}, "
+        if not obj.dual_clip:
+            allowed = [o.name for o in loss.OBJECTIVES.values() if o.dual_clip]
+            raise CliError(f"--dual_clip applies to the token PPO losses {', '.join(allowed)}, "
                            f"not to --loss={cfg.loss}")
         if cfg.clip == "none":
             raise CliError("--dual_clip bounds a clipped ratio; it needs --clip=sym or --clip=higher")
@@ -362,7 +372,7 @@ def validate(cfg):
         raise CliError(f"unknown norm {cfg.norm!r}; choose global or local")
     if cfg.batching == "full" and cfg.minibatches != 1:
         raise CliError("--batching=full takes the whole batch in one step; it needs --minibatches=1")
-    if cfg.batching in ("query", "query_balanced") and cfg.minibatches > cfg.prompts_per_step:
+    if batching.keeps_groups_whole(cfg.batching) and cfg.minibatches > cfg.prompts_per_step:
         raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
                        f"exceeds the {cfg.prompts_per_step} groups of a batch")
 

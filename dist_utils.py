@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+import batching
 from config import CliError
 from toy_tasks import PAD
 
@@ -97,7 +98,7 @@ def check_world(cfg, world):
     if cfg.prompts_per_step % world:
         raise CliError(f"--prompts_per_step={cfg.prompts_per_step} is not divisible by the "
                        f"{world} processes (each samples whole groups)")
-    whole = cfg.batching in ("query", "query_balanced")
+    whole = batching.keeps_groups_whole(cfg.batching)
     smallest = (cfg.prompts_per_step // cfg.minibatches) * cfg.group_size if whole else \
         cfg.prompts_per_step * cfg.group_size // cfg.minibatches
     if smallest < world:

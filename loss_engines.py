@@ -2,10 +2,10 @@
 
 What it teaches
 ---------------
-Each function here is one row of the objective table in loss.py's docstring
-(advantage, coefficient, keeps exchangeability?), written as a per-token loss
+Each function here is the term of one record in loss.OBJECTIVES (a row of the
+table in loss.py's docstring), written as a per-token loss
 from the log-ratios ``log rho = log pi_new - log pi_old``, the advantages A and
-the per-sequence aggregation weight ``norm`` that loss.policy_loss passes in.
+the per-sequence aggregation weight ``agg`` (agg_i) that loss.policy_loss passes in.
 What matters for cancellation is the coefficient each copy of a shared
 (history, token) ends up with: a weight that depends on the copy's own
 sequence (a sequence ratio, a length, a covariance selection) breaks
@@ -60,7 +60,7 @@ dppo_kl   verl ``compute_policy_loss_dppo_kl`` (DPPO-Binary-KL): as dppo_tv, the
           pi >= pi_old (A <= 0).
 dro       verl ``compute_policy_loss_dro``: -(A log pi - beta_dro/2 (log rho)^2)
           per token, token-mean; ``--dro_beta`` (verl ``policy_loss.dro_beta``,
-          required, no default). c = (A - beta_dro log rho) norm: on-policy the
+          required, no default). c = (A - beta_dro log rho) agg_i: on-policy the
           plain policy gradient, off-policy every copy gets the same pull
           -beta_dro log rho towards pi_old.
 beta      TRL ``beta`` / verl ``use_kl_loss`` with ``kl_loss_type``
@@ -94,7 +94,7 @@ COV = {"ratio": 2e-4, "lb": 1.0, "ub": 5.0, "kl_coef": 0.1}  # verl's clip_cov /
 
 
 # Each returns (loss, clip fraction, extra stats) from the per-token log-ratio
-# (masked), the advantages, the per-sequence aggregation weight ``norm``, the
+# (masked), the advantages, the per-sequence aggregation weight ``agg``, the
 # ratio bounds (or None) and ``opts`` (cov_ratio, dro_beta, tis_cap).
 
 def _frac(x, mask):
@@ -127,20 +127,20 @@ def cov_select(adv, logp, mask, ratio, lb=None, ub=None, exclude=None):
     return sel
 
 
-def _cispo(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def cispo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     rho = log_ratio.detach().exp()
     w = rho if bounds is None else rho.clamp(*bounds)
-    total = -((w * adv[:, None] * norm[:, None]) * new_logp * mask.float()).sum()
+    total = -((w * adv[:, None] * agg[:, None]) * new_logp * mask.float()).sum()
     return total, _frac(w != rho, mask), {}
 
 
-def _sapo(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def sapo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     tau = torch.where(adv > 0, SAPO_TAU[0], SAPO_TAU[1])[:, None]
     gate = torch.sigmoid(tau * (log_ratio.exp() - 1)) * 4 / tau
-    return -(gate * (adv * norm)[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
+    return -(gate * (adv * agg)[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
 
 
-def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def gmpo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     lr, clipped = log_ratio, torch.zeros_like(mask)
     if bounds is not None:  # clip log rho on the side A pushes it: min for A > 0, max for A < 0
         sgn = torch.sign(adv)[:, None]
@@ -149,7 +149,7 @@ def _gmpo(new_logp, log_ratio, mask, adv, norm, bounds, opts):
         clipped = sgn * c < sgn * log_ratio  # where the clipped side is taken: no gradient
     lens = mask.sum(1)
     g = ((lr * mask.float()).sum(1) / lens.clamp(min=1)).exp()
-    return -(adv * g * norm * lens).sum(), _frac(clipped, mask), {}
+    return -(adv * g * agg * lens).sum(), _frac(clipped, mask), {}
 
 
 def clip_cov_cut(per_tok, clipped, new_logp, mask, adv, cov_ratio):
@@ -159,15 +159,15 @@ def clip_cov_cut(per_tok, clipped, new_logp, mask, adv, cov_ratio):
     return per_tok * (~sel).float(), clipped | sel, {"cov_frac": float(_frac(sel, mask))}
 
 
-def _kl_cov(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def kl_cov(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     sel = cov_select(adv, new_logp, mask, opts["cov_ratio"])
     per_tok = -log_ratio.exp() * adv[:, None] + COV["kl_coef"] * log_ratio.abs() * sel.float()
-    return (per_tok * norm[:, None] * mask.float()).sum(), torch.tensor(0.0), \
+    return (per_tok * agg[:, None] * mask.float()).sum(), torch.tensor(0.0), \
         {"cov_frac": float(_frac(sel, mask))}
 
 
-def _gpg(new_logp, log_ratio, mask, adv, norm, bounds, opts):
-    return -((adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+def gpg(new_logp, log_ratio, mask, adv, agg, bounds, opts):
+    return -((adv * agg)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
 
 
 def vespo_weight(log_ratio, mask, adv):
@@ -179,20 +179,28 @@ def vespo_weight(log_ratio, mask, adv):
     return (lam + k * log_w - lam * log_w.exp()).exp()
 
 
-def _vespo(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def vespo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     phi = vespo_weight(log_ratio, mask, adv)
-    return -((phi * adv * norm)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+    return -((phi * adv * agg)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
 
 
-def _dppo(new_logp, log_ratio, mask, adv, norm, bounds, opts, test):
+def _dppo(new_logp, log_ratio, mask, adv, agg, bounds, opts, test):
     rho = log_ratio.detach().clamp(-20, 20).exp()
     w = rho if not opts.get("tis_cap") else rho.clamp(max=opts["tis_cap"])
     keep = torch.ones_like(mask)
     if bounds is not None:
         p, p_old = new_logp.detach().exp(), (new_logp - log_ratio).detach().exp()
         keep = test(p, p_old, 1.0 - bounds[0], bounds[1] - 1.0, adv[:, None] > 0)
-    total = -((w * keep.float() * (adv * norm)[:, None]) * new_logp * mask.float()).sum()
+    total = -((w * keep.float() * (adv * agg)[:, None]) * new_logp * mask.float()).sum()
     return total, _frac(~keep, mask), {}
+
+
+def dppo_tv(new_logp, log_ratio, mask, adv, agg, bounds, opts):
+    return _dppo(new_logp, log_ratio, mask, adv, agg, bounds, opts, dppo_tv_keep)
+
+
+def dppo_kl(new_logp, log_ratio, mask, adv, agg, bounds, opts):
+    return _dppo(new_logp, log_ratio, mask, adv, agg, bounds, opts, dppo_kl_keep)
 
 
 def dppo_tv_keep(p, p_old, d_low, d_high, pos):
@@ -212,14 +220,9 @@ def dppo_kl_keep(p, p_old, d_low, d_high, pos):
     return torch.where(pos, (kl <= d_high) | (p <= p_old), (kl <= d_low) | (p >= p_old))
 
 
-def _dro(new_logp, log_ratio, mask, adv, norm, bounds, opts):
+def dro(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     per_tok = -(new_logp * adv[:, None] - 0.5 * opts["dro_beta"] * log_ratio ** 2)
-    return (per_tok * norm[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
-
-
-ENGINE = {"cispo": _cispo, "sapo": _sapo, "gmpo": _gmpo, "kl_cov": _kl_cov, "gpg": _gpg, "vespo": _vespo,
-          "dppo_tv": lambda *a: _dppo(*a, dppo_tv_keep), "dppo_kl": lambda *a: _dppo(*a, dppo_kl_keep),
-          "dro": _dro}
+    return (per_tok * agg[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
 
 
 # ----------------------------------------------------------------------------- switches

@@ -198,13 +198,21 @@ def token_entropy(model, h, temperature=1.0):
     return -(logp.exp() * logp).sum(-1)
 
 
+# The RL optimizers (--optimizer). AdamW rescales every parameter's step by its own
+# gradient history; plain SGD's step is lr times the gradient.
+OPTIMIZERS = {
+    "adamw": "betas 0.9, 0.99, no weight decay",
+    "sgd": "plain, no momentum",
+}
+
+
 def rl_optimizer(params, name, lr):
-    """The RL optimizer (--optimizer): AdamW with betas (0.9, 0.99) and no weight
-    decay, which rescales every parameter's step by its own gradient history, or
-    plain SGD (no momentum), whose step is lr times the gradient."""
+    """The RL optimizer ``name`` (a key of OPTIMIZERS) at learning rate lr."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
-    return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
+    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
 
 
 def amp(cfg, device):

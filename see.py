@@ -87,7 +87,7 @@ def pick_group(model, task, cfg):
 
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
-    adv = A.advantages(batch["rewards"], batch["group"], A.for_loss(name))
+    adv = A.advantages(batch["rewards"], batch["group"], L.own_estimator(name))
     new = P.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
     delta = P.token_deltas(model64, new, batch)
     coef = P.token_coefficients(model64, batch, adv, name)
@@ -146,8 +146,10 @@ def main(cfg):
     check_out_file(cfg.out, "--out", FIGURE_TYPES)
     names = [x for x in cfg.losses.split(",") if x]
     for n in names:
-        if n not in L.LOSSES:
-            raise CliError(f"unknown loss {n!r}; choose from {', '.join(L.LOSSES)}")
+        try:
+            L.objective(n)
+        except ValueError as e:
+            raise CliError(str(e)) from None
     if not names:
         raise CliError("--losses needs at least one objective")
     if cfg.optimizer not in ("sgd", "adam"):

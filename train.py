@@ -116,7 +116,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     mine = D.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
     parts = [mine[p] for p in D.micro_batches(len(mine), cfg.micro_batch)]
     glob, plain = cfg.norm == "global", getattr(model, "module", model)
-    step_counts = lambda rows, m=1: L.step_counts(mask[rows], adv[rows], cfg.loss, max_len=batch["max_len"],
+    settings = L.LossSettings.from_config(cfg)
+    step_counts = lambda rows, m=1: L.step_counts(mask[rows], adv[rows], max_len=batch["max_len"],
                                                   micro_batches=m)
     counts = step_counts(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
 
@@ -127,7 +128,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                                        return_hidden=hidden)
 
     weights = None  # DFPO's w~ is a per-group statistic: from the whole step once it is split
-    if cfg.loss in L.DFPO and glob and (world > 1 or len(parts) > 1):
+    if L.OBJECTIVES[cfg.loss].group_transform and glob and (world > 1 or len(parts) > 1):
         with torch.no_grad():
             ratio = torch.cat([L.sequence_ratio(logprobs(plain, mb[p]), old[mb[p]], mask[mb[p]]) for p in parts])
         weights = L.dfpo_weights(D.all_reduce_rows(ratio, torch.cat(parts), len(mb)), adv[mb], group[mb],
@@ -141,12 +142,12 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
             new_logp, h = logprobs(model, rows, hidden=True)
             entropy = token_entropy(plain, h, cfg.temperature) if E.needs_entropy(cfg) else None
             keep = E.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)  # None: every token
-            loss, stats = L.policy_loss(
-                new_logp, old[rows], mask[rows], adv[rows], group[rows], cfg.loss, cfg.clip, cfg.clip_low,
-                cfg.clip_high, counts if glob else step_counts(rows), dual_clip=cfg.dual_clip, beta=cfg.beta,
-                ref_logp=batch["ref_logprobs"][rows] if cfg.beta else None, kl_loss_type=cfg.kl_loss_type,
-                entropy_coef=cfg.entropy_coef, entropy=entropy, keep=keep, agg=L.agg_of(cfg.agg),
-                weights=None if weights is None else weights[p], dro_beta=cfg.dro_beta)
+            loss, stats = L.policy_loss(L.LossBatch(
+                new_logp, old[rows], mask[rows], adv[rows], group[rows],
+                counts=counts if glob else step_counts(rows),
+                weights=None if weights is None else weights[p],
+                ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
+                entropy=entropy, keep=keep), settings)
             if not torch.isfinite(loss):
                 raise FloatingPointError("loss is not finite")
             term = loss if glob else loss / (len(parts) * world)  # this part's term of the step's loss

@@ -56,10 +56,11 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
     """c_{i,t} = -d loss / d log pi_new by autograd through loss.policy_loss."""
     new, old, mask, r, grp = batch
-    adv = A.advantages(r, grp, A.for_loss(name)).double() if adv is None else adv
+    adv = A.advantages(r, grp, L.own_estimator(name)).double() if adv is None else adv
     new = new.clone().requires_grad_(True)
-    counts = L.step_counts(mask, adv, name, max_len)
-    total, _ = L.policy_loss(new, old, mask, adv, grp, name, clip, counts=counts)
+    counts = L.step_counts(mask, adv, max_len)
+    total, _ = L.policy_loss(L.LossBatch(new, old, mask, adv, grp, counts=counts),
+                             L.LossSettings(name, clip))
     return L.coefficients(total, new).detach()
 
 

@@ -114,9 +114,9 @@ def step_coefficients(logp, old, batch, adv, cfg):
     on this (mini-)batch: --loss with its PPO ratio against ``old``, --clip and, for
     DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
     new = logp.detach().clone().requires_grad_(True)
-    counts = L.step_counts(batch["mask"], adv, cfg.loss, max_len=batch.get("max_len"))
-    value, _ = L.policy_loss(new, old, batch["mask"], adv, batch["group"], cfg.loss, cfg.clip, cfg.clip_low,
-                             cfg.clip_high, counts)
+    counts = L.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    value, _ = L.policy_loss(L.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
+                             L.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
     return L.coefficients(value, new).detach() * batch["mask"]
 
 

@@ -79,7 +79,7 @@ def one_seed(item):
             cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
-                adv = A.advantages(b["rewards"], b["group"], A.for_loss(l))
+                adv = A.advantages(b["rewards"], b["group"], L.own_estimator(l))
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
                        "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], loss=l)}
                 for o in OPTS:

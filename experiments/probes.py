@@ -70,8 +70,9 @@ def token_coefficients(model, batch, adv, loss="grpo"):
     with torch.no_grad():
         logp = logp_of(model, batch)
     new = logp.clone().requires_grad_(True)
-    counts = L.step_counts(batch["mask"], adv, loss, max_len=batch.get("max_len"))
-    value, _ = L.policy_loss(new, logp, batch["mask"], adv, batch["group"], loss, "none", counts=counts)
+    counts = L.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    value, _ = L.policy_loss(L.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
+                             L.LossSettings(loss, clip="none"))
     return L.coefficients(value, new).detach() * batch["mask"]
 
 

@@ -66,31 +66,21 @@ import advantage as A  # noqa: E402
 import loss as L  # noqa: E402
 import loss_engines as E  # noqa: E402
 
-REGIMES = ("on-policy", "off-policy", "clip binds", "split step")
+REGIMES = L.REGIMES
 SHORT = "on, off, clip, split"
 COV_RATIO = 0.02
-CLIP = {"gspo": ("higher", 3e-4, 4e-4), "luspo": ("higher", 3e-4, 4e-4),
-        "dppo_tv": ("sym", 0.2, 0.2), "dppo_kl": ("sym", 0.2, 0.2)}
-CLIP.update({n: ("none", 0.2, 0.28) for n in L.NO_CLIP})
-ALL = set(REGIMES)
-# loss.py's verdicts for sets whose advantages have both signs: the regimes in
-# which every copy of one (history, token) gets the same weight.
-CANCELS = {"grpo": set(), "gspo": set(), "sapo": set(), "gmpo": set(),      # 1/L_i, unequal lengths
-           "dr_grpo": ALL - {"clip binds"}, "dapo": ALL - {"clip binds"}, "rloo": ALL - {"clip binds"},
-           "positive_only": ALL - {"clip binds"}, "dppo_tv": ALL - {"clip binds"},
-           "dppo_kl": ALL - {"clip binds"}, "bnpo": {"on-policy", "off-policy"},
-           "dfpo_min": ALL - {"split step"},  # groups must stay whole
-           "dfpo_orth": {"on-policy"},  # off-policy its w~_i differ: only whole-group copies cancel
-           "cispo": ALL, "gpg": ALL, "luspo": {"on-policy"}, "vespo": {"on-policy"},
-           "clip_cov": ALL - {"clip binds"}, "kl_cov": ALL,  # unless the selection hits a shared copy
-           "dro": ALL}  # its A term; the added -beta_dro log rho is scored from the data (``predict``)
-ADDITIVE = ("kl_cov", "dro")  # a term added to c that is not proportional to A (and --beta)
-WHY = {"grpo": "1/L_i", "gspo": "s_i, 1/L_i", "sapo": "1/L_i, tau by sign", "gmpo": "g_i, 1/L_i",
-       "dr_grpo": "clip by sign", "dapo": "clip by sign", "rloo": "clip by sign", "positive_only": "clip by sign",
-       "dppo_tv": "threshold by sign", "dppo_kl": "threshold by sign", "bnpo": "local token count; clip",
-       "dfpo_min": "transform sees part of a group", "dfpo_orth": "w~_i differ: partial prefixes",
-       "luspo": "s_i", "vespo": "phi(W_i)", "clip_cov": "clip; cov selection", "kl_cov": "cov selection",
-       "dro": "the same -beta_dro log rho on every copy"}
+ALL = L.EVERY_REGIME
+
+
+def clip_of(loss):
+    """(--clip, eps_low, eps_high) a row is scored with: the objective's own range."""
+    obj = L.OBJECTIVES[loss]
+    if obj.clip == "none":
+        return "none", 0.2, 0.28
+    low, high = obj.eps
+    return ("sym" if low == high else "higher"), low, high
+
+
 # Switch rows: name -> (loss, switches, regimes where copies keep equal weights, what breaks it)
 SWITCHES = {
     "dapo + dual_clip=1.3": ("dapo", {"dual_clip": 1.3}, ALL, "rho = 1.42 > C: every copy cut"),
@@ -145,7 +135,7 @@ def row_setup(name):
     """(loss, estimator, switches) of a board row: 'loss · adv' or a SWITCHES name."""
     if name in SWITCHES:
         loss, sw = SWITCHES[name][:2]
-        return loss, A.for_loss(loss), sw
+        return loss, L.own_estimator(loss), sw
     loss, est = name.split(" · ")
     return loss, est, ({"dro_beta": 0.5} if loss == "dro" else {})
 
@@ -163,16 +153,17 @@ def keeps(b, sw, adv, idx):
 def coefficients(b, name):
     """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
     loss, est, sw = row_setup(name)
-    clip, lo, hi = CLIP.get(loss, ("higher", 0.2, 0.28))
+    clip, lo, hi = clip_of(loss)
     adv = A.advantages(b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"])
-    counts = L.step_counts(b["mask"], adv, loss, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
+    counts = L.step_counts(b["mask"], adv, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
     new = b["new"].clone().requires_grad_(True)
     ent = b["ent"].clone().requires_grad_(True)  # c does not see the entropy term
     kw = {k: v for k, v in sw.items() if k not in ("top_entropy_quantile", "off_policy_mask_threshold")}
     for idx in b["parts"]:
-        total, _ = L.policy_loss(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx], loss,
-                                 clip, lo, hi, counts, ref_logp=b["ref"][idx], entropy=ent[idx],
-                                 cov_ratio=COV_RATIO, keep=keeps(b, sw, adv, idx), **kw)
+        batch = L.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
+                            counts=counts, ref_logprobs=b["ref"][idx], entropy=ent[idx],
+                            keep=keeps(b, sw, adv, idx))
+        total, _ = L.policy_loss(batch, L.LossSettings(loss, clip, lo, hi, cov_ratio=COV_RATIO, **kw))
         total.backward()
     return -new.grad, adv
 
@@ -243,12 +234,12 @@ def predict(b, name, regime, adv):
     """(exch prediction, whole-group prediction, note): '0' or '>0' each, from the
     tables' verdicts and the batch's advantages and masks (never from c)."""
     loss, est, sw = row_setup(name)
-    cancels = SWITCHES[name][2] if name in SWITCHES else CANCELS[loss]
+    cancels = SWITCHES[name][2] if name in SWITCHES else L.OBJECTIVES[loss].cancels
     if loss == "dfpo_orth":  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
-        unequal = est not in A.CENTRED or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
+        unequal = not A.ESTIMATORS[est].centred or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
         return ("0", "0", "bc") if one_signed(b, adv) or not unequal else (">0", "0", "bc")
     hits, seen = data_hits(b, name, adv)
-    additive = loss in ADDITIVE or "beta" in sw
+    additive = L.OBJECTIVES[loss].additive or "beta" in sw
     if not additive and one_signed(b, adv):
         return "0", ">0", "bc"  # no set has both signs: nothing to cancel, and the group pushes one way
     if "beta" in sw or (loss == "dro" and regime != "on-policy"):
@@ -258,7 +249,7 @@ def predict(b, name, regime, adv):
     if name == "dapo + dual_clip=1.3" and regime == "clip binds":
         note = "vacuous"
     first = set(b["ids"][:, 0].tolist())
-    whole = "0" if regime in cancels and est in A.CENTRED and not seen & first else ">0"
+    whole = "0" if regime in cancels and A.ESTIMATORS[est].centred and not seen & first else ">0"
     return exch, whole, note
 
 
@@ -304,14 +295,14 @@ def main(argv):
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
-    grid = [f"{loss} · {est}" for loss in L.LOSSES for est in A.ESTIMATORS]
+    grid = [f"{loss} · {est}" for loss in L.OBJECTIVES for est in A.ESTIMATORS]
     board = score(grid + list(SWITCHES), n_groups, seeds)
     for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
                               ("whole_group", "whole_match", "whole-group residual")):
         print(f"{title}: rows --loss, columns --adv; per regime ({SHORT}) 0 = zero, + = above zero, "
               f". = n/a, ! = disagrees with the prediction")
         rows = [[loss] + [code([board[f"{loss} · {e}"][r] for r in REGIMES], key, match) for e in A.ESTIMATORS]
-                for loss in L.LOSSES]
+                for loss in L.OBJECTIVES]
         common.table(rows, ["loss \\ adv"] + [e[:14] for e in A.ESTIMATORS])
     common.table([[n, *(f"{board[n][r]['exch_predicted']} | {board[n][r]['exch_residual']:.3f}"
                         + ("" if board[n][r]["exch_match"] else " (!)") for r in REGIMES), SWITCHES[n][3]]
@@ -321,8 +312,9 @@ def main(argv):
           + "".join(f"; {n} / {r} / {k}" for n, r, k in mism) + f" [{time.time() - t0:.1f}s]")
     data = {"experiment": "scoreboard", "config": {"groups": n_groups, "group_size": 6, "seeds": list(seeds),
                                                   "cov_ratio": COV_RATIO, "quick": o["quick"]},
-            "regimes": list(REGIMES), "losses": list(L.LOSSES), "estimators": list(A.ESTIMATORS),
-            "switches": {n: SWITCHES[n][3] for n in SWITCHES}, "why": WHY, "summary": board,
+            "regimes": list(REGIMES), "losses": list(L.OBJECTIVES), "estimators": list(A.ESTIMATORS),
+            "switches": {n: SWITCHES[n][3] for n in SWITCHES},
+            "why": {n: o.why for n, o in L.OBJECTIVES.items() if o.why}, "summary": board,
             "mismatches": [list(m) for m in mism], "wall_s": round(time.time() - t0, 2)}
     common.save("scoreboard", data, out_dir, lambda plt: plot(plt, board))
     return data
@@ -331,10 +323,10 @@ def main(argv):
 def plot(plt, board):
     """Loss x estimator: in how many regimes the whole group's shared token cancels."""
     import numpy as np
-    n_l, n_e = len(L.LOSSES), len(A.ESTIMATORS)
+    n_l, n_e = len(L.OBJECTIVES), len(A.ESTIMATORS)
     vals = np.zeros((n_l, n_e))
     fig, ax = plt.subplots(figsize=(11, 9.5))
-    for i, loss in enumerate(L.LOSSES):
+    for i, loss in enumerate(L.OBJECTIVES):
         for j, est in enumerate(A.ESTIMATORS):
             cells = [board[f"{loss} · {est}"][r] for r in REGIMES]
             vals[i, j] = sum(1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6)
@@ -343,9 +335,9 @@ def plot(plt, board):
                     color="white" if vals[i, j] >= 3 else "black")
     im = ax.imshow(vals, cmap="Greens", vmin=0, vmax=4, aspect="auto")
     ax.set_xticks(range(n_e))
-    ax.set_xticklabels(A.ESTIMATORS, rotation=35, ha="right", fontsize=9)
+    ax.set_xticklabels(list(A.ESTIMATORS), rotation=35, ha="right", fontsize=9)
     ax.set_yticks(range(n_l))
-    ax.set_yticklabels(L.LOSSES, fontsize=9)
+    ax.set_yticklabels(list(L.OBJECTIVES), fontsize=9)
     ax.set_xlabel("advantage estimator (--adv)")
     ax.set_ylabel("objective (--loss)")
     ax.set_title("Does the token every rollout of a group shares cancel? (synthetic groups, max over seeds)\n"

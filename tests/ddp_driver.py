@@ -76,7 +76,7 @@ def one_update(model, batch, cfg):
     train.rl_update(model, opt, batch, cfg, torch.Generator().manual_seed(0))
 
 
-INVARIANT = [loss for loss in L.LOSSES if loss not in L.SPLIT_DEPENDENT]
+INVARIANT = [name for name, obj in L.OBJECTIVES.items() if not obj.split_dependent]
 CASES = [(loss, clip, k) for loss in INVARIANT for clip in L.CLIPS for k in (0, 3)]
 
 

@@ -8,6 +8,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also run as a script: python tests/test_docs.py
 
+import advantage  # noqa: E402
 import loss as L  # noqa: E402
 
 
@@ -36,23 +37,29 @@ def test_objective_table_parser_is_not_vacuous():
     assert rows(block) == {"x": ("1", "2", "yes"), "y": ("3", "4", "no")}
 
 
+# Every copy of a table that the records generate: (file, block name, generator).
+GENERATED = [("loss.py", "objectives", lambda: L.table()),
+             ("README.md", "objectives", lambda: L.table()),
+             ("advantage.py", "estimators", lambda: advantage.table()),
+             ("THEORY.md", "estimators", lambda: advantage.table())]
+
+
 def test_loss_py_table_has_every_objective_once():
-    table = rows(objective_block(L.__doc__))
-    assert list(table) == list(L.LOSSES)
+    table = rows(L.table())
+    assert list(table) == list(L.OBJECTIVES)
     assert all(len(cells) == 3 and all(cells) for cells in table.values())
 
 
-def test_readme_objective_table_is_loss_py_table():
-    """The README's copy of the table agrees with loss.py's on every row and cell."""
-    assert rows(objective_block(read("README.md"))) == rows(objective_block(L.__doc__))
+def test_the_estimator_table_has_every_estimator_once():
+    assert list(rows(advantage.table())) == list(advantage.ESTIMATORS)
 
 
-def test_theory_estimator_table_is_advantage_py_table():
-    """THEORY.md's copy of the estimator table agrees with advantage.py's, row by row."""
-    import advantage
-    mine = rows(objective_block(advantage.__doc__, "estimators"))
-    assert list(mine) == list(advantage.ESTIMATORS)
-    assert rows(objective_block(read("THEORY.md"), "estimators")) == mine
+def test_every_copy_of_a_generated_table_is_what_the_records_give():
+    """loss.py's and advantage.py's docstrings, README.md and THEORY.md hold the
+    tables the records generate, row by row and cell by cell.
+    Regenerate them with: python tests/test_docs.py"""
+    for path, name, make in GENERATED:
+        assert rows(objective_block(read(path), name)) == rows(make()), path
 
 
 def test_no_other_doc_repeats_the_objective_columns():
@@ -139,9 +146,20 @@ def test_reference_names_every_metric_key_train_py_writes(tmp_path):
     assert len(keys) > 30 and not missing, missing
 
 
-if __name__ == "__main__":  # rewrite docs/REFERENCE.md's flag section from the scripts' --help
+def regenerate():
+    """Rewrite every generated block: the record tables and docs/REFERENCE.md's flags."""
+    for path, name, make in GENERATED:
+        full = os.path.join(ROOT, path)
+        text = open(full, encoding="utf-8").read()
+        text = text.replace(objective_block(text, name), make())
+        open(full, "w", encoding="utf-8").write(text)
+        print(f"wrote the {name} table of {path}")
     path = os.path.join(ROOT, "docs", "REFERENCE.md")
     text = open(path, encoding="utf-8").read()
     text = text.replace(reference_block(text), flags_reference())
     open(path, "w", encoding="utf-8").write(text)
-    print(f"wrote {path}")
+    print(f"wrote the flags of {path}")
+
+
+if __name__ == "__main__":  # python tests/test_docs.py: rewrite every generated block
+    regenerate()

@@ -21,9 +21,17 @@ A_STD = torch.tensor([2 / 3, -1 / 3, -1 / 3]) / (SIGMA + 1e-6)
 A_CEN = torch.tensor([2 / 3, -1 / 3, -1 / 3])
 
 
+def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
+            ref_logp=None, entropy=None, keep=None, **settings):
+    """loss.policy_loss with the step's data and the settings given as keywords."""
+    batch = L.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
+                        ref_logprobs=ref_logp, entropy=entropy, keep=keep)
+    return L.policy_loss(batch, L.LossSettings(objective, clip, **settings))
+
+
 def coef(loss, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
     new = new.clone().requires_grad_(True)
-    total, stats = L.policy_loss(new, old, mask, adv, group, loss, clip, **kw)
+    total, stats = loss_of(new, old, mask, adv, group, loss, clip, **kw)
     c = L.coefficients(total, new)
     return c.detach(), stats
 
@@ -34,9 +42,9 @@ def expand(per_seq, mask=MASK):
 
 def test_advantages_by_hand():
     torch.testing.assert_close(A.advantages(R, GROUP, "grpo"), A_STD)
-    torch.testing.assert_close(A.advantages(R, GROUP, A.for_loss("dapo")), A_STD)
+    torch.testing.assert_close(A.advantages(R, GROUP, L.own_estimator("dapo")), A_STD)
     torch.testing.assert_close(A.advantages(R, GROUP, "dr_grpo"), A_CEN)
-    torch.testing.assert_close(A.advantages(R, GROUP, A.for_loss("dfpo_orth")), A_CEN)
+    torch.testing.assert_close(A.advantages(R, GROUP, L.own_estimator("dfpo_orth")), A_CEN)
     torch.testing.assert_close(A.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5]))
     torch.testing.assert_close(A.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0]))
     # two interleaved groups are handled separately
@@ -153,7 +161,7 @@ def shared_group(G=4, seed=0, off_policy=False, shared_logratio=0.0):
 
 def shared_token_net(name, off_policy, clip="none", shared_logratio=0.0, **kw):
     new, old, mask, r, grp = shared_group(off_policy=off_policy, shared_logratio=shared_logratio)
-    adv = A.advantages(r, grp, A.for_loss(name))
+    adv = A.advantages(r, grp, L.own_estimator(name))
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip, **kw)
     return float(c[:, 0].sum()), float(c[:, 0].abs().sum())
 
@@ -197,7 +205,7 @@ def test_first_token_residual_stat():
     assert L.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
     new, old, mask, r, grp = shared_group()
     for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
-        c, _ = coef(name, new, old, A.advantages(r, grp, A.for_loss(name)), mask, grp)
+        c, _ = coef(name, new, old, A.advantages(r, grp, L.own_estimator(name)), mask, grp)
         assert (L.first_token_residual(c, grp) < 1e-6) == expect_zero
 
 
@@ -209,8 +217,8 @@ def test_zero_variance_groups_contribute_nothing_and_are_counted():
     assert A.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
     mask = torch.ones(9, 3, dtype=torch.bool)
     new = torch.full((9, 3), -0.5)
-    for name in L.LOSSES:
-        adv = A.advantages(r, g, A.for_loss(name))
+    for name in L.OBJECTIVES:
+        adv = A.advantages(r, g, L.own_estimator(name))
         c, _ = coef(name, new, new - 0.1, adv, mask, g)
         # positive_only: its advantage is 1[r>0], not group-relative; kl_cov: its
         # |log rho| penalty acts on the selected tokens whatever their advantage
@@ -235,13 +243,13 @@ def batch(seed=1):
 
 def grad_of(name, parts, clip="sym"):
     new, old, mask, r, grp = batch()
-    adv = A.advantages(r, grp, A.for_loss(name))
-    counts = L.step_counts(mask, adv, name, max_len=6)
+    adv = A.advantages(r, grp, L.own_estimator(name))
+    counts = L.step_counts(mask, adv, max_len=6)
     new = new.clone().requires_grad_(True)
     for idx in parts:
         idx = torch.tensor(idx)
-        total, _ = L.policy_loss(new[idx], old[idx], mask[idx], adv[idx], grp[idx], name, clip,
-                                 clip_low=0.1, counts=counts)
+        total, _ = loss_of(new[idx], old[idx], mask[idx], adv[idx], grp[idx], name, clip,
+                           clip_low=0.1, counts=counts)
         total.backward()
     return new.grad
 

@@ -2,6 +2,7 @@
 written out by hand, and each row's exchangeability verdict on a group with
 shared (history, token) copies. The scoreboard's quick mode runs at the end."""
 import json
+import dataclasses
 import math
 import os
 import sys
@@ -27,9 +28,17 @@ OLD = ON - LOGR * MASK
 RHO = LOGR.exp() * MASK
 
 
+def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
+            ref_logp=None, entropy=None, keep=None, **settings):
+    """loss.policy_loss with the step's data and the settings given as keywords."""
+    batch = L.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
+                        ref_logprobs=ref_logp, entropy=entropy, keep=keep)
+    return L.policy_loss(batch, L.LossSettings(objective, clip, **settings))
+
+
 def coef(loss, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
     new = new.clone().requires_grad_(True)
-    total, stats = L.policy_loss(new, old, mask, adv, group, loss, clip, **kw)
+    total, stats = loss_of(new, old, mask, adv, group, loss, clip, **kw)
     return L.coefficients(total, new).detach(), stats
 
 
@@ -50,7 +59,7 @@ def test_gpg_advantage_by_hand():
     ("bnpo", A / 9), ("cispo", A / 9), ("sapo", A / (3 * LENS)), ("gmpo", A / (3 * LENS)),
     ("kl_cov", A / 9), ("gpg", A / 9), ("luspo", A / 3), ("vespo", A / 9)])
 def test_on_policy_coefficients_by_hand(name, expected):
-    clip = "none" if name in L.NO_CLIP else "sym"
+    clip = "none" if L.OBJECTIVES[name].clip == "none" else "sym"
     c, _ = coef(name, ON, ON.detach(), A, clip=clip)
     torch.testing.assert_close(c, per_seq(expected))
 
@@ -58,7 +67,7 @@ def test_on_policy_coefficients_by_hand(name, expected):
 def test_bnpo_divides_by_the_local_token_count():
     # micro-batch = rows 0 and 2 (6 tokens) of a step cut into M = 2: c = rho A / (2 * 6)
     idx = torch.tensor([0, 2])
-    counts = L.step_counts(MASK, A, "bnpo", micro_batches=2)
+    counts = L.step_counts(MASK, A, micro_batches=2)
     c, _ = coef("bnpo", ON[idx], OLD[idx], A[idx], MASK[idx], GROUP[idx], counts=counts)
     torch.testing.assert_close(c, RHO[idx] * A[idx, None] / 12)
     # dapo on the same micro-batch divides by the step's 9 tokens
@@ -174,7 +183,7 @@ def test_entropy_term_leaves_c_and_pushes_every_copy_alike():
     # the term's gradient on each token's entropy is -coef / sum L, whatever A
     ent = torch.full((3, 4), 0.5, requires_grad=True)
     new = ON.clone().requires_grad_(True)
-    total, _ = L.policy_loss(new, OLD, MASK, A, GROUP, "dapo", "none", entropy_coef=0.01, entropy=ent)
+    total, _ = loss_of(new, OLD, MASK, A, GROUP, "dapo", "none", entropy_coef=0.01, entropy=ent)
     g_ent, g_new = torch.autograd.grad(total, [ent, new])
     torch.testing.assert_close(g_ent, -0.01 * MASK.float() / 9)
     torch.testing.assert_close(-g_new, RHO * A[:, None] / 9)
@@ -186,9 +195,9 @@ def test_entropy_term_leaves_c_and_pushes_every_copy_alike():
     grads = []
     for adv in (torch.tensor([1.0, -1.0]), torch.tensor([-1.0, 1.0])):
         logp = lp[[0, 0]][:, None]
-        total, _ = L.policy_loss(logp, logp.detach(), torch.ones(2, 1, dtype=torch.bool), adv,
-                                 torch.zeros(2, dtype=torch.long), "dapo", "none",
-                                 entropy_coef=0.1, entropy=H.expand(2, 1))
+        total, _ = loss_of(logp, logp.detach(), torch.ones(2, 1, dtype=torch.bool), adv,
+                           torch.zeros(2, dtype=torch.long), "dapo", "none",
+                           entropy_coef=0.1, entropy=H.expand(2, 1))
         grads.append(torch.autograd.grad(total, z, retain_graph=True)[0])
     (dH,) = torch.autograd.grad(H, z)
     torch.testing.assert_close(grads[0], -0.1 * dH)  # 2 copies x 0.1 / 2 tokens: all of it is the push
@@ -227,8 +236,8 @@ CANCELS = {  # regimes in which the table says each row keeps exchangeability (u
 @pytest.mark.parametrize("regime", ["on", "off", "clip"])
 def test_exchangeability_verdict_of_each_row(name, regime):
     tok, mask, grp, new, old, r = verdict_group(regime)
-    adv = advantage.advantages(r, grp, advantage.for_loss(name))
-    clip = ("none", 0.2) if name in L.NO_CLIP else \
+    adv = advantage.advantages(r, grp, L.own_estimator(name))
+    clip = ("none", 0.2) if L.OBJECTIVES[name].clip == "none" else \
         ("higher", 3e-4, 4e-4) if name in ("gspo", "luspo") else ("higher", 0.2, 0.28)
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip[0], **dict(zip(("clip_low", "clip_high"), clip[1:])))
     res = L.exch_residual(c, adv, tok, mask, grp)
@@ -240,7 +249,7 @@ def test_exchangeability_verdict_of_each_row(name, regime):
 
 def test_switch_verdicts():
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = advantage.advantages(r, grp, advantage.for_loss("dapo"))
+    adv = advantage.advantages(r, grp, L.own_estimator("dapo"))
     ref = new - 0.2 * mask
     res = lambda **kw: L.exch_residual(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
                                      adv, tok, mask, grp)
@@ -260,7 +269,7 @@ def test_dfpo_orth_cancels_whole_group_tokens_only():
     """Adv-Orthogonal makes sum_i A_i w~_i = 0 over the group, so the first token cancels,
     but w~ differs between rollouts: a prefix that only part of the group shares does not."""
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = advantage.advantages(r, grp, advantage.for_loss("dfpo_orth"))
+    adv = advantage.advantages(r, grp, L.own_estimator("dfpo_orth"))
     c, _ = coef("dfpo_orth", new, old, adv, mask, grp)
     assert abs(float(c[:, 0].sum())) < 1e-6 and L.first_token_residual(c, grp) < 1e-6
     assert L.exch_residual(c, adv, tok, mask, grp) > 1e-3
@@ -268,7 +277,7 @@ def test_dfpo_orth_cancels_whole_group_tokens_only():
 
 def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
     tok, mask, grp, new, old, r = verdict_group("on")
-    adv = advantage.advantages(r, grp, advantage.for_loss("clip_cov"))
+    adv = advantage.advantages(r, grp, L.own_estimator("clip_cov"))
     hi = new.clone()
     hi[:, 0] = -0.01          # the shared first token far above the mean log pi: cov > 1 for A > 0
     hi[mask & (torch.arange(6) > 0)] = -3.0
@@ -288,7 +297,7 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
     data = scoreboard.main(["--quick", f"--out={tmp_path}"])
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
-    grid = {f"{l} · {e}" for l in L.LOSSES for e in advantage.ESTIMATORS}
+    grid = {f"{l} · {e}" for l in L.OBJECTIVES for e in advantage.ESTIMATORS}
     assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(scoreboard.REGIMES)
     for row in saved["summary"].values():
         for cell in row.values():
@@ -302,8 +311,10 @@ def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
     reinforce_plus_plus is centred, and the measurements disagree."""
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     import scoreboard
-    monkeypatch.setitem(scoreboard.CANCELS, "grpo", set(scoreboard.REGIMES))
-    monkeypatch.setattr(advantage, "CENTRED", advantage.CENTRED + ("reinforce_plus_plus",))
+    monkeypatch.setitem(L.OBJECTIVES, "grpo", dataclasses.replace(L.OBJECTIVES["grpo"],
+                                                                  cancels=L.EVERY_REGIME))
+    monkeypatch.setitem(advantage.ESTIMATORS, "reinforce_plus_plus", dataclasses.replace(
+        advantage.ESTIMATORS["reinforce_plus_plus"], centred=True))
     board = scoreboard.score(["grpo · grpo", "dapo · reinforce_plus_plus"], 3)
     assert not board["grpo · grpo"]["on-policy"]["exch_match"]
     assert not board["dapo · reinforce_plus_plus"]["on-policy"]["whole_match"]
@@ -328,7 +339,7 @@ def test_bad_switches_are_one_line_errors(argv, msg):
     parse_args(["--loss=dapo", "--dual_clip=3"])
 
 
-@pytest.mark.parametrize("name", L.NO_CLIP)
+@pytest.mark.parametrize("name", [n for n, o in L.OBJECTIVES.items() if o.clip == "none"])
 def test_objectives_without_a_ratio_clip_default_to_clip_none(name):
     from config import parse_args
     extra = ["--dro_beta=0.1"] if name == "dro" else []

@@ -1,5 +1,7 @@
 """The shape of the code: no import cycles, no module importing up into a script,
-no source file over 450 lines. Read from the source with ast, nothing is run."""
+lines a reader can see whole, functions a reader can hold. Read from the source
+with ast, nothing is run. There is no cap on a file's length: a file that grows
+is split by concept, not squeezed."""
 import ast
 import os
 
@@ -10,7 +12,6 @@ FOLDERS = ("", "experiments", "exercises")  # tests/ may import anything
 SCRIPTS = {"train", "plot", "see", "sample", "bench"}  # entry points at the top level
 LIBRARY = {"model", "sampler", "toy_tasks", "loss", "loss_engines", "batching", "config", "checkpoint",
            "dist_utils", "diagnostics"}
-MAX_LINES = 450
 
 
 def modules():
@@ -100,25 +101,11 @@ def test_library_modules_import_no_script_and_no_experiment(name):
     assert not up, f"{name}.py imports {sorted(up)}"
 
 
-def test_no_source_file_over_the_limit():
-    long = []
-    for dirpath, dirs, files in os.walk(ROOT):
-        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in ("__pycache__", "venv")]
-        for f in files:
-            if f.endswith(".py"):
-                p = os.path.join(dirpath, f)
-                n = sum(1 for _ in open(p))
-                if n > MAX_LINES:
-                    long.append(f"{os.path.relpath(p, ROOT)}: {n}")
-    assert not long, long
-
-
 def test_train_reads_top_to_bottom():
-    """train.py: one page, main short, every function defined before a call to it
-    inside another function of the file."""
+    """train.py: main short, every function defined before a call to it inside
+    another function of the file."""
     path = os.path.join(ROOT, "train.py")
     tree = ast.parse(open(path).read())
-    assert sum(1 for _ in open(path)) <= 350
     defs = {n.name: n.lineno for n in tree.body if isinstance(n, ast.FunctionDef)}
     main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
     assert main.end_lineno - main.lineno + 1 <= 80
