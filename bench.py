@@ -64,9 +64,9 @@ import time
 
 import torch
 
-import dist_utils as D
-import advantage as A
-import loss as L
+import dist_utils
+import advantage
+import loss
 import toy_tasks
 import train
 from config import CliError, Config, check_out_dir, fail
@@ -263,16 +263,16 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
     mask, group = out["mask"], out["group"]
 
     def fwd_bwd():
-        adv = A.advantages(rewards, group, L.own_estimator(cfg.loss))
+        adv = advantage.advantages(rewards, group, loss.own_estimator(cfg.loss))
         with train.amp(cfg, device):
             logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
                                        cfg.temperature)
-        counts = L.step_counts(mask, adv, max_len=task.max_new_tokens)
-        loss, _ = L.policy_loss(L.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
-                                L.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
-        L.first_token_residual(L.coefficients(loss, logp), group)
+        counts = loss.step_counts(mask, adv, max_len=task.max_new_tokens)
+        value, _ = loss.policy_loss(loss.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
+                                    loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
+        loss.first_token_residual(loss.coefficients(value, logp), group)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        value.backward()
     t["fwd_bwd"], _ = timed(fwd_bwd, device)
 
     def step():
@@ -302,9 +302,9 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     in the all-gather of the rollouts)."""
     t = time.perf_counter()
     model.train()
-    batch = train.rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // D.rank_world()[1])
+    batch = train.rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1])
     batch["max_len"] = task.max_new_tokens
-    gather_s, batch = timed(lambda: D.gather_rollouts(batch), device)
+    gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
     train.rl_update(model, opt, batch, cfg, gen)
     if device == "cuda":
         torch.cuda.synchronize()
@@ -315,7 +315,7 @@ def ddp_steps(P, device, size):
     """Median step time (and, with a process group, its collectives) of P["repeats"] steps."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
-    rank, world = D.rank_world()
+    rank, world = dist_utils.rank_world()
     cfg = Config(prompts_per_step=P["prompts"], group_size=P["group"], device=device)
     task = toy_tasks.make_task(cfg.task, cfg.digits)
     draw = toy_tasks.train_sampler(task, [], rank)
@@ -338,13 +338,13 @@ def ddp_steps(P, device, size):
 def ddp_worker(P, device, size):
     """Run under torchrun by bench_ddp: rank 0 prints one JSON line."""
     import torch.distributed as dist
-    rank, local_rank, world = D.env_world()
-    backend = D.setup_device(device, local_rank, world)
-    dist.init_process_group(backend, timeout=D.TIMEOUT)
+    rank, local_rank, world = dist_utils.env_world()
+    backend = dist_utils.setup_device(device, local_rank, world)
+    dist.init_process_group(backend, timeout=dist_utils.TIMEOUT)
     rec = ddp_steps(P, device, size)
     if rank == 0:
         print(json.dumps(rec), flush=True)
-    D.teardown(clean=True)  # a barrier, then leave the group: no collective left in flight
+    dist_utils.teardown(clean=True)  # a barrier, then leave the group: no collective left in flight
 
 
 def bench_ddp(P, device, size, quick):
@@ -388,7 +388,7 @@ def parse(argv):
             opts[key] = val
     if opts["device"] not in ("auto", "cpu", "cuda"):
         raise CliError(f"unknown device {opts['device']!r}; choose cpu, cuda or auto")
-    opts["device"] = D.resolve_device(opts["device"])
+    opts["device"] = dist_utils.resolve_device(opts["device"])
     if opts["out"]:
         if os.path.isdir(opts["out"]):
             raise CliError(f"--out={opts['out']} is a folder; give a file name")
@@ -438,4 +438,4 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
-    D.finish_worker()  # a torchrun worker leaves at once: gloo's threads and the GIL can deadlock at exit
+    dist_utils.finish_worker()  # a torchrun worker leaves at once: gloo's threads and the GIL can deadlock at exit

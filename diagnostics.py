@@ -27,7 +27,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-import advantage as A
+import advantage
 import toy_tasks
 from model import completion_logprobs, left_pad
 from sampler import sample
@@ -38,7 +38,7 @@ from toy_tasks import EOS, PAD
 
 def common_prefix(tokens, mask, group):
     """Per row, the length of its group's longest common completion prefix."""
-    g = A.compact(group)
+    g = advantage.compact(group)
     out = torch.zeros(len(g), dtype=torch.long)
     for k in range(int(g.max()) + 1):
         rows = (g == k).nonzero()[:, 0]
@@ -59,7 +59,7 @@ def shared_histories(tokens, mask, group, interior=False):
     same token after them, so with exchangeable weights their gradient cancels,
     and whatever moves there is learning tax."""
     ell = common_prefix(tokens, mask, group)
-    g = A.compact(group)
+    g = advantage.compact(group)
     pairs = []
     for k in range(int(g.max()) + 1):
         r = int((g == k).nonzero()[0, 0])

@@ -28,8 +28,8 @@ import os
 import sys
 from dataclasses import fields, replace
 
-import checkpoint as C
-import dist_utils as D
+import checkpoint
+import dist_utils
 from config import CliError, Config, default_of
 from config import validate as validate_config
 
@@ -108,7 +108,7 @@ def open_run(cfg, device, world=1):
     if not (cfg.resume and "ckpt.pt" in found):
         return (resumed_config(cfg) if cfg.resume else cfg), found, None, None
     cfg = resumed_config(cfg)
-    model, ck = C.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
+    model, ck = checkpoint.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
     if "resume" not in ck:
         raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
     saved = ck["resume"]
@@ -121,7 +121,7 @@ def open_run(cfg, device, world=1):
                        f"is {world}; each process restores its own random streams, so resume with "
                        f"{'torchrun --nproc_per_node=' + str(saved['world']) if saved['world'] > 1 else 'one process'}")
     if cfg.beta and saved["phase"] == "rl":  # --beta's reference must load before anything changes
-        C.load_checkpoint(cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)
+        checkpoint.load_checkpoint(cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)
     path = os.path.join(cfg.out_dir, "metrics.jsonl")
     have = os.path.getsize(path) if os.path.exists(path) else 0
     if have < saved["metrics_bytes"]:
@@ -172,13 +172,13 @@ def start_writing(cfg, found, resolved, saved):
     """The first writes of a run (rank 0): clear stale temp files, replace the old
     run (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume), write
     config.json (the resolved config: what actually runs) and print it."""
-    C.clear_stale_temps(cfg.out_dir)
+    checkpoint.clear_stale_temps(cfg.out_dir)
     if cfg.overwrite:
         for f in found:
             os.remove(os.path.join(cfg.out_dir, f))
     os.makedirs(cfg.out_dir, exist_ok=True)
     if not cfg.resume:
-        C.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
+        checkpoint.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
     print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
     if cfg.resume:
         metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
@@ -203,15 +203,15 @@ class RunDir:
     def checkpoint(self, state, opt, name="ckpt.pt"):
         """ckpt.pt with the resume state after ``state.step`` of ``state.phase``.
         Every rank calls it: each contributes its own random streams."""
-        streams = D.gather_objects(state.streams())
+        streams = dist_utils.gather_objects(state.streams())
         if self.master:
-            C.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase,
+            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase,
                               state.step, state.capture(opt, self.metrics.tell(), streams))
 
     def warm_start(self, step):
         """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
         if self.master:
-            C.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
+            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
                             "warm_start", step)
 
     def close(self):

@@ -39,15 +39,15 @@ from dataclasses import dataclass
 
 import torch
 
-import advantage as A
-import loss as L
+import advantage
+import loss
 import toy_tasks
 from checkpoint import load_checkpoint
 from config import FIGURE_TYPES, CliError, Config, _f, check_numbers, check_out_file, fail, parse_args
 from sampler import rollouts
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
-import probes as P  # noqa: E402  (experiments/probes.py: one update, its Deltas and coefficients)
+import probes  # noqa: E402  (experiments/probes.py: one update, its Deltas and coefficients)
 
 
 @dataclass
@@ -87,11 +87,11 @@ def pick_group(model, task, cfg):
 
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
-    adv = A.advantages(batch["rewards"], batch["group"], L.own_estimator(name))
-    new = P.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, loss=name)
-    delta = P.token_deltas(model64, new, batch)
-    coef = P.token_coefficients(model64, batch, adv, name)
-    res = L.exch_residual(coef, adv, batch["tokens"], batch["mask"], batch["group"])
+    adv = advantage.advantages(batch["rewards"], batch["group"], loss.own_estimator(name))
+    new = probes.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, objective=name)
+    delta = probes.token_deltas(model64, new, batch)
+    coef = probes.token_coefficients(model64, batch, adv, name)
+    res = loss.exch_residual(coef, adv, batch["tokens"], batch["mask"], batch["group"])
     return delta, adv, res
 
 
@@ -100,7 +100,7 @@ def draw(plt, batch, k, task, panels, cfg):
     rows.sort(key=lambda i: -float(batch["rewards"][i]))
     p = batch["problems"][rows[0]]
     tok, mask = batch["tokens"], batch["mask"]
-    sets = L.history_token_sets(tok, mask, batch["group"])
+    sets = loss.history_token_sets(tok, mask, batch["group"])
     sign = torch.sign(batch["rewards"][rows] - batch["rewards"][rows].mean())
     both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
             {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
@@ -147,7 +147,7 @@ def main(cfg):
     names = [x for x in cfg.losses.split(",") if x]
     for n in names:
         try:
-            L.objective(n)
+            loss.objective(n)
         except ValueError as e:
             raise CliError(str(e)) from None
     if not names:

@@ -32,14 +32,14 @@ import time
 import torch
 from tqdm import tqdm
 
-import advantage as A
+import advantage
 import batching
-import checkpoint as C
+import checkpoint
 import diagnostics
-import dist_utils as D
-import loss as L
-import loss_engines as E
-import rundir as R
+import dist_utils
+import loss
+import loss_engines
+import rundir
 import toy_tasks
 from config import Config, CliError, parse_args, fail
 from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
@@ -53,8 +53,8 @@ from toy_tasks import EOS, PAD
 def initial_model(cfg, device):
     """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win)."""
     if cfg.init_from:
-        model, ck = C.load_checkpoint(cfg.init_from, device)
-        return R.init_from_checks(cfg, model, ck), model
+        model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
+        return rundir.init_from_checks(cfg, model, ck), model
     return cfg, GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
                               n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)).to(device)
 
@@ -79,24 +79,24 @@ def sft(model, task, cfg, state, out, device, master):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
     if state.saved:
-        state.restore(opt, D.rank_world()[0])
-    world, n_sft = D.rank_world()[1], len(D.shard(torch.arange(cfg.sft_batch), *D.rank_world()))  # rank's share
+        state.restore(opt, dist_utils.rank_world()[0])
+    world, n_sft = dist_utils.rank_world()[1], len(dist_utils.shard(torch.arange(cfg.sft_batch), *dist_utils.rank_world()))  # rank's share
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", master)
     for step in bar:
         prompts, tokens, mask = sft_batch(task, state.draw, n_sft, state.sol_rng, device, cfg.sft_flawed)
         with amp(cfg, device):
             logp = completion_logprobs(model, prompts, tokens, mask, PAD)
-        loss = -(logp.sum() / D.all_reduce_sum(mask.sum())) * world  # all ranks' token mean; x world: DDP
-        if not torch.isfinite(loss):
+        sft_loss = -(logp.sum() / dist_utils.all_reduce_sum(mask.sum())) * world  # all ranks' token mean; x world: DDP
+        if not torch.isfinite(sft_loss):
             raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
                                      f"(try a smaller --sft_lr)")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        sft_loss.backward()
         opt.step()
-        bar.set_postfix(loss=f"{loss.item():.3f}")
+        bar.set_postfix(loss=f"{sft_loss.item():.3f}")
         if bar.disable and master and step % max(1, cfg.sft_steps // 4) == 0:  # a log file: 4 lines
-            print(f"sft step {step}: loss {loss.item():.3f}", flush=True)
-        out.log({"phase": "sft", "step": step, "loss": loss.item()})
+            print(f"sft step {step}: loss {sft_loss.item():.3f}", flush=True)
+        out.log({"phase": "sft", "step": step, "loss": sft_loss.item()})
         state.step = step
         if step == cfg.sft_steps:
             out.warm_start(step)
@@ -111,13 +111,13 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     """One optimizer step on mini-batch ``mb`` (indices into the batch): this rank's share, in micro-batches
     whose gradients accumulate. --norm=global: every part uses the step's denominators and DFPO weights
     (the same update however the step is split); --norm=local: each uses its own."""
-    rank, world = D.rank_world()
+    rank, world = dist_utils.rank_world()
     mask, group, old = batch["mask"], batch["group"], batch["logprobs"]
-    mine = D.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
-    parts = [mine[p] for p in D.micro_batches(len(mine), cfg.micro_batch)]
+    mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
+    parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
     glob, plain = cfg.norm == "global", getattr(model, "module", model)
-    settings = L.LossSettings.from_config(cfg)
-    step_counts = lambda rows, m=1: L.step_counts(mask[rows], adv[rows], max_len=batch["max_len"],
+    settings = loss.LossSettings.from_config(cfg)
+    step_counts = lambda rows, m=1: loss.step_counts(mask[rows], adv[rows], max_len=batch["max_len"],
                                                   micro_batches=m)
     counts = step_counts(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
 
@@ -128,11 +128,11 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                                        return_hidden=hidden)
 
     weights = None  # DFPO's w~ is a per-group statistic: from the whole step once it is split
-    if L.OBJECTIVES[cfg.loss].group_transform and glob and (world > 1 or len(parts) > 1):
+    if loss.OBJECTIVES[cfg.loss].group_transform and glob and (world > 1 or len(parts) > 1):
         with torch.no_grad():
-            ratio = torch.cat([L.sequence_ratio(logprobs(plain, mb[p]), old[mb[p]], mask[mb[p]]) for p in parts])
-        weights = L.dfpo_weights(D.all_reduce_rows(ratio, torch.cat(parts), len(mb)), adv[mb], group[mb],
-                                 cfg.loss, L.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+            ratio = torch.cat([loss.sequence_ratio(logprobs(plain, mb[p]), old[mb[p]], mask[mb[p]]) for p in parts])
+        weights = loss.dfpo_weights(dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb)), adv[mb], group[mb],
+                                 cfg.loss, loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
     opt.zero_grad(set_to_none=True)
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
     for j, p in enumerate(parts):
@@ -140,29 +140,29 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
         last = j == len(parts) - 1  # DDP all-reduces the gradients on the last backward only
         with contextlib.nullcontext() if last else getattr(model, "no_sync", contextlib.nullcontext)():
             new_logp, h = logprobs(model, rows, hidden=True)
-            entropy = token_entropy(plain, h, cfg.temperature) if E.needs_entropy(cfg) else None
-            keep = E.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)  # None: every token
-            loss, stats = L.policy_loss(L.LossBatch(
+            entropy = token_entropy(plain, h, cfg.temperature) if loss_engines.needs_entropy(cfg) else None
+            keep = loss_engines.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)  # None: every token
+            value, stats = loss.policy_loss(loss.LossBatch(
                 new_logp, old[rows], mask[rows], adv[rows], group[rows],
                 counts=counts if glob else step_counts(rows),
                 weights=None if weights is None else weights[p],
                 ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
                 entropy=entropy, keep=keep), settings)
-            if not torch.isfinite(loss):
+            if not torch.isfinite(value):
                 raise FloatingPointError("loss is not finite")
-            term = loss if glob else loss / (len(parts) * world)  # this part's term of the step's loss
-            coef[p] = L.coefficients(term, new_logp).detach().float()
+            term = value if glob else value / (len(parts) * world)  # this part's term of the step's loss
+            coef[p] = loss.coefficients(term, new_logp).detach().float()
             (term * world).backward()  # DDP averages over ranks: x world makes it the sum
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     keys = sorted(acc)
-    total = D.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
+    total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
     out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
-    coef = D.all_reduce_sum(coef)  # every coefficient of the step, on every rank
-    out["first_token_residual"] = L.first_token_residual(coef, group[mb])
-    out["exch_residual"] = L.exch_residual(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
+    coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
+    out["first_token_residual"] = loss.first_token_residual(coef, group[mb])
+    out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
     return out
 
 
@@ -171,11 +171,11 @@ def rl_update(model, opt, batch, cfg, gen):
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
     lens = mask.sum(1)
-    adv = A.advantages(rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline"))
+    adv = advantage.advantages(rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline"))
     logs = []
     for _ in range(cfg.epochs):
-        cut = D.rank_world()[0] == 0  # every rank must see rank 0's cut
-        mbs = D.broadcast_cut(batching.make_minibatches(cfg.batching, group, adv, lens,
+        cut = dist_utils.rank_world()[0] == 0  # every rank must see rank 0's cut
+        mbs = dist_utils.broadcast_cut(batching.make_minibatches(cfg.batching, group, adv, lens,
                                                         cfg.minibatches, gen) if cut else None)
         for mb in mbs:
             logs.append(optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg))
@@ -189,18 +189,18 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
     """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
     step, sums = state.step, state.sums
     model.train()
-    batch = rollouts(raw, task, state.draw, cfg, state.gen, device, cfg.prompts_per_step // D.rank_world()[1])
+    batch = rollouts(raw, task, state.draw, cfg, state.gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1])
     batch["max_len"] = task.max_new_tokens
-    batch = D.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
+    batch = dist_utils.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
     if ref_model is not None:
         with torch.no_grad(), amp(cfg, device):
             batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
                                                         batch["mask"], PAD, cfg.temperature).float()
-    zero_var = A.zero_variance_fraction(batch["rewards"], batch["group"])
+    zero_var = advantage.zero_variance_fraction(batch["rewards"], batch["group"])
     diag = cfg.diagnostics and master
     before = diagnostics.tax_before(raw, batch) if diag else None  # the learning tax: KL at shared histories
     stats = rl_update(model, opt, batch, cfg, state.gen)
-    C.check_finite(raw, "after the update")
+    checkpoint.check_finite(raw, "after the update")
     if diag:
         stats["tax"], stats["tax_interior"] = diagnostics.learning_tax(raw, batch, before)
         sums["tax_sum"] += stats["tax"]
@@ -232,7 +232,7 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
 def reference_model(raw, cfg, state, device):
     """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
     ref = GPT(raw.cfg).to(device)
-    ref.load_state_dict(raw.state_dict() if state.phase != "rl" else C.load_checkpoint(
+    ref.load_state_dict(raw.state_dict() if state.phase != "rl" else checkpoint.load_checkpoint(
         cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)[0].state_dict())
     return ref.eval().requires_grad_(False)
 
@@ -242,7 +242,7 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
     opt = rl_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
     ref_model = reference_model(raw, cfg, state, device) if cfg.beta else None
     if state.phase == "rl":  # resumed in RL
-        state.restore(opt, D.rank_world()[0])
+        state.restore(opt, dist_utils.rank_world()[0])
     else:
         state.phase, state.step = "rl", 0
         if cfg.sft_steps == 0 and not cfg.init_from:
@@ -280,17 +280,17 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
 
 def run(cfg, model, task, found, saved, rank, local_rank, world, device, master):
     """After every check: join the process group, write the config, SFT, RL, the summary."""
-    model, raw = D.wrap(model, cfg, device, local_rank, world)
+    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
     sft_steps = 0 if cfg.init_from else cfg.sft_steps
     resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
     if master:
-        R.start_writing(cfg, found, resolved, saved)
+        rundir.start_writing(cfg, found, resolved, saved)
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    state = C.RunState(draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
+    state = checkpoint.RunState(draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
                        sol_rng=random.Random(cfg.seed + 1 + rank),
                        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank), saved=saved)
-    out = R.RunDir(cfg, raw, master)
+    out = rundir.RunDir(cfg, raw, master)
     t0 = time.time()
     if state.phase == "sft" and sft_steps > 0:
         sft(model, task, cfg, state, out, device, master)
@@ -309,23 +309,23 @@ def run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
 
 
 def main(cfg):
-    rank, local_rank, world = D.env_world()  # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
-    D.check_world(cfg, world)
-    device = D.resolve_device(cfg.device)
+    rank, local_rank, world = dist_utils.env_world()  # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
+    dist_utils.check_world(cfg, world)
+    device = dist_utils.resolve_device(cfg.device)
     master = rank == 0  # evaluates, logs, writes metrics and checkpoints
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    cfg, found, model, saved = R.open_run(cfg, device, world)  # every check before anything is written
+    cfg, found, model, saved = rundir.open_run(cfg, device, world)  # every check before anything is written
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     random.seed(cfg.seed)
     if model is None:  # else it is ckpt.pt's (--resume)
         cfg, model = initial_model(cfg, device)
-    lock = R.lock_run(cfg, found) if master else None  # the last check: one writer per folder
+    lock = rundir.lock_run(cfg, found) if master else None  # the last check: one writer per folder
     summary = None
     try:
         summary = run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
     finally:  # every exit path leaves the process group (a barrier first only after a clean run)
-        R.unlock(lock)
-        D.teardown(clean=summary is not None)
+        rundir.unlock(lock)
+        dist_utils.teardown(clean=summary is not None)
     return summary
 
 
@@ -348,4 +348,4 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
-    D.finish_worker()
+    dist_utils.finish_worker()

@@ -24,8 +24,8 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 import torch  # noqa: E402
 
 import batching  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import advantage  # noqa: E402
+import loss  # noqa: E402
 import problems  # noqa: E402
 import toy_tasks  # noqa: E402
 
@@ -56,12 +56,12 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
     """c_{i,t} = -d loss / d log pi_new by autograd through loss.policy_loss."""
     new, old, mask, r, grp = batch
-    adv = A.advantages(r, grp, L.own_estimator(name)).double() if adv is None else adv
+    adv = advantage.advantages(r, grp, loss.own_estimator(name)).double() if adv is None else adv
     new = new.clone().requires_grad_(True)
-    counts = L.step_counts(mask, adv, max_len)
-    total, _ = L.policy_loss(L.LossBatch(new, old, mask, adv, grp, counts=counts),
-                             L.LossSettings(name, clip))
-    return L.coefficients(total, new).detach()
+    counts = loss.step_counts(mask, adv, max_len)
+    total, _ = loss.policy_loss(loss.LossBatch(new, old, mask, adv, grp, counts=counts),
+                             loss.LossSettings(name, clip))
+    return loss.coefficients(total, new).detach()
 
 
 def close(got, truth, rel=0.01):
@@ -86,7 +86,7 @@ def ex1_truth(name):
     batch = shared_group(p["lengths"], p["rewards"])
     c, k = coefficients("grpo", batch, "sym"), p["k"] - 1
     dr = coefficients("dr_grpo", batch, "sym", max_len=p["L_max"])
-    return {"grpo_residual": L.first_token_residual(c, batch[4]), "grpo_net": float(c[:, 0].sum()),
+    return {"grpo_residual": loss.first_token_residual(c, batch[4]), "grpo_net": float(c[:, 0].sum()),
             "grpo_coef_k": float(c[k, 0]), "dr_grpo_coef_k": float(dr[k, 0])}
 
 
@@ -123,7 +123,7 @@ def same(got, want, what):
 
 
 def ex2_hand(env):
-    f = L.adv_orthogonal
+    f = loss.adv_orthogonal
     same(f(T(1.2, .9, 1, 2, .5), T(1, -1, 0, .5, -.5), G(0, 0, 0, 1, 1)), T(1.05, 1.05, 1, 1.25, 1.25),
          "hand example: groups 0 = rows 0-2, 1 = rows 3-4")
     k = 0.35 / 1.5
@@ -137,14 +137,14 @@ def random_batch(seed, labels=(7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5), centred=True
     g = torch.Generator().manual_seed(seed)
     group = torch.tensor(labels)
     r = (torch.rand(len(labels), generator=g) < 0.5).double()
-    adv = A.advantages(r, group, "dr_grpo").double() if centred else torch.randn(len(labels), generator=g).double()
+    adv = advantage.advantages(r, group, "dr_grpo").double() if centred else torch.randn(len(labels), generator=g).double()
     return torch.rand(len(labels), generator=g).double() + 0.5, adv, group
 
 
 def ex2_orthogonal(env):
     for seed in range(5):
         w, adv, group = random_batch(seed, centred=seed % 2 == 0)
-        out = L.adv_orthogonal(w, adv, group)
+        out = loss.adv_orthogonal(w, adv, group)
         same(out, out, "12 rows, groups 7, 3, 5 interleaved")
         for gid in (3, 5, 7):
             m = group == gid
@@ -153,17 +153,17 @@ def ex2_orthogonal(env):
             d, a = out[m] - w[m], adv[m]
             assert torch.allclose(d, (d @ a) / (a @ a).clamp(min=1e-12) * a, atol=1e-6), \
                 f"batch {seed}, group {gid}: w~ - w is not a multiple of A"
-        same(L.adv_orthogonal(out, adv, group), out, f"batch {seed}: applied twice, the result changes")
+        same(loss.adv_orthogonal(out, adv, group), out, f"batch {seed}: applied twice, the result changes")
 
 
 def ex2_edges(env):
     group = G(0, 0, 0, 0, 1, 1, 1, 1)
-    adv = A.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
+    adv = advantage.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
     w = T(1.3, 1.3, 1.3, 1.3, .7, .7, .7, .7)
-    same(L.adv_orthogonal(w, adv, group), w, "w constant in each group (on-policy): w~ must equal w")
+    same(loss.adv_orthogonal(w, adv, group), w, "w constant in each group (on-policy): w~ must equal w")
     w, adv, group = T(1.2, .8, 1.1, 1, .9, 1.3), T(0, 0, 0, .5, -.25, -.25), G(0, 0, 0, 1, 1, 1)
     keep = [x.clone() for x in (w, adv, group)]
-    out = L.adv_orthogonal(w, adv, group)
+    out = loss.adv_orthogonal(w, adv, group)
     assert all(torch.equal(a, b) for a, b in zip(keep, (w, adv, group))), "the inputs were modified"
     assert torch.isfinite(out).all(), "a group whose advantages are all 0 gives 0/0 (NaN or inf)"
     same(out[:3], w[:3], "a group whose advantages are all 0 must keep its w")
@@ -183,14 +183,14 @@ def cancels_inside(name, env):
         batch = off_policy_groups(x)
         c = coefficients(name, batch, clip)
         assert float(c[:, 0].abs().sum()) > 1e-4, f"{name}, clip={clip}, shared log-ratio {x}: the shared token has no weight"
-        assert L.first_token_residual(c, batch[4]) < 1e-6, \
+        assert loss.first_token_residual(c, batch[4]) < 1e-6, \
             f"{name}, clip={clip}, shared log-ratio {x}: the shared token's coefficients do not sum to 0"
 
 
 # ------------------------------------------------------------ exercise 3: Min-Replace
 
 def ex3_hand(env):
-    same(L.min_replace(T(1.2, .9, .6, 1.5, 1), T(.5, .5, -.5, -.5, 0), G(5, 2, 5, 2, 2)), T(.6, .9, .6, .9, .9),
+    same(loss.min_replace(T(1.2, .9, .6, 1.5, 1), T(.5, .5, -.5, -.5, 0), G(5, 2, 5, 2, 2)), T(.6, .9, .6, .9, .9),
          "hand example: group 5 = rows 0, 2; group 2 = rows 1, 3, 4")
 
 
@@ -198,7 +198,7 @@ def ex3_properties(env):
     for seed in range(5):
         w, adv, group = random_batch(seed)
         keep = [x.clone() for x in (w, adv, group)]
-        out = L.min_replace(w, adv, group)
+        out = loss.min_replace(w, adv, group)
         same(out, out, f"batch {seed}: 12 rows")
         assert all(torch.equal(a, b) for a, b in zip(keep, (w, adv, group))), f"batch {seed}: the inputs were modified"
         assert (out <= w + 1e-12).all(), f"batch {seed}: some w~_i is larger than w_i"
@@ -207,7 +207,7 @@ def ex3_properties(env):
             assert len(set(out[m].tolist())) == 1, f"batch {seed}, group {gid}: w~ is not one value per group"
             assert bool((w[m] == out[m][0]).any()), f"batch {seed}, group {gid}: w~ is not the w of any member"
     w = T(1.3, 1.3, .7, .7)
-    same(L.min_replace(w, T(.5, -.5, .5, -.5), G(1, 1, 0, 0)), w, "w constant in each group: w~ must equal w")
+    same(loss.min_replace(w, T(.5, -.5, .5, -.5), G(1, 1, 0, 0)), w, "w constant in each group: w~ must equal w")
 
 
 # ------------------------------------------------------------ exercise 4: off-policy by hand
@@ -218,8 +218,8 @@ def ex4_truth(name):
     a = torch.tensor(p["rewards"], dtype=torch.float64)
     a, w = a - a.mean(), torch.tensor(p["s"], dtype=torch.float64)
     proj = w - a * torch.linalg.lstsq(a[:, None], w[:, None]).solution[0, 0]  # least squares, not loss.py
-    return {"gspo_residual": L.first_token_residual(coefficients("gspo", batch, "sym"), batch[4]),
-            "luspo_residual": L.first_token_residual(coefficients("luspo", batch, "sym"), batch[4]),
+    return {"gspo_residual": loss.first_token_residual(coefficients("gspo", batch, "sym"), batch[4]),
+            "luspo_residual": loss.first_token_residual(coefficients("luspo", batch, "sym"), batch[4]),
             "orth_w_k": float(proj[p["k"] - 1])}
 
 
@@ -231,7 +231,7 @@ def make_batch(seed, B=8, G=4):
     rewards = (torch.rand(B, G, generator=g) < torch.rand(B, 1, generator=g)).float().flatten()
     perm = torch.randperm(B * G, generator=g)
     group_ids = torch.arange(B).repeat_interleave(G)[perm] * 7 + 3
-    return group_ids, A.advantages(rewards[perm], group_ids, "dr_grpo"), torch.randint(3, 9, (B * G,), generator=g)
+    return group_ids, advantage.advantages(rewards[perm], group_ids, "dr_grpo"), torch.randint(3, 9, (B * G,), generator=g)
 
 
 def cut(fn, batch, M, seed):

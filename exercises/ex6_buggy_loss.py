@@ -28,7 +28,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import loss as L  # noqa: E402
+import loss  # noqa: E402
 
 
 def dfpo_orth_loss(new_logp, old_logp, mask, adv, group, max_len):
@@ -40,6 +40,6 @@ def dfpo_orth_loss(new_logp, old_logp, mask, adv, group, max_len):
     n_seqs = mask.shape[0]
     log_ratio = (new_logp - old_logp) * mask_f
     w = (log_ratio.sum(1) / lens).exp()
-    w_tilde = L.adv_orthogonal(w, adv, group)
+    w_tilde = loss.adv_orthogonal(w, adv, group)
     per_seq = w_tilde * adv / (n_seqs * max_len)
     return -(per_seq[:, None] * new_logp * mask_f).sum()

@@ -275,7 +275,7 @@ def rl_states(opts, seed, steps, lr=None):
     after ``step`` RL steps, each {"model": weights, "optimizer": AdamW state}.
     Step 0 is the warm start with a fresh optimizer. Cached in
     <out>/ckpt/<warm start>/grpo_rl/ (written atomically) and reused."""
-    import checkpoint as C
+    import checkpoint
     model, task, draw, gen = diag_setup(opts, seed)
     cfg = Config(task=opts["task"], seed=seed, **({"lr": lr} if lr else {}))
     folder = os.path.join(os.path.dirname(warm_path(opts, seed)),
@@ -287,7 +287,7 @@ def rl_states(opts, seed, steps, lr=None):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     for step in range(max(steps) + 1):
         if step in paths:
-            C._atomic_write(paths[step], "wb", lambda f: torch.save(
+            checkpoint._atomic_write(paths[step], "wb", lambda f: torch.save(
                 {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, f))
         if step == max(steps):
             break

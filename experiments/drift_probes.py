@@ -52,7 +52,7 @@ import copy
 import torch
 import torch.nn.functional as F
 
-import loss as L
+import loss
 import toy_tasks
 from model import completion_logprobs, left_pad
 from toy_tasks import PAD
@@ -114,10 +114,10 @@ def step_coefficients(logp, old, batch, adv, cfg):
     on this (mini-)batch: --loss with its PPO ratio against ``old``, --clip and, for
     DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
     new = logp.detach().clone().requires_grad_(True)
-    counts = L.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
-    value, _ = L.policy_loss(L.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
-                             L.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
-    return L.coefficients(value, new).detach() * batch["mask"]
+    counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    value, _ = loss.policy_loss(loss.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
+                             loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
+    return loss.coefficients(value, new).detach() * batch["mask"]
 
 
 def _grad(scalar, params, keep=False):

@@ -47,9 +47,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402  (puts the repository root on sys.path)
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"),
              steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
@@ -80,18 +79,18 @@ def one_seed(item):
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             b["max_len"] = task.max_new_tokens
-            adv = A.advantages(b["rewards"], b["group"], "grpo")
+            adv = advantage.advantages(b["rewards"], b["group"], "grpo")
             rewards.append(float(b["rewards"].mean()))
             new = {"adam": common.real_step(m64, opt, b, adv)[0],
-                   "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}
+                   "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}
             for o in OPTS:
-                pooled[o][0].append(P.token_deltas(m64, new[o], b)[b["mask"]])
+                pooled[o][0].append(probes.token_deltas(m64, new[o], b)[b["mask"]])
                 pooled[o][1].append(per_token(adv, b["mask"]))
         out = {"reward": sum(rewards) / len(rewards)}
         for o in OPTS:
             d, a = torch.cat(pooled[o][0]), torch.cat(pooled[o][1])
             ones = torch.ones(len(d), 1, dtype=torch.bool)
-            t, tz = P.flip_table(d[:, None], ones, a, opts["eps"]), P.flip_table(d[:, None], ones, a, 0.0)
+            t, tz = probes.flip_table(d[:, None], ones, a, opts["eps"]), probes.flip_table(d[:, None], ones, a, 0.0)
             deltas[f"{o}_{step}"] = {"pos": t["delta_pos"][:2000], "neg": t["delta_neg"][:2000]}
             out[o] = {"pos": t["pos"], "neg": t["neg"], "flipped": t["flipped"],
                       "flipped_eps0": tz["flipped"], "pos_boosted_eps0": tz["pos"]["boosted"],

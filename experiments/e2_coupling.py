@@ -53,9 +53,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
 from e1_flips import nan  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"), prompts=(8, "B: prompts per batch"),
@@ -82,29 +81,29 @@ def one_state(opts, seed, step, path, task, draw):
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
         b["max_len"] = task.max_new_tokens
-        adv = A.advantages(b["rewards"], b["group"], "grpo")
+        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
         m = b["mask"]
         a_tok = adv[:, None].expand_as(m)[m]
         live = a_tok != 0
-        coef = P.token_coefficients(m64, b, adv)
-        ct = P.coupling_terms(m64, b, coef, opts["sgd_lr"])
-        delta = lambda new: P.token_deltas(m64, new, b)[m]
+        coef = probes.token_coefficients(m64, b, adv)
+        ct = probes.coupling_terms(m64, b, coef, opts["sgd_lr"])
+        delta = lambda new: probes.token_deltas(m64, new, b)[m]
         full = {"adam": delta(common.real_step(m64, opt, b, adv)[0]),
-                "sgd": delta(P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef))}
+                "sgd": delta(probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef))}
         head = {"adam": delta(common.real_step(m64, opt, b, adv, params="head")[0]),
-                "sgd": delta(P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head"))}
+                "sgd": delta(probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head"))}
         rec = {"mixed": float(live.any()), "live_tokens": int(live.sum()),  # the closed form checks the head step
-               "head_vs_closed_form": P.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None}
+               "head_vs_closed_form": probes.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None}
         for k in AGREE:
             for sel_name, sel in (("live", live), ("all", torch.ones_like(live))):
                 ok = bool(sel.any())
-                rec[f"{k}_{sel_name}"] = P.sign_agreement(full[k], head[k], sel) if ok else None
-                rec[f"{k}_{sel_name}_w"] = P.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
-        cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
+                rec[f"{k}_{sel_name}"] = probes.sign_agreement(full[k], head[k], sel) if ok else None
+                rec[f"{k}_{sel_name}_w"] = probes.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
+        cats = probes.token_categories(task, b["problems"], b["tokens"], m)[m]
         rows = torch.bucketize(ct["conf"], torch.tensor(BINS, dtype=ct["conf"].dtype), right=True)
-        rows = torch.where(cats == P.CATEGORIES.index("style"), len(BINS) + 1, rows)
-        rec.update(P.coupling_by_row(ct["terms"], ct["y"], rows, len(ROWS)))
-        summ = P.coupling_summary(ct, a_tok, BINS)
+        rows = torch.where(cats == probes.CATEGORIES.index("style"), len(BINS) + 1, rows)
+        rec.update(probes.coupling_by_row(ct["terms"], ct["y"], rows, len(ROWS)))
+        summ = probes.coupling_summary(ct, a_tok, BINS)
         rec["mass_same_total"], rec["pairs_same_total"] = summ["mass_same"], summ["pairs_same"]
         low = ct["conf"] < BINS[0]
         both_low = (ct["y"][:, None] == ct["y"][None, :]) & low[:, None] & low[None, :]

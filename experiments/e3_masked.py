@@ -56,9 +56,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed"),
              eps=(1e-4, "flip threshold on |Delta| (nats)"),
@@ -81,7 +80,7 @@ def key(lr):
 
 def fractions(delta, adv_tok, eps):
     """flip_table of pooled token Deltas [M] with their rollouts' advantages [M]."""
-    t = P.flip_table(delta[:, None], torch.ones(len(delta), 1, dtype=torch.bool), adv_tok, eps)
+    t = probes.flip_table(delta[:, None], torch.ones(len(delta), 1, dtype=torch.bool), adv_tok, eps)
     return {"flipped": t["flipped"], **{f"{s}_{k}": t[s][k] for s in ("pos", "neg") for k in KEYS}}
 
 
@@ -96,18 +95,18 @@ def one_seed(item):
     cf, advs = {v: [] for v in VARIANTS}, []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = A.advantages(b["rewards"], b["group"], "grpo")
+        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
         m = b["mask"]
         a_tok, y = adv[:, None].expand_as(m)[m], b["tokens"][m]
         advs.append(a_tok)
-        for lr, ds in P.masked_update_deltas(m64, b, adv, lrs).items():
+        for lr, ds in probes.masked_update_deltas(m64, b, adv, lrs).items():
             for v, d in ds.items():
                 net[key(lr)][v].append(d[m])
-        coef = P.token_coefficients(m64, b, adv)  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
-        cf["full"].append(P.coupling_terms(m64, b, coef, 1.0)["pred"])
-        keep = P.opposite_same_token_keep(y, a_tok)
-        cf["no_opposite_same_token"].append(P.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"])
-        cf["positive_only"].append(P.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"])
+        coef = probes.token_coefficients(m64, b, adv)  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
+        cf["full"].append(probes.coupling_terms(m64, b, coef, 1.0)["pred"])
+        keep = probes.opposite_same_token_keep(y, a_tok)
+        cf["no_opposite_same_token"].append(probes.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"])
+        cf["positive_only"].append(probes.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"])
     a = torch.cat(advs)
     rec = {"seed": seed, "tokens": int((a != 0).sum()), "net": {}, "cf": {}}
     for lr in lrs:

@@ -48,16 +48,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
+import loss  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed and state"),
              adam_lr=(1e-4, "AdamW lr of the RL run and of its measured step (train.py's)"),
              sgd_lr=(1e-3, "plain SGD lr"), rl_step=(100, "GRPO RL steps before the second measured state"))
 LOSSES = ("grpo", "positive_only")
 OPTS = ("adam", "sgd")
-CATS = list(P.CATEGORIES)
+CATS = list(probes.CATEGORIES)
 GROUPS = {"template+style": ("template", "style"), **{c: (c,) for c in CATS}}
 COLORS = {"template": "0.6", "style": "tab:purple", "copy": "tab:blue", "compute": "tab:orange"}
 
@@ -76,14 +76,14 @@ def one_seed(item):
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             m = b["mask"]
-            cats = P.token_categories(task, b["problems"], b["tokens"], m)[m]
+            cats = probes.token_categories(task, b["problems"], b["tokens"], m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
-                adv = A.advantages(b["rewards"], b["group"], L.own_estimator(l))
+                adv = advantage.advantages(b["rewards"], b["group"], loss.own_estimator(l))
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
-                       "sgd": P.one_update(m64, b, adv, "sgd", opts["sgd_lr"], loss=l)}
+                       "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], objective=l)}
                 for o in OPTS:
-                    d = P.token_deltas(m64, new[o], b)[m]
+                    d = probes.token_deltas(m64, new[o], b)[m]
                     mass[l, o].index_add_(0, cats, d.abs())
         at = {"tokens": dict(zip(CATS, count.tolist()))}
         for (l, o), ms in mass.items():

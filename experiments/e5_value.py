@@ -59,9 +59,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
              K=(8, "Monte Carlo continuations per valued prefix"),
@@ -75,7 +74,7 @@ SIGNS = ("pos", "neg")
 
 def arm_advantages(adv, group, gen):
     """The three arms' advantages on one batch."""
-    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": P.shuffled_advantages(adv, group, gen)}
+    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": probes.shuffled_advantages(adv, group, gen)}
 
 
 def one_seed(item):
@@ -88,24 +87,24 @@ def one_seed(item):
     rewards = []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = A.advantages(b["rewards"], b["group"], "grpo")
+        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
         rewards.append(float(b["rewards"].float().mean()))
         m64 = copy.deepcopy(model).double()
         with torch.no_grad():
-            lp0 = P.logp_of(m64, b)
+            lp0 = probes.logp_of(m64, b)
         deltas = {}
         for a, av in arm_advantages(adv, b["group"], gen).items():
             for o in OPTS:
                 new = (common.real_step(m64, opt, b, av, "grpo")[0] if o == "adam"
-                       else P.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
+                       else probes.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
                 with torch.no_grad():
-                    deltas[o, a] = (P.logp_of(new, b) - lp0) * b["mask"]
+                    deltas[o, a] = (probes.logp_of(new, b) - lp0) * b["mask"]
         moved = torch.stack([d.abs() > opts["eps"] for d in deltas.values()]).any(0) & b["mask"]
-        rows_t = torch.cat([P.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
-                            P.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
+        rows_t = torch.cat([probes.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
+                            probes.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
         if not len(rows_t):
             continue
-        pooled["v"].append(P.token_values(model, task, b, rows_t, opts["K"], gen).double())
+        pooled["v"].append(probes.token_values(model, task, b, rows_t, opts["K"], gen).double())
         pooled["sign"].append(torch.sign(adv[rows_t[:, 0]]))
         for k, d in deltas.items():
             pooled[k].append(d[rows_t[:, 0], rows_t[:, 1]])
@@ -113,7 +112,7 @@ def one_seed(item):
     cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.float64)
     v, sign = cat(pooled["v"]), cat(pooled["sign"])
     for o in OPTS:
-        rec[o] = {a: {s: P.value_gap(v[sign == (1 if s == "pos" else -1)],
+        rec[o] = {a: {s: probes.value_gap(v[sign == (1 if s == "pos" else -1)],
                                      cat(pooled[o, a])[sign == (1 if s == "pos" else -1)], opts["eps"])
                       for s in SIGNS} for a in ARMS}
     rec["n_valued"] = {s: int((sign == (1 if s == "pos" else -1)).sum()) for s in SIGNS}

@@ -51,9 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import torch  # noqa: E402
 
-import probes as P  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
+import probes  # noqa: E402
+import advantage  # noqa: E402
 
 EXTRA = dict(common.DIAG_FLAGS, group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
              prompt_counts=("16,32,64,96", "B values (at G = --group_size)"),
@@ -70,11 +69,11 @@ def setting(model, opt, task, draw, gen, B, G, opts):
     batches, deltas, moved, rewards = [], [], [], []
     for _ in range(math.ceil(opts["rollouts"] / (B * G))):
         b = common.rollout_batch(model, task, draw, B, G, gen)
-        adv = A.advantages(b["rewards"], b["group"], "grpo")
+        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
         m64 = copy.deepcopy(model).double()
         new = common.real_step(m64, opt, b, adv, "grpo")[0]
         with torch.no_grad():
-            d = (P.logp_of(new, b) - P.logp_of(m64, b)) * b["mask"]
+            d = (probes.logp_of(new, b) - probes.logp_of(m64, b)) * b["mask"]
         batches.append((b, adv))
         deltas.append(d)
         moved.append(b["mask"] & (adv != 0)[:, None] & (d.abs() > opts["eps"]))
@@ -85,22 +84,22 @@ def setting(model, opt, task, draw, gen, B, G, opts):
         offsets.append(offsets[-1] + mv.shape[0])
     T = max(mv.shape[1] for mv in moved)
     cand = torch.cat([torch.nn.functional.pad(mv, (0, T - mv.shape[1])) for mv in moved])
-    pick = P.pick_tokens(cand, opts["tokens"], gen)
+    pick = probes.pick_tokens(cand, opts["tokens"], gen)
     v, d, sign = [], [], []
     for k, ((b, adv), dk) in enumerate(zip(batches, deltas)):
         rows_t = pick[(pick[:, 0] >= offsets[k]) & (pick[:, 0] < offsets[k + 1])]
         rows_t = rows_t - torch.tensor([offsets[k], 0])
         if len(rows_t):
-            v.append(P.token_values(model, task, b, rows_t, opts["K"], gen).double())
+            v.append(probes.token_values(model, task, b, rows_t, opts["K"], gen).double())
             d.append(dk[rows_t[:, 0], rows_t[:, 1]])
             sign.append(torch.sign(adv[rows_t[:, 0]]))
     v, d, sign = (torch.cat(x) if x else torch.zeros(0) for x in (v, d, sign))
-    bins = P.value_bins(v, opts["quantiles"], gen)
+    bins = probes.value_bins(v, opts["quantiles"], gen)
     out = {"B": B, "G": G, "batches": len(batches), "reward": sum(rewards) / len(rewards), "n_valued": len(v),
-           **P.value_gap(v, d, opts["eps"]),
-           "gap_pos": P.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
-           "gap_neg": P.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
-           "gap_bins": [P.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
+           **probes.value_gap(v, d, opts["eps"]),
+           "gap_pos": probes.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
+           "gap_neg": probes.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
+           "gap_bins": [probes.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
                         for q in range(opts["quantiles"])],
            "v_bins": [float(v[bins == q].mean()) if bool((bins == q).any()) else None
                       for q in range(opts["quantiles"])]}

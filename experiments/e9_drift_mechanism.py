@@ -105,7 +105,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 import drift_probes as DP  # noqa: E402
-import advantage as A  # noqa: E402
+import advantage  # noqa: E402
 import batching  # noqa: E402
 import checkpoint  # noqa: E402
 import stats  # noqa: E402
@@ -188,7 +188,7 @@ def run_arm(opts, seed, arm, rl_steps, lr=None):
         batch = rollouts(model, task, draw, cfg, gen, "cpu")
         batch["max_len"] = task.max_new_tokens
         lens = batch["mask"].sum(1)
-        adv = A.advantages(batch["rewards"], batch["group"], cfg.adv, lengths=lens)
+        adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv, lengths=lens)
         step = {k: 0.0 for k in PARTS + ("kl",)}
         step.update(DP.credit(batch, adv), reward=float(batch["rewards"].mean()), entropy=None)
         n = 0

@@ -48,7 +48,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-import loss as L
+import loss
 import toy_tasks
 from model import completion_logprobs
 from sampler import sample
@@ -65,27 +65,27 @@ def logp_of(model, batch, hidden=False):
                                return_hidden=hidden)
 
 
-def token_coefficients(model, batch, adv, loss="grpo"):
-    """c_{i,t} of one on-policy step of ``loss`` (ratio 1, no clip binds) [N,T]."""
+def token_coefficients(model, batch, adv, objective="grpo"):
+    """c_{i,t} of one on-policy step of ``objective`` (ratio 1, no clip binds) [N,T]."""
     with torch.no_grad():
         logp = logp_of(model, batch)
     new = logp.clone().requires_grad_(True)
-    counts = L.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
-    value, _ = L.policy_loss(L.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
-                             L.LossSettings(loss, clip="none"))
-    return L.coefficients(value, new).detach() * batch["mask"]
+    counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    value, _ = loss.policy_loss(loss.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
+                                loss.LossSettings(objective, clip="none"))
+    return loss.coefficients(value, new).detach() * batch["mask"]
 
 
-def one_update(model, batch, adv, optimizer="sgd", lr=1.0, loss="grpo", coef=None, params="all"):
+def one_update(model, batch, adv, optimizer="sgd", lr=1.0, objective="grpo", coef=None, params="all"):
     """One optimizer step on a deep copy of ``model``; returns the copy.
 
     The step minimises -sum c_{i,t} log pi(y_{i,t}), whose gradient is that of
-    ``loss`` on-policy. ``coef`` overrides the coefficients (masked updates).
+    ``objective`` on-policy. ``coef`` overrides the coefficients (masked updates).
     optimizer: "sgd" (plain, no momentum: contributions add linearly) or "adam"
     (train.py's AdamW, betas (0.9, 0.99), no weight decay; its first step is
     close to sign descent). params: "all", or "head" (only lm_head.weight moves)."""
     if coef is None:
-        coef = token_coefficients(model, batch, adv, loss)
+        coef = token_coefficients(model, batch, adv, objective)
     new = copy.deepcopy(model)
     ps = [new.lm_head.weight] if params == "head" else list(new.parameters())
     for p in new.parameters():
@@ -222,7 +222,7 @@ def sign_agreement(a, b, mask, weighted=False):
 
 # ----------------------------------------------------------------------------- masked updates
 
-def masked_update_deltas(model, batch, adv, lr, loss="grpo", params="all"):
+def masked_update_deltas(model, batch, adv, lr, objective="grpo", params="all"):
     """Delta per token [N,T] of plain-SGD updates with contributions removed:
 
     * ``full``: the whole update;
@@ -245,7 +245,7 @@ def masked_update_deltas(model, batch, adv, lr, loss="grpo", params="all"):
     then the result is {lr: {variant: Delta}}."""
     lrs = list(lr) if isinstance(lr, (list, tuple)) else [lr]
     mask, tok = batch["mask"], batch["tokens"]
-    coef = token_coefficients(model, batch, adv, loss)
+    coef = token_coefficients(model, batch, adv, objective)
     sgn = torch.sign(adv)[:, None].expand_as(tok)
     work = copy.deepcopy(model)
     names = ["lm_head.weight"] if params == "head" else [n for n, _ in work.named_parameters()]

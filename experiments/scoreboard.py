@@ -62,19 +62,19 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-import advantage as A  # noqa: E402
-import loss as L  # noqa: E402
-import loss_engines as E  # noqa: E402
+import advantage  # noqa: E402
+import loss  # noqa: E402
+import loss_engines  # noqa: E402
 
-REGIMES = L.REGIMES
+REGIMES = loss.REGIMES
 SHORT = "on, off, clip, split"
 COV_RATIO = 0.02
-ALL = L.EVERY_REGIME
+ALL = loss.EVERY_REGIME
 
 
-def clip_of(loss):
+def clip_of(objective):
     """(--clip, eps_low, eps_high) a row is scored with: the objective's own range."""
-    obj = L.OBJECTIVES[loss]
+    obj = loss.OBJECTIVES[objective]
     if obj.clip == "none":
         return "none", 0.2, 0.28
     low, high = obj.eps
@@ -93,7 +93,7 @@ SWITCHES = {
     "dapo + off_policy_mask_threshold=0.02": ("dapo", {"off_policy_mask_threshold": 0.02},
                                               ALL - {"clip binds"}, "clip; dropped A<0 sequences"),
     **{f"grpo + agg={m}": ("grpo", {"agg": m}, set() if m == "seq-mean-token-mean" else ALL - {"clip binds"},
-                           "1/L_i" if m == "seq-mean-token-mean" else "clip by sign") for m in L.AGGS},
+                           "1/L_i" if m == "seq-mean-token-mean" else "clip by sign") for m in loss.AGGS},
 }
 
 
@@ -111,7 +111,7 @@ def make_batch(regime, n_groups, G=6, seed=0):
         r = (torch.rand(G, generator=g) < 0.5).float()
         r[0], r[1] = 1.0, 0.0
         rewards[k * G:(k + 1) * G] = r[torch.randperm(G, generator=g)]
-    ids = L.history_token_sets(tokens, mask, group)
+    ids = loss.history_token_sets(tokens, mask, group)
     K = int(ids.max()) + 1
     per_set = lambda lo, hi: lo + (hi - lo) * torch.rand(K, generator=g)
     at = lambda v: torch.where(mask, v[ids.clamp(min=0)], torch.zeros(()))
@@ -134,36 +134,36 @@ def make_batch(regime, n_groups, G=6, seed=0):
 def row_setup(name):
     """(loss, estimator, switches) of a board row: 'loss · adv' or a SWITCHES name."""
     if name in SWITCHES:
-        loss, sw = SWITCHES[name][:2]
-        return loss, L.own_estimator(loss), sw
-    loss, est = name.split(" · ")
-    return loss, est, ({"dro_beta": 0.5} if loss == "dro" else {})
+        objective, sw = SWITCHES[name][:2]
+        return objective, loss.own_estimator(objective), sw
+    objective, est = name.split(" · ")
+    return objective, est, ({"dro_beta": 0.5} if objective == "dro" else {})
 
 
 def keeps(b, sw, adv, idx):
     """The token selection switches' keep mask on the rows idx (None when off)."""
     if "top_entropy_quantile" in sw:
-        return E.entropy_keep(b["ent"][idx], b["mask"][idx], sw["top_entropy_quantile"])
+        return loss_engines.entropy_keep(b["ent"][idx], b["mask"][idx], sw["top_entropy_quantile"])
     if "off_policy_mask_threshold" in sw:
-        return E.off_policy_keep(b["new"][idx], b["old"][idx], b["mask"][idx], adv[idx],
+        return loss_engines.off_policy_keep(b["new"][idx], b["old"][idx], b["mask"][idx], adv[idx],
                                  sw["off_policy_mask_threshold"])
     return None
 
 
 def coefficients(b, name):
     """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
-    loss, est, sw = row_setup(name)
-    clip, lo, hi = clip_of(loss)
-    adv = A.advantages(b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"])
-    counts = L.step_counts(b["mask"], adv, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
+    objective, est, sw = row_setup(name)
+    clip, lo, hi = clip_of(objective)
+    adv = advantage.advantages(b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"])
+    counts = loss.step_counts(b["mask"], adv, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
     new = b["new"].clone().requires_grad_(True)
     ent = b["ent"].clone().requires_grad_(True)  # c does not see the entropy term
     kw = {k: v for k, v in sw.items() if k not in ("top_entropy_quantile", "off_policy_mask_threshold")}
     for idx in b["parts"]:
-        batch = L.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
+        batch = loss.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
                             counts=counts, ref_logprobs=b["ref"][idx], entropy=ent[idx],
                             keep=keeps(b, sw, adv, idx))
-        total, _ = L.policy_loss(batch, L.LossSettings(loss, clip, lo, hi, cov_ratio=COV_RATIO, **kw))
+        total, _ = loss.policy_loss(batch, loss.LossSettings(objective, clip, lo, hi, cov_ratio=COV_RATIO, **kw))
         total.backward()
     return -new.grad, adv
 
@@ -196,18 +196,18 @@ def data_hits(b, name, adv):
     """Ids of the sets a row's selection (covariance, entropy, off-policy mask) treats
     unequally, as exch_residual sees them and as a plain sum sees them: clip_cov
     zeroes some copies, kl_cov adds |log rho| to any, the keep masks keep some."""
-    loss, _, sw = row_setup(name)
+    objective, _, sw = row_setup(name)
     full = torch.zeros_like(b["mask"])
-    if loss in ("clip_cov", "kl_cov"):
+    if objective in ("clip_cov", "kl_cov"):
         for idx in b["parts"]:
             m, new, a = b["mask"][idx], b["new"][idx], adv[idx]
             lr = (new - b["old"][idx]) * m
-            if loss == "clip_cov":
-                _, clipped = L.ppo_term(lr.exp(), a[:, None], L.clip_bounds("higher", 0.2, 0.28))
-                full[idx] = E.cov_select(a, new, m, COV_RATIO, E.COV["lb"], E.COV["ub"], exclude=clipped)
+            if objective == "clip_cov":
+                _, clipped = loss.ppo_term(lr.exp(), a[:, None], loss.clip_bounds("higher", 0.2, 0.28))
+                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO, loss_engines.COV["lb"], loss_engines.COV["ub"], exclude=clipped)
             else:
-                full[idx] = E.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
-        if loss == "clip_cov":
+                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
+        if objective == "clip_cov":
             return cut_sets(b, full), cut_sets(b, full)
         # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A has
         # the set's one sign into wbar; it sees one on a copy with A = 0, or in a set of both signs.
@@ -233,23 +233,23 @@ def blind_sets(b, adv):
 def predict(b, name, regime, adv):
     """(exch prediction, whole-group prediction, note): '0' or '>0' each, from the
     tables' verdicts and the batch's advantages and masks (never from c)."""
-    loss, est, sw = row_setup(name)
-    cancels = SWITCHES[name][2] if name in SWITCHES else L.OBJECTIVES[loss].cancels
-    if loss == "dfpo_orth":  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
-        unequal = not A.ESTIMATORS[est].centred or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
+    objective, est, sw = row_setup(name)
+    cancels = SWITCHES[name][2] if name in SWITCHES else loss.OBJECTIVES[objective].cancels
+    if objective == "dfpo_orth":  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
+        unequal = not advantage.ESTIMATORS[est].centred or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
         return ("0", "0", "bc") if one_signed(b, adv) or not unequal else (">0", "0", "bc")
     hits, seen = data_hits(b, name, adv)
-    additive = L.OBJECTIVES[loss].additive or "beta" in sw
+    additive = loss.OBJECTIVES[objective].additive or "beta" in sw
     if not additive and one_signed(b, adv):
         return "0", ">0", "bc"  # no set has both signs: nothing to cancel, and the group pushes one way
-    if "beta" in sw or (loss == "dro" and regime != "on-policy"):
+    if "beta" in sw or (objective == "dro" and regime != "on-policy"):
         hits = seen = set(_sets(b))  # the added term reaches every copy of every set
     exch = "0" if regime in cancels and not hits - blind_sets(b, adv) else ">0"
     note = "bc" if "entropy_coef" in sw else ""
     if name == "dapo + dual_clip=1.3" and regime == "clip binds":
         note = "vacuous"
     first = set(b["ids"][:, 0].tolist())
-    whole = "0" if regime in cancels and A.ESTIMATORS[est].centred and not seen & first else ">0"
+    whole = "0" if regime in cancels and advantage.ESTIMATORS[est].centred and not seen & first else ">0"
     return exch, whole, note
 
 
@@ -262,9 +262,9 @@ def score(names, n_groups, seeds=(0,)):
             for seed in seeds:
                 b = make_batch(regime, n_groups, seed=seed)
                 c, adv = coefficients(b, name)
-                ex.append(L.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
+                ex.append(loss.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
                 c0 = c[:, 0]
-                wh.append(L.first_token_residual(c, b["group"]) if float(c0.abs().sum()) > 1e-12 else None)
+                wh.append(loss.first_token_residual(c, b["group"]) if float(c0.abs().sum()) > 1e-12 else None)
                 preds.add(predict(b, name, regime, adv))
             pe = "0" if all(p[0] == "0" for p in preds) else ">0"
             pw = "0" if all(p[1] == "0" for p in preds) else ">0"
@@ -295,15 +295,15 @@ def main(argv):
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
-    grid = [f"{loss} · {est}" for loss in L.OBJECTIVES for est in A.ESTIMATORS]
+    grid = [f"{objective} · {est}" for objective in loss.OBJECTIVES for est in advantage.ESTIMATORS]
     board = score(grid + list(SWITCHES), n_groups, seeds)
     for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
                               ("whole_group", "whole_match", "whole-group residual")):
         print(f"{title}: rows --loss, columns --adv; per regime ({SHORT}) 0 = zero, + = above zero, "
               f". = n/a, ! = disagrees with the prediction")
-        rows = [[loss] + [code([board[f"{loss} · {e}"][r] for r in REGIMES], key, match) for e in A.ESTIMATORS]
-                for loss in L.OBJECTIVES]
-        common.table(rows, ["loss \\ adv"] + [e[:14] for e in A.ESTIMATORS])
+        rows = [[objective] + [code([board[f"{objective} · {e}"][r] for r in REGIMES], key, match) for e in advantage.ESTIMATORS]
+                for objective in loss.OBJECTIVES]
+        common.table(rows, ["loss \\ adv"] + [e[:14] for e in advantage.ESTIMATORS])
     common.table([[n, *(f"{board[n][r]['exch_predicted']} | {board[n][r]['exch_residual']:.3f}"
                         + ("" if board[n][r]["exch_match"] else " (!)") for r in REGIMES), SWITCHES[n][3]]
                   for n in SWITCHES], ["switch row"] + [f"{r}: pred. | exch" for r in REGIMES] + ["what breaks it"])
@@ -312,9 +312,9 @@ def main(argv):
           + "".join(f"; {n} / {r} / {k}" for n, r, k in mism) + f" [{time.time() - t0:.1f}s]")
     data = {"experiment": "scoreboard", "config": {"groups": n_groups, "group_size": 6, "seeds": list(seeds),
                                                   "cov_ratio": COV_RATIO, "quick": o["quick"]},
-            "regimes": list(REGIMES), "losses": list(L.OBJECTIVES), "estimators": list(A.ESTIMATORS),
+            "regimes": list(REGIMES), "losses": list(loss.OBJECTIVES), "estimators": list(advantage.ESTIMATORS),
             "switches": {n: SWITCHES[n][3] for n in SWITCHES},
-            "why": {n: o.why for n, o in L.OBJECTIVES.items() if o.why}, "summary": board,
+            "why": {n: o.why for n, o in loss.OBJECTIVES.items() if o.why}, "summary": board,
             "mismatches": [list(m) for m in mism], "wall_s": round(time.time() - t0, 2)}
     common.save("scoreboard", data, out_dir, lambda plt: plot(plt, board))
     return data
@@ -323,21 +323,21 @@ def main(argv):
 def plot(plt, board):
     """Loss x estimator: in how many regimes the whole group's shared token cancels."""
     import numpy as np
-    n_l, n_e = len(L.OBJECTIVES), len(A.ESTIMATORS)
+    n_l, n_e = len(loss.OBJECTIVES), len(advantage.ESTIMATORS)
     vals = np.zeros((n_l, n_e))
     fig, ax = plt.subplots(figsize=(11, 9.5))
-    for i, loss in enumerate(L.OBJECTIVES):
-        for j, est in enumerate(A.ESTIMATORS):
-            cells = [board[f"{loss} · {est}"][r] for r in REGIMES]
+    for i, objective in enumerate(loss.OBJECTIVES):
+        for j, est in enumerate(advantage.ESTIMATORS):
+            cells = [board[f"{objective} · {est}"][r] for r in REGIMES]
             vals[i, j] = sum(1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6)
             txt = code(cells, "whole_group", "whole_match")
             ax.text(j, i, txt, ha="center", va="center", fontsize=8, family="monospace",
                     color="white" if vals[i, j] >= 3 else "black")
     im = ax.imshow(vals, cmap="Greens", vmin=0, vmax=4, aspect="auto")
     ax.set_xticks(range(n_e))
-    ax.set_xticklabels(list(A.ESTIMATORS), rotation=35, ha="right", fontsize=9)
+    ax.set_xticklabels(list(advantage.ESTIMATORS), rotation=35, ha="right", fontsize=9)
     ax.set_yticks(range(n_l))
-    ax.set_yticklabels(list(L.OBJECTIVES), fontsize=9)
+    ax.set_yticklabels(list(loss.OBJECTIVES), fontsize=9)
     ax.set_xlabel("advantage estimator (--adv)")
     ax.set_ylabel("objective (--loss)")
     ax.set_title("Does the token every rollout of a group shares cancel? (synthetic groups, max over seeds)\n"

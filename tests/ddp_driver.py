@@ -25,8 +25,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 torch.set_num_threads(1)
 
-import loss as L  # noqa: E402
-import toy_tasks as T  # noqa: E402
+import loss  # noqa: E402
+import toy_tasks  # noqa: E402
 import train  # noqa: E402
 from config import Config  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
@@ -36,7 +36,7 @@ B, G = 4, 4  # groups, rollouts per group
 
 def tiny_model(dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
-    m = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=32))
+    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32))
     return m.to(dtype)
 
 
@@ -45,28 +45,28 @@ def fixed_batch(dtype=torch.float64, seed=0):
     first token, lengths 1..6, mixed rewards; the recorded log-probs are the
     current policy's plus noise, so the step is off-policy and clips bind."""
     g = torch.Generator().manual_seed(seed)
-    task = T.make_task("add", 2)
-    prompts = [T.encode(task.prompt((10 + 7 * b, 3 + 11 * b))) for b in range(B) for _ in range(G)]
+    task = toy_tasks.make_task("add", 2)
+    prompts = [toy_tasks.encode(task.prompt((10 + 7 * b, 3 + 11 * b))) for b in range(B) for _ in range(G)]
     N, Tm = B * G, 6
     lens = torch.randint(1, Tm + 1, (N,), generator=g)
     mask = torch.arange(Tm)[None] < lens[:, None]
     tokens = torch.randint(0, 10, (N, Tm), generator=g)
     tokens[:, 0] = tokens[::G, 0].repeat_interleave(G)   # a token the whole group shares
-    tokens[torch.arange(N), lens - 1] = T.EOS
-    tokens = tokens.masked_fill(~mask, T.PAD)
+    tokens[torch.arange(N), lens - 1] = toy_tasks.EOS
+    tokens = tokens.masked_fill(~mask, toy_tasks.PAD)
     rewards = torch.tensor([1.0, 0, 0, 1, 1, 1, 0, 1, 0, 1, 0, 0, 1, 0, 1, 1])
     with torch.no_grad():
-        logp = completion_logprobs(tiny_model(dtype), prompts, tokens, mask, T.PAD)
+        logp = completion_logprobs(tiny_model(dtype), prompts, tokens, mask, toy_tasks.PAD)
     old = (logp - (torch.rand(N, Tm, generator=g, dtype=dtype) - 0.5) * 0.6) * mask
     return {"prompts": prompts, "tokens": tokens, "mask": mask, "logprobs": old,
             "rewards": rewards, "group": torch.arange(B).repeat_interleave(G), "max_len": Tm}
 
 
-def step_config(loss, clip, micro_batch, **kw):
+def step_config(objective, clip, micro_batch, **kw):
     """Two mini-batches of 8 (the second one off-policy too), tight clips."""
     kw = dict(dict(minibatches=2, batching="shuffle", clip_low=0.1, clip_high=0.15, lr=0.1,
                    grad_clip=1e6), **kw)
-    return Config(loss=loss, clip=clip, micro_batch=micro_batch, **kw)
+    return Config(loss=objective, clip=clip, micro_batch=micro_batch, **kw)
 
 
 def one_update(model, batch, cfg):
@@ -76,8 +76,8 @@ def one_update(model, batch, cfg):
     train.rl_update(model, opt, batch, cfg, torch.Generator().manual_seed(0))
 
 
-INVARIANT = [name for name, obj in L.OBJECTIVES.items() if not obj.split_dependent]
-CASES = [(loss, clip, k) for loss in INVARIANT for clip in L.CLIPS for k in (0, 3)]
+INVARIANT = [name for name, obj in loss.OBJECTIVES.items() if not obj.split_dependent]
+CASES = [(objective, clip, k) for objective in INVARIANT for clip in loss.CLIPS for k in (0, 3)]
 
 
 def share(batch, rank, world):
@@ -110,14 +110,14 @@ if __name__ == "__main__":
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import dist_utils as D
+    import dist_utils
     from config import parse_args
     mode, rank = sys.argv[1], int(os.environ["RANK"])
     if mode == "train":  # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
         import dataclasses
         import signal
-        make, kill_at, calls = T.make_task, int(sys.argv[2]), [0]
-        T.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
+        make, kill_at, calls = toy_tasks.make_task, int(sys.argv[2]), [0]
+        toy_tasks.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
         real_rollouts = train.rollouts
 
         def counting(*a, **k):
@@ -130,7 +130,7 @@ if __name__ == "__main__":
         sys.stdout.flush()
         os._exit(0)
     if mode == "fail":
-        dist.init_process_group("gloo", timeout=D.TIMEOUT)
+        dist.init_process_group("gloo", timeout=dist_utils.TIMEOUT)
         if rank == 1:
             raise SystemExit(3)
         dist.all_reduce(torch.ones(1))  # the peer is gone: this must end, not hang
@@ -148,10 +148,10 @@ if __name__ == "__main__":
     torch.optim.AdamW, train.rollouts = adamw, rollouts
     # 3. every case's step
     batch, out = fixed_batch(), {}
-    for loss, clip, k in CASES:
+    for objective, clip, k in CASES:
         model = tiny_model()
-        one_update(DDP(model), batch, step_config(loss, clip, k))
-        out[(loss, clip, k)] = [p.detach().clone() for p in model.parameters()]
+        one_update(DDP(model), batch, step_config(objective, clip, k))
+        out[(objective, clip, k)] = [p.detach().clone() for p in model.parameters()]
     if rank == 0:
         torch.save(out, os.path.join(sys.argv[2], "params.pt"))
     destroy()

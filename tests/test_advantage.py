@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import advantage
-import loss as L
+import loss
 import train
 from config import CliError, parse_args
 from tests.test_docs import objective_block, rows
@@ -87,8 +87,8 @@ def test_one_signed_estimators_are_never_negative():
 def test_auto_keeps_every_loss_on_its_own_estimator():
     """The loss table's advantage column is the start of the estimator row --adv=auto picks."""
     est = rows(objective_block(advantage.__doc__, "estimators"))
-    for name, (adv_cell, _, _) in rows(objective_block(L.__doc__)).items():
-        chosen = L.own_estimator(name)
+    for name, (adv_cell, _, _) in rows(objective_block(loss.__doc__)).items():
+        chosen = loss.own_estimator(name)
         assert est[chosen][0].startswith(adv_cell), (name, chosen)
         assert parse_args([f"--loss={name}"] + (["--dro_beta=0.1"] if name == "dro" else [])).adv == chosen
 

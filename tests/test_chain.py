@@ -8,11 +8,11 @@ import pytest
 import torch
 import torch.nn as nn
 
-import diagnostics as D
-import toy_tasks as T
+import diagnostics
+import toy_tasks
 from config import CliError, parse_args
 
-TASK = T.make_task("chain")
+TASK = toy_tasks.make_task("chain")
 
 
 def groups(n_problems=400, G=8, flawed=0.5, seed=0):
@@ -112,8 +112,8 @@ def test_chain_refuses_flags_that_do_not_apply(flags, msg):
 def test_foreign_characters_still_a_value_error():
     for bad in ["1 2", "a", "7/2", "é"]:
         with pytest.raises(ValueError, match="outside the alphabet"):
-            T.encode(bad)
-    assert T.decode(T.encode("(7-2*3)")) == "(7-2*3)"
+            toy_tasks.encode(bad)
+    assert toy_tasks.decode(toy_tasks.encode("(7-2*3)")) == "(7-2*3)"
 
 
 # ----------------------------------------------------------------------------- style drift
@@ -134,16 +134,16 @@ class Bigram(nn.Module):
 def test_style_drift_on_a_model_whose_style_logits_are_set():
     rng = random.Random(3)
     probs = [TASK.sample(rng) for _ in range(30)]
-    ref = Bigram(torch.zeros(T.VOCAB_SIZE, T.N_OUT))
-    W = torch.zeros(T.VOCAB_SIZE, T.N_OUT)
-    eq, five = T.encode("=")[0], T.encode("5")[0]
-    W[eq, T.encode("(")[0]] = -1.5            # restate: log-odds (majority - "(") + 1.5 everywhere
-    W[five, T.encode(",")[0]] = 2.0           # sep after a '5': log-odds + 2
+    ref = Bigram(torch.zeros(toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT))
+    W = torch.zeros(toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT)
+    eq, five = toy_tasks.encode("=")[0], toy_tasks.encode("5")[0]
+    W[eq, toy_tasks.encode("(")[0]] = -1.5            # restate: log-odds (majority - "(") + 1.5 everywhere
+    W[five, toy_tasks.encode(",")[0]] = 2.0           # sep after a '5': log-odds + 2
     now = Bigram(W)
-    lo0, prob, kinds = D.style_log_odds(ref, TASK, probs)
-    lo1, _, _ = D.style_log_odds(now, TASK, probs)
+    lo0, prob, kinds = diagnostics.style_log_odds(ref, TASK, probs)
+    lo1, _, _ = diagnostics.style_log_odds(now, TASK, probs)
     assert torch.all(lo0 == 0)
-    out = D.style_drift(lo1, lo0, prob, kinds)
+    out = diagnostics.style_drift(lo1, lo0, prob, kinds)
     assert abs(out["style_drift_restate"] - 1.5) < 1e-6 and abs(out["style_drift_signed_restate"] - 1.5) < 1e-6
     # by hand: per problem, 2 x (share of its sep points whose prefix ends in '5')
     per_sep, per_all = [], []
@@ -157,7 +157,7 @@ def test_style_drift_on_a_model_whose_style_logits_are_set():
     # |.| per problem, then the mean: opposite drifts in two problems do not cancel
     lo_flip = lo1.clone()
     lo_flip[prob == 0] *= -1
-    flipped = D.style_drift(lo_flip, lo0, prob, kinds)
+    flipped = diagnostics.style_drift(lo_flip, lo0, prob, kinds)
     assert abs(flipped["style_drift_restate"] - 1.5) < 1e-6
     assert flipped["style_drift_signed_restate"] < 1.5 - 0.09
 
@@ -165,7 +165,7 @@ def test_style_drift_on_a_model_whose_style_logits_are_set():
 def test_answer_drift_takes_the_absolute_value_per_problem():
     ref = torch.tensor([[-1.0, -2.0], [-1.0, -2.0]])
     now = torch.tensor([[0.0, -3.0], [-2.0, -1.0]])   # log-odds 1 -> 3 and 1 -> -1
-    out = D.answer_drift(now, ref)
+    out = diagnostics.answer_drift(now, ref)
     assert out["drift"] == pytest.approx(2.0) and out["drift_signed"] == pytest.approx(0.0)
 
 
@@ -177,33 +177,33 @@ def test_before_divergence_and_interior_histories():
     tok = torch.tensor([[1, 2, 3, 4], [1, 2, 5, 4], [7, 2, 3, 4], [8, 2, 3, 4]])
     mask = torch.ones(4, 4, dtype=torch.bool)
     g = torch.tensor([0, 0, 1, 1])
-    allh = D.shared_histories(tok, mask, g)
-    inner = D.shared_histories(tok, mask, g, interior=True)
+    allh = diagnostics.shared_histories(tok, mask, g)
+    inner = diagnostics.shared_histories(tok, mask, g, interior=True)
     assert allh.tolist() == [[0, 0], [0, 1], [0, 2], [2, 0]]
     assert inner.tolist() == [[0, 0], [0, 1]]
-    assert D.before_divergence(allh, tok, mask, g).tolist() == [True, True, False, False]
+    assert diagnostics.before_divergence(allh, tok, mask, g).tolist() == [True, True, False, False]
 
 
 def test_tax_interior_is_zero_for_an_unchanged_model_and_not_for_a_changed_one():
     from model import GPT, GPTConfig
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=16))
+    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16))
     rng = random.Random(4)
     probs = [TASK.sample(rng) for _ in range(3)]
-    prompts = [T.encode(TASK.prompt(p)) for p in probs for _ in range(2)]
+    prompts = [toy_tasks.encode(TASK.prompt(p)) for p in probs for _ in range(2)]
     texts = [TASK.solution(p, random.Random(s)) for p in probs for s in (0, 5)]
-    seqs = [T.encode(t) + [T.EOS] for t in texts]
-    tok = torch.full((6, max(map(len, seqs))), T.PAD)
+    seqs = [toy_tasks.encode(t) + [toy_tasks.EOS] for t in texts]
+    tok = torch.full((6, max(map(len, seqs))), toy_tasks.PAD)
     for i, s in enumerate(seqs):
         tok[i, :len(s)] = torch.tensor(s)
-    mask, g = tok != T.PAD, torch.arange(3).repeat_interleave(2)
-    h = D.shared_histories(tok, mask, g, interior=True)
+    mask, g = tok != toy_tasks.PAD, torch.arange(3).repeat_interleave(2)
+    h = diagnostics.shared_histories(tok, mask, g, interior=True)
     assert len(h) > 0
-    before = D.policy_at(m, prompts, tok, mask, h)
-    assert float(D.kl(before, D.policy_at(m, prompts, tok, mask, h)).abs().max()) == 0.0
+    before = diagnostics.policy_at(m, prompts, tok, mask, h)
+    assert float(diagnostics.kl(before, diagnostics.policy_at(m, prompts, tok, mask, h)).abs().max()) == 0.0
     with torch.no_grad():
         m.lm_head.weight.add_(0.5 * torch.randn_like(m.lm_head.weight))
-    assert float(D.kl(before, D.policy_at(m, prompts, tok, mask, h)).min()) > 0
+    assert float(diagnostics.kl(before, diagnostics.policy_at(m, prompts, tok, mask, h)).min()) > 0
 
 
 def test_sample_py_parses_chain_prompts():
@@ -223,8 +223,8 @@ def test_style_entropy_by_hand():
     kinds = ["restate", "sep", "restate", "sep"]
     h3 = -(0.75 * math.log(0.75) + 0.25 * math.log(0.25))
     assert abs(h3 - 0.562335) < 1e-6
-    out = D.style_entropy(lo, prob, kinds)
+    out = diagnostics.style_entropy(lo, prob, kinds)
     assert out["style_entropy_restate"] == pytest.approx((math.log(2) + h3) / 2)
     assert out["style_entropy_sep"] == pytest.approx(h3)  # the sign of the log-odds does not matter
     assert out["style_entropy"] == pytest.approx(((math.log(2) + h3) / 2 + h3) / 2)
-    assert D.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])["style_entropy"] < 1e-80
+    assert diagnostics.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])["style_entropy"] < 1e-80

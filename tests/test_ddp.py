@@ -16,9 +16,9 @@ import sys
 import pytest
 import torch
 
-import dist_utils as D
-import loss as L
-import toy_tasks as T
+import dist_utils
+import loss
+import toy_tasks
 import checkpoint
 import train
 from config import CliError, parse_args
@@ -45,8 +45,8 @@ def assert_same(a, b):
 @pytest.fixture(scope="module")
 def unsplit():
     """The reference: one process, no micro-batches, for every case."""
-    return {(loss, clip): params_after(step_config(loss, clip, 0)) for loss in INVARIANT
-            for clip in L.CLIPS}
+    return {(objective, clip): params_after(step_config(objective, clip, 0)) for objective in INVARIANT
+            for clip in loss.CLIPS}
 
 
 def test_bnpo_depends_on_the_split():
@@ -57,20 +57,20 @@ def test_bnpo_depends_on_the_split():
     assert max(float((x - y).abs().max()) for x, y in zip(a, b)) > 1e-6
 
 
-@pytest.mark.parametrize("loss", INVARIANT)
-@pytest.mark.parametrize("clip", L.CLIPS)
-def test_micro_batches_and_permutation_give_the_same_step(unsplit, loss, clip):
-    ref = unsplit[(loss, clip)]
+@pytest.mark.parametrize("objective", INVARIANT)
+@pytest.mark.parametrize("clip", loss.CLIPS)
+def test_micro_batches_and_permutation_give_the_same_step(unsplit, objective, clip):
+    ref = unsplit[(objective, clip)]
     start = [p.detach() for p in tiny_model().parameters()]
     assert max(float((a - b).abs().max()) for a, b in zip(ref, start)) > 1e-3  # the step moves
     for k in (1, 3, 5):  # mini-batches of 8 rows: 8 x 1, 3 + 3 + 2, 5 + 3
-        assert_same(params_after(step_config(loss, clip, k)), ref)
+        assert_same(params_after(step_config(objective, clip, k)), ref)
     # a permutation of the rollouts: query cuts by group, so the same groups meet
     batch = fixed_batch()
     perm = torch.randperm(len(batch["rewards"]), generator=torch.Generator().manual_seed(1))
     shuffled = {k: (v if k == "max_len" else v[perm] if torch.is_tensor(v) else [v[i] for i in perm])
                 for k, v in batch.items()}
-    cfg = dict(loss=loss, clip=clip, batching="query")
+    cfg = dict(objective=objective, clip=clip, batching="query")
     assert_same(params_after(step_config(micro_batch=3, **cfg), shuffled),
                 params_after(step_config(micro_batch=0, **cfg), batch))
 
@@ -88,8 +88,8 @@ def two_processes(tmp_path_factory):
 def test_two_processes_give_the_single_process_step(unsplit, two_processes):
     params = torch.load(two_processes / "params.pt", weights_only=True)
     assert set(params) == set(CASES)
-    for (loss, clip, k), p in params.items():
-        assert_same(p, unsplit[(loss, clip)])
+    for (objective, clip, k), p in params.items():
+        assert_same(p, unsplit[(objective, clip)])
 
 
 def test_dfpo_split_groups_need_the_step_weights():
@@ -105,11 +105,11 @@ def test_dfpo_split_groups_need_the_step_weights():
 def shared_group():
     """One group of 4: all start with token 5, then differ; rewards 1, 1, 0, 0;
     lengths 2, 2, 4, 4; on-policy (recorded log-probs = the current policy's)."""
-    tokens = torch.tensor([[5, 7, T.PAD, T.PAD], [5, 8, T.PAD, T.PAD], [5, 9, 1, 2], [5, 3, 4, 2]])
-    mask = tokens != T.PAD
-    prompts = [T.encode("12+34=")] * 4
+    tokens = torch.tensor([[5, 7, toy_tasks.PAD, toy_tasks.PAD], [5, 8, toy_tasks.PAD, toy_tasks.PAD], [5, 9, 1, 2], [5, 3, 4, 2]])
+    mask = tokens != toy_tasks.PAD
+    prompts = [toy_tasks.encode("12+34=")] * 4
     with torch.no_grad():
-        logp = completion_logprobs(tiny_model(), prompts, tokens, mask, T.PAD)
+        logp = completion_logprobs(tiny_model(), prompts, tokens, mask, toy_tasks.PAD)
     return {"prompts": prompts, "tokens": tokens, "mask": mask, "logprobs": logp,
             "rewards": torch.tensor([1.0, 1, 0, 0]), "group": torch.zeros(4, dtype=torch.long),
             "max_len": 4}
@@ -133,20 +133,20 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
 # ----------------------------------------------------------------------------- helpers and errors
 
 def test_micro_batches_and_shards():
-    assert [len(p) for p in D.micro_batches(8, 3)] == [3, 3, 2]
-    assert [len(p) for p in D.micro_batches(5, 0)] == [5]
-    assert torch.equal(torch.cat(D.micro_batches(7, 2)), torch.arange(7))
+    assert [len(p) for p in dist_utils.micro_batches(8, 3)] == [3, 3, 2]
+    assert [len(p) for p in dist_utils.micro_batches(5, 0)] == [5]
+    assert torch.equal(torch.cat(dist_utils.micro_batches(7, 2)), torch.arange(7))
     mb = torch.tensor([9, 4, 7, 1, 3])
-    assert [D.shard(mb, r, 2).tolist() for r in (0, 1)] == [[9, 4, 7], [1, 3]]
-    assert D.rank_world() == (0, 1) and D.gather_rollouts({"a": 1}) == {"a": 1}
+    assert [dist_utils.shard(mb, r, 2).tolist() for r in (0, 1)] == [[9, 4, 7], [1, 3]]
+    assert dist_utils.rank_world() == (0, 1) and dist_utils.gather_rollouts({"a": 1}) == {"a": 1}
 
 
 def test_world_checks():
-    D.check_world(parse_args([]), 1)
+    dist_utils.check_world(parse_args([]), 1)
     with pytest.raises(CliError, match="not divisible by the 3 processes"):
-        D.check_world(parse_args(["--prompts_per_step=4"]), 3)
+        dist_utils.check_world(parse_args(["--prompts_per_step=4"]), 3)
     with pytest.raises(CliError, match="fewer than the 4 processes"):
-        D.check_world(parse_args(["--prompts_per_step=4", "--group_size=2", "--minibatches=4"]), 4)
+        dist_utils.check_world(parse_args(["--prompts_per_step=4", "--group_size=2", "--minibatches=4"]), 4)
 
 
 TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}

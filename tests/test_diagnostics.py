@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import diagnostics as D
-import probes as P
-import advantage as A
+import diagnostics
+import probes
+import advantage
 import toy_tasks
 from model import GPT, GPTConfig
 from toy_tasks import EOS, PAD, encode
@@ -48,14 +48,14 @@ def shared_batch():
 
 def test_shared_histories_hand_made():
     b = shared_batch()
-    h = D.shared_histories(b["tokens"], b["mask"], b["group"])
+    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
     assert h.tolist() == [[0, 0], [0, 1], [0, 2], [2, 0], [4, 0], [4, 1]]
 
 
 def test_policy_at_matches_a_forward_pass_per_history():
     model, b = tiny_model(), shared_batch()
-    h = D.shared_histories(b["tokens"], b["mask"], b["group"])
-    lp = D.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
+    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
+    lp = diagnostics.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
     for k, (r, t) in enumerate(h.tolist()):
         seq = torch.tensor([b["prompts"][r] + b["tokens"][r, :t].tolist()])
         ref = F.log_softmax(model(seq)[0, -1], -1)
@@ -64,24 +64,24 @@ def test_policy_at_matches_a_forward_pass_per_history():
 
 def test_learning_tax_kl_zero_without_change_positive_with():
     model, b = tiny_model(), shared_batch()
-    adv = A.advantages(b["rewards"], b["group"])
-    h = D.shared_histories(b["tokens"], b["mask"], b["group"])
-    before = D.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
-    same = P.one_update(model, b, adv, "sgd", 0.0)
-    assert float(D.kl(before, D.policy_at(same, b["prompts"], b["tokens"], b["mask"], h)).abs().max()) == 0.0
-    moved = P.one_update(model, b, adv, "adam", 1e-2)
-    k = D.kl(before, D.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h))
+    adv = advantage.advantages(b["rewards"], b["group"])
+    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
+    before = diagnostics.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
+    same = probes.one_update(model, b, adv, "sgd", 0.0)
+    assert float(diagnostics.kl(before, diagnostics.policy_at(same, b["prompts"], b["tokens"], b["mask"], h)).abs().max()) == 0.0
+    moved = probes.one_update(model, b, adv, "adam", 1e-2)
+    k = diagnostics.kl(before, diagnostics.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h))
     assert bool((k > 0).all())
-    p, q = before.exp(), D.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h).exp()
+    p, q = before.exp(), diagnostics.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h).exp()
     assert torch.allclose(k, (q * (q / p).log()).sum(-1))  # KL(new || old), not the reverse
 
 
 def test_pass_at_k_hand_values():
-    assert D.pass_at_k(5, 2, 1) == pytest.approx(0.4)
-    assert D.pass_at_k(5, 2, 2) == pytest.approx(0.7)
-    assert D.pass_at_k(5, 0, 3) == 0.0
-    assert D.pass_at_k(5, 4, 2) == 1.0
-    assert D.pass_at_k(8, 3, 4) == pytest.approx(1 - math.comb(5, 4) / math.comb(8, 4))
+    assert diagnostics.pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert diagnostics.pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert diagnostics.pass_at_k(5, 0, 3) == 0.0
+    assert diagnostics.pass_at_k(5, 4, 2) == 1.0
+    assert diagnostics.pass_at_k(8, 3, 4) == pytest.approx(1 - math.comb(5, 4) / math.comb(8, 4))
 
 
 def test_pass_at_k_eval_and_entropy_bounds():
@@ -90,18 +90,18 @@ def test_pass_at_k_eval_and_entropy_bounds():
     probs = [(12, 34), (56, 78), (90, 11)]
     gen = torch.Generator().manual_seed(0)
     always = dataclasses.replace(task, reward=lambda p, t: 1.0)
-    assert D.pass_at_k_eval(model, always, probs, 4, 2, gen) == 1.0
-    assert D.pass_at_k_eval(model, dataclasses.replace(task, reward=lambda p, t: 0.0), probs, 4, 2, gen) == 0.0
+    assert diagnostics.pass_at_k_eval(model, always, probs, 4, 2, gen) == 1.0
+    assert diagnostics.pass_at_k_eval(model, dataclasses.replace(task, reward=lambda p, t: 0.0), probs, 4, 2, gen) == 0.0
     with torch.no_grad():
         model.lm_head.weight.zero_()  # uniform policy: entropy log |V|
-    assert D.mean_token_entropy(model, task, probs) == pytest.approx(math.log(toy_tasks.N_OUT), rel=1e-5)
+    assert diagnostics.mean_token_entropy(model, task, probs) == pytest.approx(math.log(toy_tasks.N_OUT), rel=1e-5)
 
 
 def test_answer_logprobs_and_drift():
     model = tiny_model(double=False)
     task = toy_tasks.make_primes()
     probs = [(10,), (58,)]  # 10 = 3+7 = 5+5 (3 orders), 58 has more
-    lp = D.answer_logprobs(model, task, probs)
+    lp = diagnostics.answer_logprobs(model, task, probs)
     n = [len(task.answers(p)) for p in probs]
     assert lp.shape == (2, max(n))
     assert bool(torch.isinf(lp[0, n[0]:]).all()) and bool(torch.isfinite(lp[0, :n[0]]).all())
@@ -112,9 +112,9 @@ def test_answer_logprobs_and_drift():
     inf = float("-inf")
     hand = torch.tensor([[math.log(0.6), math.log(0.2), inf], [math.log(0.3), inf, inf],
                          [math.log(0.1), math.log(0.1), math.log(0.2)]])
-    d = D.answer_drift(hand)
+    d = diagnostics.answer_drift(hand)
     ent = lambda q: -sum(x * math.log(x) for x in q)
     assert d["n"] == 2
     assert d["log_odds"] == pytest.approx((math.log(3) + 0.0) / 2)
     assert d["entropy"] == pytest.approx((ent([0.75, 0.25]) + ent([0.25, 0.25, 0.5])) / 2)
-    assert math.isnan(D.answer_drift(hand[1:2])["log_odds"])
+    assert math.isnan(diagnostics.answer_drift(hand[1:2])["log_odds"])

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also run as a script: python tests/test_docs.py
 
 import advantage  # noqa: E402
-import loss as L  # noqa: E402
+import loss  # noqa: E402
 
 
 def read(path):
@@ -38,15 +38,15 @@ def test_objective_table_parser_is_not_vacuous():
 
 
 # Every copy of a table that the records generate: (file, block name, generator).
-GENERATED = [("loss.py", "objectives", lambda: L.table()),
-             ("README.md", "objectives", lambda: L.table()),
+GENERATED = [("loss.py", "objectives", lambda: loss.table()),
+             ("README.md", "objectives", lambda: loss.table()),
              ("advantage.py", "estimators", lambda: advantage.table()),
              ("THEORY.md", "estimators", lambda: advantage.table())]
 
 
 def test_loss_py_table_has_every_objective_once():
-    table = rows(L.table())
-    assert list(table) == list(L.OBJECTIVES)
+    table = rows(loss.table())
+    assert list(table) == list(loss.OBJECTIVES)
     assert all(len(cells) == 3 and all(cells) for cells in table.values())
 
 

@@ -12,13 +12,13 @@ import advantage  # noqa: E402
 import train  # noqa: E402
 import common  # noqa: E402
 import drift_probes as DP  # noqa: E402
-import toy_tasks as T  # noqa: E402
+import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 
 
 def test_credit_by_hand():
     # group 0: restated rows 0, 1 (rewards 1, 0), not: rows 2, 3 (1, 1); group 1: none restated
-    tok = torch.full((8, 3), T.encode("1")[0])
+    tok = torch.full((8, 3), toy_tasks.encode("1")[0])
     tok[0, 0] = tok[1, 0] = DP.RESTATE
     batch = {"tokens": tok, "rewards": torch.tensor([1.0, 0, 1, 1, 0, 1, 0, 1]),
              "group": torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])}
@@ -32,11 +32,11 @@ def test_credit_by_hand():
 
 def _setup(opt_name, lr):
     torch.manual_seed(0)
-    task = T.make_task("chain")
-    model = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=16,
+    task = toy_tasks.make_task("chain")
+    model = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16,
                           block_size=64)).double()
     opt = train.rl_optimizer(model.parameters(), opt_name, lr)
-    draw = T.train_sampler(task, [], 0)
+    draw = toy_tasks.train_sampler(task, [], 0)
     gen = torch.Generator().manual_seed(0)
     problems = [draw() for _ in range(6)]
     return task, model, opt, draw, gen, problems
@@ -83,7 +83,7 @@ def test_momentum_of_first_token_copies_alone_is_all_direct():
 def test_first_token_logprobs_equal_column_0_of_the_completion():
     task, model, opt, draw, gen, problems = _setup("sgd", 1e-3)
     batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
-    full = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], T.PAD)
+    full = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
     assert torch.allclose(DP.first_token_logprobs(model, batch), full[:, 0], atol=1e-12)
 
 
@@ -98,7 +98,7 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
     batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(12)])
     adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv)
     with torch.no_grad():
-        batch["logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], T.PAD)
+        batch["logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
     if offpolicy:  # one step first, so that the ratio is not 1 and the clip binds for some tokens
         train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg)
     twin = copy.deepcopy(model)

@@ -22,7 +22,7 @@ import check  # noqa: E402
 import ex6_buggy_loss  # noqa: E402
 import key  # noqa: E402
 import advantage  # noqa: E402
-import loss as L  # noqa: E402
+import loss  # noqa: E402
 
 STUDENTS = ("Ada Lovelace", "s1234567", "Émilie du Châtelet")
 
@@ -172,7 +172,7 @@ def no_guard(w, adv, group):  # 0/0 in a group whose advantages are all zero
     return out
 
 
-REFERENCE = L.adv_orthogonal
+REFERENCE = loss.adv_orthogonal
 
 
 def in_place(w, adv, group):  # right values, but overwrites the caller's w
@@ -224,7 +224,7 @@ def test_plausible_wrong_code_is_refused(monkeypatch, ex, mistake):
         monkeypatch.setattr(batching, "query_balanced", fn)
     else:
         name = {"ex2": "adv_orthogonal", "ex3": "min_replace"}[ex]
-        monkeypatch.setattr(L, name, fn)
+        monkeypatch.setattr(loss, name, fn)
     assert failures(ex, env()), mistake
 
 
@@ -235,7 +235,7 @@ def unfixed_but_detached_in_the_wrong_place(new_logp, old_logp, mask, adv, group
 def own_length(new_logp, old_logp, mask, adv, group, max_len):  # 1/L_i instead of 1/L_max
     lens = mask.sum(1).clamp(min=1)
     w = ((new_logp - old_logp) * mask).sum(1).div(lens).exp()
-    per_seq = L.adv_orthogonal(w, adv, group).detach() * adv / (mask.shape[0] * lens)
+    per_seq = loss.adv_orthogonal(w, adv, group).detach() * adv / (mask.shape[0] * lens)
     return -(per_seq[:, None] * new_logp * mask).sum()
 
 

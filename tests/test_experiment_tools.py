@@ -7,8 +7,8 @@ import sys
 
 import torch
 
-import probes as P
-import advantage as A
+import probes
+import advantage
 from test_diagnostics import hand_batch, tiny_model
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
@@ -29,10 +29,10 @@ def test_weighted_sign_agreement_by_hand():
     a = torch.tensor([1.0, -2.0, 3.0, -4.0], dtype=torch.float64)
     b = torch.tensor([1.0, 2.0, 3.0, -1.0], dtype=torch.float64)  # agree on 0, 2, 3
     m = torch.ones(4, dtype=torch.bool)
-    assert P.sign_agreement(a, b, m) == 0.75
-    assert abs(P.sign_agreement(a, b, m, weighted=True) - (1 + 3 + 4) / 10) < 1e-12
+    assert probes.sign_agreement(a, b, m) == 0.75
+    assert abs(probes.sign_agreement(a, b, m, weighted=True) - (1 + 3 + 4) / 10) < 1e-12
     m[3] = False
-    assert abs(P.sign_agreement(a, b, m, weighted=True) - 4 / 6) < 1e-12
+    assert abs(probes.sign_agreement(a, b, m, weighted=True) - 4 / 6) < 1e-12
 
 
 def test_coupling_by_row_by_hand():
@@ -41,7 +41,7 @@ def test_coupling_by_row_by_hand():
                           [-5.0, 6.0, 9.0]])  # the diagonal (self terms) is not coupling
     y = torch.tensor([7, 7, 8])               # tokens 0 and 1 are the same id
     rows = torch.tensor([0, 1, 1])
-    out = P.coupling_by_row(terms, y, rows, 2)
+    out = probes.coupling_by_row(terms, y, rows, 2)
     total = 1 + 2 + 3 + 4 + 5 + 6
     assert out["mass_same"] == [1 / total, 3 / total]
     assert out["mass_diff"] == [2 / total, (4 + 5 + 6) / total]
@@ -58,7 +58,7 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
     model = tiny_model(double=True)
     b = hand_batch()
     b["logprobs"], b["max_len"] = torch.zeros(b["mask"].shape, dtype=torch.float64), 4
-    adv = A.advantages(b["rewards"], b["group"], "grpo")
+    adv = advantage.advantages(b["rewards"], b["group"], "grpo")
     assert bool((adv != 0).any())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -213,7 +213,7 @@ def test_summary_exch_residual_mean_is_the_mean_of_the_logged_steps(tmp_path, mo
     def fake(*args):
         calls.append(1)
         return 0.01 * len(calls)
-    monkeypatch.setattr(train.L, "exch_residual", fake)
+    monkeypatch.setattr(train.loss, "exch_residual", fake)
     flags = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8", "--rl_steps=3",
              "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--device=cpu", f"--out_dir={tmp_path}"]
     summary = train.main(parse_args(flags))

@@ -13,8 +13,8 @@ import sys
 import pytest
 import torch
 
-import checkpoint as C
-import rundir as R
+import checkpoint
+import rundir
 import train
 from config import CliError, parse_args
 
@@ -155,10 +155,10 @@ def test_a_killed_writer_leaves_no_lock_behind(tmp_path):
         assert holder.stdout.readline().strip() == "locked"
         cfg = parse_args(TINY + [f"--out_dir={d}"])
         with pytest.raises(CliError, match=f"pid {holder.pid}"):
-            R.lock_run(cfg, [])
+            rundir.lock_run(cfg, [])
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=30)
-        R.unlock(R.lock_run(cfg, []))  # free again
+        rundir.unlock(rundir.lock_run(cfg, []))  # free again
     finally:
         holder.kill()
 
@@ -167,7 +167,7 @@ def test_resume_restores_each_ranks_own_streams(finished):
     """The saved state holds one set of random streams per rank; rank r restores streams[r]."""
     ck = torch.load(finished / "run" / "ckpt.pt", weights_only=True)
     s = ck["resume"]
-    assert s["world"] == 1 and len(s["streams"]) == 1 and set(s["streams"][0]) == set(C.STREAMS)
+    assert s["world"] == 1 and len(s["streams"]) == 1 and set(s["streams"][0]) == set(checkpoint.STREAMS)
 
 
 PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import toy_tasks as T
+import toy_tasks
 import checkpoint
 import train
 from model import GPT, GPTConfig, completion_logprobs, left_pad
@@ -14,21 +14,21 @@ from sampler import sample
 
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=2, n_head=2, n_embd=32, block_size=40)
+    cfg = dict(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=2, n_head=2, n_embd=32, block_size=40)
     cfg.update(kw)
     return GPT(GPTConfig(**cfg))
 
 
 def mixed_prompts():
     texts = ["47+85=", "9=", "123*4=", "58=", "1+1=", "99*99="]
-    return [T.encode(t) for t in texts]
+    return [toy_tasks.encode(t) for t in texts]
 
 
 def test_head_is_untied_and_hidden_states_feed_it():
     m = tiny()
     assert m.lm_head.weight.data_ptr() != m.wte.weight.data_ptr()
-    assert m.lm_head.weight.shape == (T.N_OUT, 32)
-    idx = torch.tensor([T.encode("47+85=132")])
+    assert m.lm_head.weight.shape == (toy_tasks.N_OUT, 32)
+    idx = torch.tensor([toy_tasks.encode("47+85=132")])
     logits, h = m(idx, return_hidden=True)
     torch.testing.assert_close(logits, h @ m.lm_head.weight.T)
 
@@ -36,11 +36,11 @@ def test_head_is_untied_and_hidden_states_feed_it():
 def test_logprobs_equal_hand_written_cross_entropy():
     m = tiny()
     prompts = mixed_prompts()[:3]
-    comps = [T.encode("132") + [T.EOS], T.encode("7"), T.encode("4,92") + [T.EOS]]
+    comps = [toy_tasks.encode("132") + [toy_tasks.EOS], toy_tasks.encode("7"), toy_tasks.encode("4,92") + [toy_tasks.EOS]]
     Tn = max(map(len, comps))
-    tokens = torch.tensor([c + [T.PAD] * (Tn - len(c)) for c in comps])
-    mask = tokens != T.PAD
-    lp = completion_logprobs(m, prompts, tokens, mask, T.PAD)
+    tokens = torch.tensor([c + [toy_tasks.PAD] * (Tn - len(c)) for c in comps])
+    mask = tokens != toy_tasks.PAD
+    lp = completion_logprobs(m, prompts, tokens, mask, toy_tasks.PAD)
     for i, (p, c) in enumerate(zip(prompts, comps)):
         seq = torch.tensor([p + c])  # alone, no padding at all
         logits = m(seq)[0, len(p) - 1:-1]
@@ -51,9 +51,9 @@ def test_logprobs_equal_hand_written_cross_entropy():
 
 def test_padding_does_not_change_a_prompt():
     m = tiny()
-    p = T.encode("5=")
+    p = toy_tasks.encode("5=")
     alone = m(torch.tensor([p]))[0, -1]
-    ids, valid, _ = left_pad([T.encode("123*45="), p], T.PAD)
+    ids, valid, _ = left_pad([toy_tasks.encode("123*45="), p], toy_tasks.PAD)
     padded = m(ids, valid)[1, -1]
     torch.testing.assert_close(alone, padded, atol=1e-5, rtol=1e-5)
 
@@ -82,17 +82,17 @@ def test_seeded_sampling_is_deterministic_and_paths_agree():
 def test_sampler_masks_eos_and_recorded_logprobs():
     m = tiny(4)
     with torch.no_grad():  # make EOS likely so that rows stop at different times
-        m.lm_head.weight[T.EOS] += 0.5 * m.lm_head.weight.abs().max()
+        m.lm_head.weight[toy_tasks.EOS] += 0.5 * m.lm_head.weight.abs().max()
     out = sample(m, mixed_prompts(), 3, 10, 1.0, generator=torch.Generator().manual_seed(0))
     tok, mask = out["tokens"], out["mask"]
     lens = mask.sum(1)
     assert lens.min() < lens.max()  # rows ended at different steps
     for row, n in zip(tok.tolist(), lens.tolist()):
-        assert T.PAD not in row[:n] and all(t == T.PAD for t in row[n:])
-        if T.EOS in row:
-            assert row.index(T.EOS) == n - 1  # mask covers EOS, nothing after it
+        assert toy_tasks.PAD not in row[:n] and all(t == toy_tasks.PAD for t in row[n:])
+        if toy_tasks.EOS in row:
+            assert row.index(toy_tasks.EOS) == n - 1  # mask covers EOS, nothing after it
     assert torch.all(out["logprobs"][~mask] == 0) and torch.all(out["logprobs"][mask] < 0)
-    recomputed = completion_logprobs(m, out["prompts"], tok, mask, T.PAD)
+    recomputed = completion_logprobs(m, out["prompts"], tok, mask, toy_tasks.PAD)
     torch.testing.assert_close(recomputed, out["logprobs"], atol=1e-5, rtol=1e-5)  # on-policy ratio 1
 
 
@@ -106,14 +106,14 @@ def test_temperature_and_top_k():
 
 def test_sft_steps_lower_the_loss():
     m = tiny(6, n_embd=64)
-    task = T.make_task("add", 2)
+    task = toy_tasks.make_task("add", 2)
     import random
-    draw, rng = T.train_sampler(task, [], 0), random.Random(0)
+    draw, rng = toy_tasks.train_sampler(task, [], 0), random.Random(0)
     fixed = train.sft_batch(task, draw, 64, rng, "cpu")
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
 
     def loss():
-        lp = completion_logprobs(m, *fixed, T.PAD)
+        lp = completion_logprobs(m, *fixed, toy_tasks.PAD)
         return -(lp.sum() / fixed[2].sum())
     before = loss().item()
     for _ in range(30):
@@ -135,7 +135,7 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
     assert ck["kind"] == "warm_start" and ck["step"] == 5 and ck["task"]["task"] == cfg.task
     for (k, a), (_, b) in zip(m.state_dict().items(), m2.state_dict().items()):
         assert torch.equal(a, b), k
-    idx = torch.tensor([T.encode("12+34=")])
+    idx = torch.tensor([toy_tasks.encode("12+34=")])
     assert torch.equal(m(idx), m2(idx))
 
 

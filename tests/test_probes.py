@@ -4,8 +4,8 @@ import dataclasses
 import pytest
 import torch
 
-import advantage as A
-import probes as P
+import advantage
+import probes
 import toy_tasks
 from sampler import sample
 from test_diagnostics import hand_batch, tiny_model
@@ -14,11 +14,11 @@ from toy_tasks import EOS, PAD, encode
 
 def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
     model, b = tiny_model(), hand_batch()
-    adv = A.advantages(b["rewards"], b["group"])
-    coef = P.token_coefficients(model, b, adv)
+    adv = advantage.advantages(b["rewards"], b["group"])
+    coef = probes.token_coefficients(model, b, adv)
     lr = 1e-2
-    ct = P.coupling_terms(model, b, coef, lr)
-    actual = P.token_deltas(model, P.one_update(model, b, adv, "sgd", lr, params="head"), b)[b["mask"]]
+    ct = probes.coupling_terms(model, b, coef, lr)
+    actual = probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, params="head"), b)[b["mask"]]
     rel = lambda x: float((x - actual).norm() / actual.norm())
     assert actual.abs().max() > 1e-5  # a real, first-order-sized change
     assert rel(ct["pred"]) < 0.05
@@ -28,17 +28,17 @@ def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
 
 def test_head_only_update_moves_only_the_head():
     model, b = tiny_model(), hand_batch()
-    adv = A.advantages(b["rewards"], b["group"])
-    new = P.one_update(model, b, adv, "adam", 1e-3, params="head")
+    adv = advantage.advantages(b["rewards"], b["group"])
+    new = probes.one_update(model, b, adv, "adam", 1e-3, params="head")
     for (n, p), q in zip(model.named_parameters(), new.parameters()):
         assert torch.equal(p, q) == (n != "lm_head.weight"), n
 
 
 def test_coupling_summary_shares_and_same_token_alpha():
     model, b = tiny_model(), hand_batch()
-    adv = A.advantages(b["rewards"], b["group"])
-    ct = P.coupling_terms(model, b, P.token_coefficients(model, b, adv), 1.0)
-    s = P.coupling_summary(ct, adv[:, None].expand_as(b["mask"])[b["mask"]])
+    adv = advantage.advantages(b["rewards"], b["group"])
+    ct = probes.coupling_terms(model, b, probes.token_coefficients(model, b, adv), 1.0)
+    s = probes.coupling_summary(ct, adv[:, None].expand_as(b["mask"])[b["mask"]])
     assert s["mass_same"] + s["mass_diff"] == pytest.approx(1.0)
     grid = torch.tensor(s["mass_by_conf_same"]) + torch.tensor(s["mass_by_conf_diff"])
     assert float(grid.sum()) == pytest.approx(1.0)
@@ -47,20 +47,20 @@ def test_coupling_summary_shares_and_same_token_alpha():
 
 def test_masked_closed_form_twin_matches_masked_head_step():
     model, b = tiny_model(), hand_batch()
-    adv = A.advantages(b["rewards"], b["group"])
+    adv = advantage.advantages(b["rewards"], b["group"])
     m = b["mask"]
     lr = 1e-2
-    d = P.masked_update_deltas(model, b, adv, lr, params="head")
+    d = probes.masked_update_deltas(model, b, adv, lr, params="head")
     y, a = b["tokens"][m], adv[:, None].expand_as(m)[m]
-    coef = P.token_coefficients(model, b, adv)
-    keep = P.opposite_same_token_keep(y, a)
+    coef = probes.token_coefficients(model, b, adv)
+    keep = probes.opposite_same_token_keep(y, a)
     assert not keep.all()
-    twin = P.coupling_terms(model, b, coef, lr, keep=keep)["pred"]
-    full = P.coupling_terms(model, b, coef, lr)["pred"]
+    twin = probes.coupling_terms(model, b, coef, lr, keep=keep)["pred"]
+    full = probes.coupling_terms(model, b, coef, lr)["pred"]
     x = d["no_opposite_same_token"][m]
     assert float((twin - x).norm() / x.norm()) < 0.05
     assert float((full - x).norm() / x.norm()) > 0.05
-    pos = P.coupling_terms(model, b, coef * (adv >= 0)[:, None], lr)["pred"]
+    pos = probes.coupling_terms(model, b, coef * (adv >= 0)[:, None], lr)["pred"]
     assert float((pos - d["positive_only"][m]).norm() / d["positive_only"][m].norm()) < 0.05
 
 
@@ -68,14 +68,14 @@ def test_masked_sweep_equals_separate_sgd_steps():
     """The linear route (one gradient per class, theta + lr (G - G_drop)) against
     separate one_update steps with the removed coefficients zeroed, at two lrs."""
     model, b = tiny_model(), hand_batch()
-    adv = A.advantages(b["rewards"], b["group"])
+    adv = advantage.advantages(b["rewards"], b["group"])
     m, tok = b["mask"], b["tokens"]
     sgn = torch.sign(adv)[:, None].expand_as(tok)
-    coef = P.token_coefficients(model, b, adv)
-    sweep = P.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
+    coef = probes.token_coefficients(model, b, adv)
+    sweep = probes.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
     assert set(sweep) == {1e-2, 1e-1}
     for lr in (1e-2, 1e-1):
-        step = lambda c: P.token_deltas(model, P.one_update(model, b, adv, "sgd", lr, coef=c), b)
+        step = lambda c: probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, coef=c), b)
         d = sweep[lr]
         assert torch.allclose(d["full"], step(coef), rtol=1e-9, atol=1e-12)
         assert torch.allclose(d["positive_only"], step(coef * (sgn >= 0)), rtol=1e-9, atol=1e-12)
@@ -87,7 +87,7 @@ def test_masked_sweep_equals_separate_sgd_steps():
                     want[cls] = step(coef * ~drop)[cls]
         assert not torch.allclose(want, d["full"])  # some class really lost its partners
         assert torch.allclose(d["no_opposite_same_token"], want, rtol=1e-9, atol=1e-12)
-    one = P.masked_update_deltas(model, b, adv, 1e-1)  # a single lr: the variants directly
+    one = probes.masked_update_deltas(model, b, adv, 1e-1)  # a single lr: the variants directly
     assert torch.allclose(one["full"], sweep[1e-1]["full"])
 
 
@@ -97,14 +97,14 @@ def test_flip_table_on_a_hand_made_delta():
     delta = torch.tensor([[0.5, -0.5, 0.01, 0.0], [0.2, 0.3, -0.2, 0.9], [-0.3, 0.3, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]], dtype=torch.bool)
     adv = torch.tensor([1.0, -1.0, 0.0])
-    t = P.flip_table(delta, mask, adv, eps=0.1)
+    t = probes.flip_table(delta, mask, adv, eps=0.1)
     assert t["pos"] == {"boosted": pytest.approx(1 / 3), "suppressed": pytest.approx(1 / 3),
                         "stable": pytest.approx(1 / 3), "n": 3}
     assert t["neg"] == {"boosted": pytest.approx(3 / 4), "suppressed": pytest.approx(1 / 4),
                         "stable": 0.0, "n": 4}
     assert t["flipped"] == pytest.approx((1 + 3) / 7)
     assert sorted(t["delta_pos"]) == pytest.approx([-0.5, 0.01, 0.5])
-    empty = P.flip_table(delta, mask, torch.zeros(3), 0.1)
+    empty = probes.flip_table(delta, mask, torch.zeros(3), 0.1)
     assert empty["pos"]["boosted"] is None and empty["flipped"] is None
 
 
@@ -122,7 +122,7 @@ def test_mc_value_known_values():
     first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
     b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
                                  for p, t in zip(problems, b["tokens"].tolist())])
-    V = P.mc_values(model, first_is_1, b, problems, 4, gen)
+    V = probes.mc_values(model, first_is_1, b, problems, 4, gen)
     lens = b["mask"].sum(1)
     assert torch.equal(V[:, 1], (b["tokens"][:, 0] == one).float())  # decided by the first token
     assert torch.equal(V[torch.arange(6), lens], b["rewards"])
@@ -131,35 +131,35 @@ def test_mc_value_known_values():
     assert bool(torch.isnan(V[past]).all()) and not bool(torch.isnan(V[~past]).any())
     always = dataclasses.replace(task, reward=lambda p, t: 1.0)
     b["rewards"] = torch.ones(6)
-    V = P.mc_values(model, always, b, problems, 2, gen)
+    V = probes.mc_values(model, always, b, problems, 2, gen)
     assert bool((V[~torch.isnan(V)] == 1).all())
 
 
 def test_value_gap_bins_and_pick_by_hand():
     v = torch.tensor([1.0, 0.5, 0.0, 0.25, 1.0])
     d = torch.tensor([0.2, 0.05, -0.3, -0.2, 0.0])
-    g = P.value_gap(v, d, 0.1)  # boosted {1.0}, suppressed {0.0, 0.25}
+    g = probes.value_gap(v, d, 0.1)  # boosted {1.0}, suppressed {0.0, 0.25}
     assert g["gap"] == pytest.approx(1.0 - 0.125) and (g["n_boosted"], g["n_suppressed"]) == (1, 2)
-    assert P.value_gap(v, d, 0.0)["gap"] == pytest.approx((1.0 + 0.5) / 2 - 0.125)
-    assert P.value_gap(v, d, 1.0)["gap"] is None
-    bins = P.value_bins(torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2]), 3)
+    assert probes.value_gap(v, d, 0.0)["gap"] == pytest.approx((1.0 + 0.5) / 2 - 0.125)
+    assert probes.value_gap(v, d, 1.0)["gap"] is None
+    bins = probes.value_bins(torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2]), 3)
     assert bins.tolist() == [2, 0, 1, 1, 2, 0]
-    tied = P.value_bins(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0))
+    tied = probes.value_bins(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0))
     assert tied[2] == 0 and sorted(tied.tolist()) == [0, 0, 1, 1]
     cand = torch.tensor([[True, False, True], [False, True, False]])
-    pick = P.pick_tokens(cand, 2, torch.Generator().manual_seed(0))
+    pick = probes.pick_tokens(cand, 2, torch.Generator().manual_seed(0))
     assert len(pick) == 2 and all(bool(cand[r, t]) for r, t in pick.tolist())
-    assert sorted(map(tuple, P.pick_tokens(cand, 5).tolist())) == [(0, 0), (0, 2), (1, 1)]
+    assert sorted(map(tuple, probes.pick_tokens(cand, 5).tolist())) == [(0, 0), (0, 2), (1, 1)]
 
 
 def test_shuffled_advantages_permute_inside_groups():
     adv = torch.tensor([1.0, -1.0, 0.5, 0.0, 2.0, -2.0, 3.0])
     group = torch.tensor([0, 0, 0, 0, 1, 1, 2])
-    out = P.shuffled_advantages(adv, group, torch.Generator().manual_seed(3))
+    out = probes.shuffled_advantages(adv, group, torch.Generator().manual_seed(3))
     for k in range(3):
         assert sorted(out[group == k].tolist()) == sorted(adv[group == k].tolist())
     assert out[6] == 3.0
-    moved = sum(not torch.equal(P.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv)
+    moved = sum(not torch.equal(probes.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv)
                 for s in range(20))
     assert moved >= 15  # a permutation of 4 and of 2 is the identity with probability 1/48
 
@@ -175,7 +175,7 @@ def test_token_values_match_mc_values_on_the_subset():
     b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
                                  for p, t in zip(b["problems"], b["tokens"].tolist())])
     rows_t = torch.tensor([[0, 0], [3, 0], [1, int(b["mask"][1].sum()) - 1]])
-    v = P.token_values(model, first_is_1, b, rows_t, 3, gen)
+    v = probes.token_values(model, first_is_1, b, rows_t, 3, gen)
     one = encode("1")[0]
     assert v[0] == float(b["tokens"][0, 0] == one) and v[1] == float(b["tokens"][3, 0] == one)
     assert v[2] == b["rewards"][1]  # the prefix ending in EOS is the whole completion: its reward
@@ -190,8 +190,8 @@ def test_token_categories_rule():
     rows = [encode(s) + [EOS] for s in (sol, wrong_digits, other)]
     T = max(map(len, rows))
     tok = torch.tensor([r + [PAD] * (T - len(r)) for r in rows])
-    cats = P.token_categories(task, [p] * 3, tok, tok != PAD)
-    idx = lambda labels: [P.CATEGORIES.index(x) for x in labels]
+    cats = probes.token_categories(task, [p] * 3, tok, tok != PAD)
+    idx = lambda labels: [probes.CATEGORIES.index(x) for x in labels]
     assert cats[0, :len(rows[0])].tolist() == idx(task.categories(p, sol))
     assert cats[1, :len(rows[1])].tolist() == idx(task.categories(p, wrong_digits))
     assert "copy" in task.categories(p, sol)
@@ -210,8 +210,8 @@ def test_token_categories_chain_labels_every_style():
     rows = [encode(s) + [EOS] for s in texts]
     T = max(map(len, rows))
     tok = torch.tensor([r + [PAD] * (T - len(r)) for r in rows])
-    cats = P.token_categories(task, [p] * 3, tok, tok != PAD)
-    name = lambda i, j: P.CATEGORIES[int(cats[i, j])]
+    cats = probes.token_categories(task, [p] * 3, tok, tok != PAD)
+    name = lambda i, j: probes.CATEGORIES[int(cats[i, j])]
     assert [name(0, j) for j in (0, 1, 9, 13, 14, 28, 29)] == \
         ["style", "copy", "copy", "compute", "style", "compute", "template"]
     assert [name(1, j) for j in (0, 1, 3, 4, 5, 12)] == ["copy", "template", "template", "compute", "style", "style"]

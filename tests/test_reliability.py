@@ -12,7 +12,7 @@ import sys
 import pytest
 import torch
 
-import checkpoint as C
+import checkpoint
 import toy_tasks
 import train
 from config import CliError, parse_args
@@ -110,7 +110,7 @@ def test_killed_run_resumes_to_the_same_bits(tmp_path, mixed, diag):
         out = child("save", 2, flags + [f"--out_dir={d}", "--resume"])
         assert out.returncode == -signal.SIGKILL, out.stderr
         assert any(".pt.tmp" in f for f in os.listdir(d))  # the half-written temp file
-        _, ck = C.load_checkpoint(os.path.join(d, "ckpt.pt"))
+        _, ck = checkpoint.load_checkpoint(os.path.join(d, "ckpt.pt"))
         assert (ck["kind"], ck["step"]) == ("rl", EVERY)
     else:
         k_rl = rng.randint(1, RL)
@@ -142,27 +142,27 @@ def test_refused_second_run_leaves_the_first_untouched(tmp_path):
 def test_atomic_save_cleans_up_and_never_saves_non_finite_weights(tmp_path):
     m, _ = build(tmp_path)
     path = str(tmp_path / "c.pt")
-    C.save_checkpoint(path, m, parse_args([]), "rl", 1)
+    checkpoint.save_checkpoint(path, m, parse_args([]), "rl", 1)
     good = open(path, "rb").read()
     (tmp_path / "c.pt.tmp999999999").write_bytes(b"half")  # a dead process's temp file
     (tmp_path / "keep.tmp1").write_bytes(b"not ours")
-    assert C.clear_stale_temps(str(tmp_path)) == ["c.pt.tmp999999999"]
+    assert checkpoint.clear_stale_temps(str(tmp_path)) == ["c.pt.tmp999999999"]
     assert (tmp_path / "keep.tmp1").exists()
     with torch.no_grad():
         next(m.parameters())[0, 0] = float("nan")
     with pytest.raises(FloatingPointError, match="rl step 2: weight .* not finite"):
-        C.save_checkpoint(path, m, parse_args([]), "rl", 2)
+        checkpoint.save_checkpoint(path, m, parse_args([]), "rl", 2)
     with torch.no_grad():
         next(m.parameters())[0, 0] = 0.0
 
     def boom(*a, **k):
         raise OSError(28, "No space left on device")
-    real, C.torch.save = C.torch.save, boom
+    real, checkpoint.torch.save = checkpoint.torch.save, boom
     try:
         with pytest.raises(OSError):
-            C.save_checkpoint(path, m, parse_args([]), "rl", 3)
+            checkpoint.save_checkpoint(path, m, parse_args([]), "rl", 3)
     finally:
-        C.torch.save = real
+        checkpoint.torch.save = real
     assert open(path, "rb").read() == good and sorted(os.listdir(tmp_path)) == ["c.pt", "keep.tmp1"]
 
 
@@ -175,7 +175,7 @@ def test_diverged_run_stops_naming_phase_and_step_and_keeps_the_last_checkpoint(
                                       "--ckpt_every=1", f"--out_dir={d}"]))
     for f in ("ckpt.pt", "warm_start.pt"):
         if os.path.exists(os.path.join(d, f)):
-            C.load_checkpoint(os.path.join(d, f))  # validates: finite weights
+            checkpoint.load_checkpoint(os.path.join(d, f))  # validates: finite weights
 
 
 def build(tmp_path):
@@ -203,7 +203,7 @@ def files(tmp_path_factory):
     """A good checkpoint and one corrupt file of every kind, a run folder, a plain file."""
     d = tmp_path_factory.mktemp("bad")
     m, good = build(d)
-    C.save_checkpoint(good, m, parse_args(["--n_layer=1", "--n_head=2", "--n_embd=16"]), "rl", 1)
+    checkpoint.save_checkpoint(good, m, parse_args(["--n_layer=1", "--n_head=2", "--n_embd=16"]), "rl", 1)
     ck = torch.load(good, weights_only=True)
 
     def variant(name, change):
@@ -365,7 +365,7 @@ def test_bad_input_from_a_real_process(script, argv):
 def test_config_json_states_what_ran_with_init_from(tmp_path, capsys):
     """Model sizes come from the checkpoint; SFT flags are ignored with a warning."""
     m, good = build(tmp_path)
-    C.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
+    checkpoint.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
     d = str(tmp_path / "o")
     train.main(parse_args(TINY + ["--n_layer=4", "--n_embd=128", "--n_head=4", "--rl_steps=0",
                                   "--sft_steps=5", f"--init_from={good}", f"--out_dir={d}"]))
@@ -379,7 +379,7 @@ def test_interrupted_init_from_run_resumes_to_the_same_bits(tmp_path, mixed, mon
     """An RL-only run (--init_from) stopped inside RL step 4 resumes from its step-3
     checkpoint without the --init_from file, and ends as the uninterrupted run."""
     m, good = build(tmp_path)
-    C.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
+    checkpoint.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
     flags = TINY + [f"--init_from={good}", "--diagnostics"]
     ref, d = str(tmp_path / "ref"), str(tmp_path / "run")
     train.main(parse_args(flags + [f"--out_dir={ref}"]))

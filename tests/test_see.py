@@ -5,11 +5,11 @@ import pytest
 import torch
 
 import see
-import toy_tasks as T
+import toy_tasks
 from config import CliError, parse_args
 from model import GPT, GPTConfig
 
-TASK = T.make_task("chain")
+TASK = toy_tasks.make_task("chain")
 
 
 def teacher_batch(G=4, n_prompts=3):
@@ -25,12 +25,12 @@ def teacher_batch(G=4, n_prompts=3):
             seeds = [s for s in range(100) if not TASK.solution(p, random.Random(s)).startswith("(")][:G]
             texts += [TASK.solution(p, random.Random(s)) if k % 2 else TASK.flawed(p, random.Random(s))
                       for k, s in enumerate(seeds)]
-    seqs = [T.encode(t) + [T.EOS] for t in texts]
-    tok = torch.full((len(seqs), max(map(len, seqs))), T.PAD)
+    seqs = [toy_tasks.encode(t) + [toy_tasks.EOS] for t in texts]
+    tok = torch.full((len(seqs), max(map(len, seqs))), toy_tasks.PAD)
     for i, s in enumerate(seqs):
         tok[i, :len(s)] = torch.tensor(s)
     rows = [p for p in probs for _ in range(G)]
-    return {"prompts": [T.encode(TASK.prompt(p)) for p in rows], "tokens": tok, "mask": tok != T.PAD,
+    return {"prompts": [toy_tasks.encode(TASK.prompt(p)) for p in rows], "tokens": tok, "mask": tok != toy_tasks.PAD,
             "group": torch.arange(n_prompts).repeat_interleave(G), "problems": rows,
             "rewards": torch.tensor([TASK.reward(p, t) for p, t in zip(rows, texts)]),
             "max_len": TASK.max_new_tokens}
@@ -38,7 +38,7 @@ def teacher_batch(G=4, n_prompts=3):
 
 def test_panels_and_figure(tmp_path):
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=16)).double()
+    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16)).double()
     batch = teacher_batch()
     cfg = see.SeeConfig(optimizer="sgd", lr=0.5)
     panels = {n: see.panel(m, batch, n, cfg) for n in ("grpo", "dr_grpo", "positive_only")}

@@ -7,7 +7,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 import common  # noqa: E402
-import stats as S  # noqa: E402
+import stats  # noqa: E402
 
 
 @pytest.mark.parametrize("df, t", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622),
@@ -156,23 +156,23 @@ def test_primary_intervals_recompute_from_per_seed_json_and_match_readme(name):
 
 def test_t_cdf_by_hand():
     # df = 1 is Cauchy: F(1) = 3/4; df = 2 has F(t) = 1/2 + t / (2 sqrt(2 + t^2))
-    assert S.t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-9)
-    assert S.t_cdf(1.0, 2) == pytest.approx(0.5 + 1 / (2 * math.sqrt(3)), abs=1e-9)
-    assert S.t_cdf(-1.0, 2) == pytest.approx(0.5 - 1 / (2 * math.sqrt(3)), abs=1e-9)
+    assert stats.t_cdf(1.0, 1) == pytest.approx(0.75, abs=1e-9)
+    assert stats.t_cdf(1.0, 2) == pytest.approx(0.5 + 1 / (2 * math.sqrt(3)), abs=1e-9)
+    assert stats.t_cdf(-1.0, 2) == pytest.approx(0.5 - 1 / (2 * math.sqrt(3)), abs=1e-9)
 
 
 def test_p_value_by_hand():
     # differences 1, 2, 3: mean 2, sd 1, t = 2 sqrt(3), df 2: p = 1 - t / sqrt(2 + t^2)
     t = 2 * math.sqrt(3)
-    assert S.p_value(S.paired([1, 2, 3], [0, 0, 0])) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
-    assert S.p_value(S.paired([1], [0])) is None
+    assert stats.p_value(stats.paired([1, 2, 3], [0, 0, 0])) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
+    assert stats.p_value(stats.paired([1], [0])) is None
 
 
 def test_holm_by_hand():
     # sorted 0.01, 0.03, 0.04 -> 3 x 0.01, max(0.03, 2 x 0.03), max(0.06, 1 x 0.04)
-    assert S.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
-    assert S.holm([0.01, None, 0.2]) == [0.02, None, 0.2]
-    assert S.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
+    assert stats.holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
+    assert stats.holm([0.01, None, 0.2]) == [0.02, None, 0.2]
+    assert stats.holm([0.5, 0.9]) == pytest.approx([1.0, 1.0])
 
 
 def test_multiplicity_over_the_committed_results(tmp_path, capsys):
@@ -196,7 +196,7 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     d = row["per_seed"]
     m = sum(d) / len(d)
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-    assert row["p"] == pytest.approx(2 * (1 - S.t_cdf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
+    assert row["p"] == pytest.approx(2 * (1 - stats.t_cdf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
     assert 0.01 < row["p"] < 0.02 and not row["survives_holm"]
     assert (tmp_path / "multiplicity.json").exists() and "multiplicity:" in capsys.readouterr().out
 
@@ -204,6 +204,6 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
 def test_pearson_by_hand():
     # x = 1, 2, 3; y = 2, 4, 5: deviations -1, 0, 1 and -5/3, 1/3, 4/3;
     # cov sum = 5/3 + 4/3 = 3; sum dx^2 = 2, sum dy^2 = 25/9 + 1/9 + 16/9 = 42/9
-    assert S.pearson([1, 2, 3], [2, 4, 5]) == pytest.approx(3 / math.sqrt(2 * 42 / 9))
-    assert S.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
-    assert S.pearson([1, 1, 1], [1, 2, 3]) is None
+    assert stats.pearson([1, 2, 3], [2, 4, 5]) == pytest.approx(3 / math.sqrt(2 * 42 / 9))
+    assert stats.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert stats.pearson([1, 1, 1], [1, 2, 3]) is None

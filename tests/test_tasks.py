@@ -3,29 +3,29 @@ import random
 
 import pytest
 
-import toy_tasks as T
+import toy_tasks
 
 
 def test_tokenizer_round_trip_and_specials():
     text = "47*85=47*5=235,47*80=3760;3995"
-    ids = T.encode(text)
+    ids = toy_tasks.encode(text)
     assert len(ids) == len(text)  # character level: no merges
-    assert T.decode(ids) == text
-    assert T.decode(ids + [T.EOS] + T.encode("99")) == text  # cut at EOS
-    assert T.decode([T.PAD] + ids) == text
-    assert T.ENC.n_vocab == T.VOCAB_SIZE == len(T.ALPHABET) + 2
-    assert T.N_OUT == T.PAD  # PAD is the last id and never an output
+    assert toy_tasks.decode(ids) == text
+    assert toy_tasks.decode(ids + [toy_tasks.EOS] + toy_tasks.encode("99")) == text  # cut at EOS
+    assert toy_tasks.decode([toy_tasks.PAD] + ids) == text
+    assert toy_tasks.ENC.n_vocab == toy_tasks.VOCAB_SIZE == len(toy_tasks.ALPHABET) + 2
+    assert toy_tasks.N_OUT == toy_tasks.PAD  # PAD is the last id and never an output
 
 
 @pytest.mark.parametrize("bad", ["12a", "1 2", "é", "<|eos|>"])
 def test_tokenizer_rejects_foreign_characters(bad):
     with pytest.raises(ValueError) as e:
-        T.encode(bad)
+        toy_tasks.encode(bad)
     assert "outside the alphabet" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_add_verifier():
-    t = T.make_task("add", 2)
+    t = toy_tasks.make_task("add", 2)
     p = (47, 85)
     assert t.prompt(p) == "47+85="
     assert t.solution(p) == "132"
@@ -37,7 +37,7 @@ def test_add_verifier():
 
 
 def test_add_scratchpad_and_categories():
-    t = T.make_task("add", 2, scratchpad=True)
+    t = toy_tasks.make_task("add", 2, scratchpad=True)
     p = (47, 85)
     s = t.solution(p)
     assert s == "7+5=12,4+8+1=13;132"
@@ -55,19 +55,19 @@ def test_add_scratchpad_and_categories():
 
 
 def test_mul_verifier_and_scratchpad():
-    t = T.make_task("mul", 2, scratchpad=True)
+    t = toy_tasks.make_task("mul", 2, scratchpad=True)
     p = (47, 85)
     assert t.solution(p) == "47*5=235,47*80=3760;3995"
     assert t.reward(p, "47*5=235,47*80=3760;3995") == 1.0
     assert t.reward(p, "anything;3996") == 0.0
-    t2 = T.make_task("mul", 2)
+    t2 = toy_tasks.make_task("mul", 2)
     assert t2.reward(p, "3995") == 1.0 and t2.reward(p, "399") == 0.0
     assert t2.flawed((93, 58)) == "4394"  # 744 + 4650 with the carries forgotten (5394)
     assert t2.flawed(p) == "3995"  # 235 + 3760 needs no carry
 
 
 def test_primes_has_several_correct_answers():
-    t = T.make_task("primes")
+    t = toy_tasks.make_task("primes")
     p = (58,)
     answers = set(t.answers(p))
     assert {"5+53", "11+47", "17+41", "29+29", "53+5"} <= answers
@@ -80,15 +80,15 @@ def test_primes_has_several_correct_answers():
 
 
 def test_held_out_set_is_fixed_and_disjoint():
-    t = T.make_task("add", 2)
-    a, b = T.eval_problems(t, 100, 3), T.eval_problems(t, 100, 3)
+    t = toy_tasks.make_task("add", 2)
+    a, b = toy_tasks.eval_problems(t, 100, 3), toy_tasks.eval_problems(t, 100, 3)
     assert a == b and len(set(a)) == 100
-    assert T.eval_problems(t, 100, 4) != a
-    draw = T.train_sampler(t, a, 3)
+    assert toy_tasks.eval_problems(t, 100, 4) != a
+    draw = toy_tasks.train_sampler(t, a, 3)
     held = set(a)
     assert not any(draw() in held for _ in range(5000))
 
 
 def test_unknown_task():
     with pytest.raises(ValueError, match="unknown task"):
-        T.make_task("div")
+        toy_tasks.make_task("div")

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-import loss as L
+import loss
 import checkpoint
 import train
 from config import CliError, Config, parse_args
@@ -27,15 +27,15 @@ def read_metrics(path):
     return [json.loads(l) for l in open(os.path.join(path, "metrics.jsonl"))]
 
 
-@pytest.mark.parametrize("loss", list(L.OBJECTIVES))
-@pytest.mark.parametrize("clip", L.CLIPS)
-def test_every_loss_and_clip_runs_an_rl_step(tmp_path, loss, clip):
-    extra = ["--dro_beta=0.1"] if loss == "dro" else []
-    if L.OBJECTIVES[loss].clip == "none" and clip != "none":  # no ratio clip to apply: a one-line error
+@pytest.mark.parametrize("objective", list(loss.OBJECTIVES))
+@pytest.mark.parametrize("clip", loss.CLIPS)
+def test_every_loss_and_clip_runs_an_rl_step(tmp_path, objective, clip):
+    extra = ["--dro_beta=0.1"] if objective == "dro" else []
+    if loss.OBJECTIVES[objective].clip == "none" and clip != "none":  # no ratio clip to apply: a one-line error
         with pytest.raises(CliError, match="has no ratio clip"):
-            parse_args([f"--loss={loss}", f"--clip={clip}", *extra])
+            parse_args([f"--loss={objective}", f"--clip={clip}", *extra])
         return
-    _, summary = run_main(tmp_path, f"--loss={loss}", f"--clip={clip}", "--minibatches=2",
+    _, summary = run_main(tmp_path, f"--loss={objective}", f"--clip={clip}", "--minibatches=2",
                           "--batching=query", "--rl_steps=1", "--sft_steps=1", *extra)
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
     for key in ("clip_frac", "seq_ratio", "first_token_residual", "zero_var", "mb_pos", "mb_neg",
@@ -74,14 +74,14 @@ def test_init_from_warm_start_skips_sft(tmp_path):
 
 def test_off_policy_reuse_moves_ratios_and_parameters():
     import random
-    import toy_tasks as T
+    import toy_tasks
     from model import GPT, GPTConfig
     cfg = parse_args(["--epochs=2", "--lr=1e-2", "--loss=dr_grpo", "--clip=none"])
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=T.VOCAB_SIZE, n_out=T.N_OUT, n_layer=1, n_head=2, n_embd=32))
-    task = T.make_task("add", 2)
+    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32))
+    task = toy_tasks.make_task("add", 2)
     gen = torch.Generator().manual_seed(0)
-    batch = train.rollouts(m, task, T.train_sampler(task, [], 0), cfg, gen, "cpu")
+    batch = train.rollouts(m, task, toy_tasks.train_sampler(task, [], 0), cfg, gen, "cpu")
     batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(len(batch["rewards"]))])
     batch["max_len"] = task.max_new_tokens
     opt = torch.optim.SGD(m.parameters(), lr=cfg.lr)
@@ -102,12 +102,12 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch):
-    real = L.policy_loss
+    real = loss.policy_loss
 
     def nan_loss(*a, **k):
         total, stats = real(*a, **k)
         return total * float("nan"), stats
-    monkeypatch.setattr(L, "policy_loss", nan_loss)
+    monkeypatch.setattr(loss, "policy_loss", nan_loss)
     with pytest.raises(FloatingPointError, match="step 1"):
         run_main(tmp_path)
 
@@ -183,17 +183,17 @@ def test_sample_cli(tmp_path):
 def test_bf16_autocast_path_runs_on_cpu(tmp_path):
     """The GPU path's autocast, exercised on CPU: a short run works and its
     log-probs stay fp32 and close to the fp32 ones."""
-    import toy_tasks as T
+    import toy_tasks
     from model import completion_logprobs
     cfg, summary = run_main(tmp_path, "--bf16=true")
     assert 0.0 <= summary["final_acc"] <= 1.0
     model, _ = checkpoint.load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
-    prompts = [T.encode("12+34="), T.encode("5+7=")]
-    tokens = torch.tensor([T.encode("46") + [T.EOS], T.encode("12") + [T.EOS]])
+    prompts = [toy_tasks.encode("12+34="), toy_tasks.encode("5+7=")]
+    tokens = torch.tensor([toy_tasks.encode("46") + [toy_tasks.EOS], toy_tasks.encode("12") + [toy_tasks.EOS]])
     mask = torch.ones_like(tokens, dtype=torch.bool)
-    ref = completion_logprobs(model, prompts, tokens, mask, T.PAD)
+    ref = completion_logprobs(model, prompts, tokens, mask, toy_tasks.PAD)
     with train.amp(cfg, "cpu"):
-        low = completion_logprobs(model, prompts, tokens, mask, T.PAD)
+        low = completion_logprobs(model, prompts, tokens, mask, toy_tasks.PAD)
     assert low.dtype == torch.float32
     torch.testing.assert_close(low, ref, atol=0.1, rtol=0.05)
 
