@@ -21,29 +21,14 @@ Notation: mu_g and sigma_g = mean and sample sd (Bessel) of group g's rewards;
 mean_B, sd_B = the same over the whole rollout batch (every group, every
 process); L_i = completion length; b_g = the reward of the greedy completion of
 prompt g; eps = 1e-6 (TRL uses 1e-4 where it divides by a sd).
-The table is generated from ``ESTIMATORS`` below; THEORY.md shows it verbatim
-(tests/test_docs.py checks both copies):
-
-<!-- estimators -->
-| `--adv` | Â_i | centred? | upstream |
-|---|---|---|---|
-| `grpo` | (r_i - mu_g)/(sigma_g + eps) | yes | verl `grpo`; TRL `scale_rewards="group"` |
-| `dr_grpo` | r_i - mu_g | yes | verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"` |
-| `grpo_batch_std` | (r_i - mu_g)/(sd_B + eps) | yes | TRL `scale_rewards="batch"` |
-| `rloo` | r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g) | yes | verl `rloo` |
-| `gpg` | alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch | yes | verl `gpg` |
-| `batch_whiten` | (r_i - mean_B)/(sd_B + eps), one count per sequence | no: the batch mean replaces mu_g | (batch normalisation) |
-| `reinforce_plus_plus` | (r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch | no: a batch, length-weighted baseline | verl `reinforce_plus_plus` |
-| `reinforce_plus_plus_baseline` | (x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch | no: centred, then shifted by m | verl `reinforce_plus_plus_baseline` |
-| `remax` | r_i - b_g | no (with 0/1 rewards every group is one-signed) | verl `remax` |
-| `opo` | r_i - sum_j L_j r_j / sum_j L_j (j in g) | no, unless the lengths are equal | verl `opo` |
-| `grpo_passk` | (r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest | no: Â >= 0 | verl `grpo_passk` |
-| `positive_only` | 1[r_i > 0] | no: Â >= 0 | (rejection sampling) |
-<!-- /estimators -->
+Each estimator is one record in ``ESTIMATORS`` below (its formula, whether it
+is centred, and its upstream source); THEORY.md shows the table they generate
+(``table()``; tests/test_docs.py checks the copy).
 
 ``--adv=auto`` (the default) takes the estimator each ``--loss`` has always used
 (its record's ``adv`` in loss.OBJECTIVES), so every command written before
-``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with gamma = 1
+``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with
+gamma = 1
 and no KL in the reward, where every token of a completion has the return r_i.
 ``remax`` needs one greedy completion per prompt, which sampler.rollouts draws
 (``baseline``). ``grpo_passk`` follows verl: the first of equal maxima is "the
@@ -140,42 +125,116 @@ def register(est):
 def estimator(name):
     """The record of ``--adv=name``; a ValueError naming the choices otherwise."""
     if name not in ESTIMATORS:
-        raise ValueError(f"unknown advantage estimator {name!r}; choose one of {', '.join(ESTIMATORS)}")
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; choose one of {', '.join(ESTIMATORS)}"
+        )
     return ESTIMATORS[name]
 
 
 for _e in (
-    Estimator("grpo", lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
-              "(r_i - mu_g)/(sigma_g + eps)", True, "yes", 'verl `grpo`; TRL `scale_rewards="group"`'),
-    Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: r - mu, "r_i - mu_g", True, "yes",
-              'verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`'),
-    Estimator("grpo_batch_std", lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
-              "(r_i - mu_g)/(sd_B + eps)", True, "yes", 'TRL `scale_rewards="batch"`'),
-    Estimator("rloo", lambda r, g, mu, n, L, b, eps: (r - mu) * n / (n - 1),
-              "r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g)", True, "yes", "verl `rloo`"),
+    Estimator(
+        "grpo",
+        lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
+        "(r_i - mu_g)/(sigma_g + eps)",
+        True,
+        "yes",
+        'verl `grpo`; TRL `scale_rewards="group"`',
+    ),
+    Estimator(
+        "dr_grpo",
+        lambda r, g, mu, n, L, b, eps: r - mu,
+        "r_i - mu_g",
+        True,
+        "yes",
+        'verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`',
+    ),
+    Estimator(
+        "grpo_batch_std",
+        lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
+        "(r_i - mu_g)/(sd_B + eps)",
+        True,
+        "yes",
+        'TRL `scale_rewards="batch"`',
+    ),
+    Estimator(
+        "rloo",
+        lambda r, g, mu, n, L, b, eps: (r - mu) * n / (n - 1),
+        "r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g)",
+        True,
+        "yes",
+        "verl `rloo`",
+    ),
     # verl: alpha = N / #{r != 0} over the batch (f_norm = 1)
-    Estimator("gpg", lambda r, g, mu, n, L, b, eps: (r - mu) * len(r) / max(int((r != 0).sum()), 1),
-              "alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch", True, "yes",
-              "verl `gpg`"),
-    Estimator("batch_whiten", lambda r, g, mu, n, L, b, eps: (r - r.mean()) / (r.std() + eps),
-              "(r_i - mean_B)/(sd_B + eps), one count per sequence", False,
-              "no: the batch mean replaces mu_g", "(batch normalisation)"),
-    Estimator("reinforce_plus_plus", lambda r, g, mu, n, L, b, eps: _token_whiten(r, L),
-              "(r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch",
-              False, "no: a batch, length-weighted baseline", "verl `reinforce_plus_plus`",
-              needs=("lengths",)),
-    Estimator("reinforce_plus_plus_baseline", lambda r, g, mu, n, L, b, eps: _token_whiten(r - mu, L),
-              "(x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch", False,
-              "no: centred, then shifted by m", "verl `reinforce_plus_plus_baseline`",
-              needs=("lengths",)),
-    Estimator("remax", lambda r, g, mu, n, L, b, eps: r - b.float(), "r_i - b_g", False,
-              "no (with 0/1 rewards every group is one-signed)", "verl `remax`", needs=("baseline",)),
-    Estimator("opo", _opo, "r_i - sum_j L_j r_j / sum_j L_j (j in g)", False,
-              "no, unless the lengths are equal", "verl `opo`", needs=("lengths",)),
-    Estimator("grpo_passk", _grpo_passk, "(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
-              False, "no: Â >= 0", "verl `grpo_passk`", one_signed=True),
-    Estimator("positive_only", lambda r, g, mu, n, L, b, eps: (r > 0).float(), "1[r_i > 0]", False,
-              "no: Â >= 0", "(rejection sampling)", one_signed=True),
+    Estimator(
+        "gpg",
+        lambda r, g, mu, n, L, b, eps: (r - mu) * len(r) / max(int((r != 0).sum()), 1),
+        "alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch",
+        True,
+        "yes",
+        "verl `gpg`",
+    ),
+    Estimator(
+        "batch_whiten",
+        lambda r, g, mu, n, L, b, eps: (r - r.mean()) / (r.std() + eps),
+        "(r_i - mean_B)/(sd_B + eps), one count per sequence",
+        False,
+        "no: the batch mean replaces mu_g",
+        "(batch normalisation)",
+    ),
+    Estimator(
+        "reinforce_plus_plus",
+        lambda r, g, mu, n, L, b, eps: _token_whiten(r, L),
+        "(r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch",
+        False,
+        "no: a batch, length-weighted baseline",
+        "verl `reinforce_plus_plus`",
+        needs=("lengths",),
+    ),
+    Estimator(
+        "reinforce_plus_plus_baseline",
+        lambda r, g, mu, n, L, b, eps: _token_whiten(r - mu, L),
+        "(x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch",
+        False,
+        "no: centred, then shifted by m",
+        "verl `reinforce_plus_plus_baseline`",
+        needs=("lengths",),
+    ),
+    Estimator(
+        "remax",
+        lambda r, g, mu, n, L, b, eps: r - b.float(),
+        "r_i - b_g",
+        False,
+        "no (with 0/1 rewards every group is one-signed)",
+        "verl `remax`",
+        needs=("baseline",),
+    ),
+    Estimator(
+        "opo",
+        _opo,
+        "r_i - sum_j L_j r_j / sum_j L_j (j in g)",
+        False,
+        "no, unless the lengths are equal",
+        "verl `opo`",
+        needs=("lengths",),
+    ),
+    Estimator(
+        "grpo_passk",
+        _grpo_passk,
+        "(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
+        False,
+        "no: Â >= 0",
+        "verl `grpo_passk`",
+        one_signed=True,
+    ),
+    Estimator(
+        "positive_only",
+        lambda r, g, mu, n, L, b, eps: (r > 0).float(),
+        "1[r_i > 0]",
+        False,
+        "no: Â >= 0",
+        "(rejection sampling)",
+        one_signed=True,
+    ),
 ):
     register(_e)
 
@@ -183,7 +242,10 @@ for _e in (
 def table():
     """The estimator table of the docs, from the records."""
     lines = ["| `--adv` | Â_i | centred? | upstream |", "|---|---|---|---|"]
-    lines += [f"| `{e.name}` | {e.formula} | {e.centred_text} | {e.upstream} |" for e in ESTIMATORS.values()]
+    lines += [
+        f"| `{e.name}` | {e.formula} | {e.centred_text} | {e.upstream} |"
+        for e in ESTIMATORS.values()
+    ]
     return "\n".join(lines)
 
 

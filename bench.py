@@ -107,7 +107,11 @@ def cpu_sample():
         return None
     hz = os.sysconf("SC_CLK_TCK")
     r, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (sum(v) - v[3] - v[4]) / hz, sum(v) / hz, r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime
+    return (
+        (sum(v) - v[3] - v[4]) / hz,
+        sum(v) / hz,
+        r.ru_utime + r.ru_stime + c.ru_utime + c.ru_stime,
+    )
 
 
 WINDOW = [cpu_sample()]
@@ -179,41 +183,76 @@ def bench_sampler(model, P, device):
 
 
 def bench_hf(model, P, device, size):
-    """Our KV sampler against transformers' generate, interleaved, same prompts and shapes."""
+    """Our KV sampler against transformers' generate, interleaved, same prompts and shapes.
+
+    Long because: both samplers are set up and timed side by side in one function, so that the
+    comparison is visibly like for like."""
     try:
         from transformers import GPT2Config, GPT2LMHeadModel
     except ImportError:
-        return {"name": "hf_generate", "skipped": "transformers is not installed (pip install transformers)"}
+        return {
+            "name": "hf_generate",
+            "skipped": "transformers is not installed (pip install transformers)",
+        }
     n_layer, n_embd, n_head = size
     torch.manual_seed(0)
-    hf = GPT2LMHeadModel(GPT2Config(vocab_size=toy_tasks.VOCAB_SIZE, n_positions=64, n_embd=n_embd,
-                                    n_layer=n_layer, n_head=n_head, activation_function="gelu",
-                                    resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=None,
-                                    eos_token_id=None)).to(device).eval()
+    hf = (
+        GPT2LMHeadModel(
+            GPT2Config(
+                vocab_size=toy_tasks.VOCAB_SIZE,
+                n_positions=64,
+                n_embd=n_embd,
+                n_layer=n_layer,
+                n_head=n_head,
+                activation_function="gelu",
+                resid_pdrop=0.0,
+                embd_pdrop=0.0,
+                attn_pdrop=0.0,
+                bos_token_id=None,
+                eos_token_id=None,
+            )
+        )
+        .to(device)
+        .eval()
+    )
     task, rng = toy_tasks.make_task("add", 2), random.Random(0)
     prompts = [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(P["prompts"])]
     ids = torch.tensor(prompts, device=device)  # 2-digit add: every prompt has the same length
     G, T = P["group"], P["new_tokens"]
 
     def ours():
-        return sample(model, prompts, G, T, 1.0, generator=torch.Generator(device=device).manual_seed(0))
+        return sample(
+            model, prompts, G, T, 1.0, generator=torch.Generator(device=device).manual_seed(0)
+        )
 
     @torch.no_grad()
     def theirs():
-        return hf.generate(ids, do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=T,
-                           min_new_tokens=T, num_return_sequences=G, use_cache=True, pad_token_id=PAD,
-                           eos_token_id=None)
+        return hf.generate(
+            ids,
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=T,
+            min_new_tokens=T,
+            num_return_sequences=G,
+            use_cache=True,
+            pad_token_id=PAD,
+            eos_token_id=None,
+        )
     lin = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     xp = [torch.randn(len(prompts) * ids.shape[1], m.in_features, device=device) for m in lin]
     xd = [torch.randn(len(prompts) * G, m.in_features, device=device) for m in lin]
 
     @torch.no_grad()
-    def floor():  # our sampler's matmuls alone: the prompt once per group, T - 1 decode steps of B x G rows
+    # our sampler's matmuls alone: the prompt once per group, T - 1 decode steps of B x G rows
+    def floor():
         for m, x in zip(lin, xp):
             torch.nn.functional.linear(x, m.weight, m.bias)
         for _ in range(T - 1):
             for m, x in zip(lin, xd):
                 torch.nn.functional.linear(x, m.weight, m.bias)
+
     ours(), theirs(), floor()  # warm-up
     a, b, c = [], [], []
     for _ in range(P["repeats"]):  # interleaved: all three see the same machine state
@@ -223,9 +262,17 @@ def bench_hf(model, P, device, size):
     out = theirs()
     assert out.shape == (P["prompts"] * G, ids.shape[1] + T), "generate stopped early"
     ka, kb, kc = statistics.median(a), statistics.median(b), statistics.median(c)
-    return {"name": "hf_generate", "ours_s": ka, "hf_s": kb, "speedup": kb / ka, "matmul_floor_s": kc,
-            "floor_share_of_ours": kc / ka, "hf_over_floor": kb / kc, "rollouts": P["prompts"] * G,
-            "new_tokens": T}
+    return {
+        "name": "hf_generate",
+        "ours_s": ka,
+        "hf_s": kb,
+        "speedup": kb / ka,
+        "matmul_floor_s": kc,
+        "floor_share_of_ours": kc / ka,
+        "hf_over_floor": kb / kc,
+        "rollouts": P["prompts"] * G,
+        "new_tokens": T,
+    }
 
 
 def bench_update(model, batch, P, peak, device):
@@ -268,8 +315,10 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
             logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
                                        cfg.temperature)
         counts = loss.step_counts(mask, adv, max_len=task.max_new_tokens)
-        value, _ = loss.policy_loss(loss.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
-                                    loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
+        value, _ = loss.policy_loss(
+            loss.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
+            loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
+        )
         loss.first_token_residual(loss.coefficients(value, logp), group)
         opt.zero_grad(set_to_none=True)
         value.backward()
@@ -302,7 +351,9 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     in the all-gather of the rollouts)."""
     t = time.perf_counter()
     model.train()
-    batch = train.rollouts(raw, task, draw, cfg, gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1])
+    batch = train.rollouts(
+        raw, task, draw, cfg, gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1]
+    )
     batch["max_len"] = task.max_new_tokens
     gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
     train.rl_update(model, opt, batch, cfg, gen)
@@ -324,7 +375,9 @@ def ddp_steps(P, device, size):
     model = raw if world == 1 else DDP(raw, device_ids=[torch.cuda.current_device()]
                                        if device == "cuda" else None)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
-    runs = [ddp_step(model, raw, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"] + 1)][1:]
+    runs = [
+        ddp_step(model, raw, opt, task, draw, cfg, gen, device) for _ in range(P["repeats"] + 1)
+    ][1:]
     rec = {"step_s": statistics.median(r[0] for r in runs)}
     if world > 1:
         flat = torch.zeros(raw.num_params(), device=device)
@@ -349,8 +402,16 @@ def ddp_worker(P, device, size):
 
 def bench_ddp(P, device, size, quick):
     one = ddp_steps(P, device, size)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           os.path.abspath(__file__), "--ddp_worker", f"--device={device}"] + (["--quick"] if quick else [])
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        os.path.abspath(__file__),
+        "--ddp_worker",
+        f"--device={device}",
+    ] + (["--quick"] if quick else [])
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
                          env=dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads())))
     if run.returncode:
@@ -369,11 +430,15 @@ def parse(argv):
     usage = "usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
     for a in argv:
         if a in ("-h", "--help"):
-            print(__doc__.strip().splitlines()[0] + "\n\n" + usage + "\n\n"
-                  "  --quick         a tiny model, small batches, one repeat: every line, no speed claim\n"
-                  "  --ddp           also time 1 against 2 torchrun processes (default: on without --quick)\n"
-                  "  --device=auto   cpu | cuda | auto\n"
-                  "  --out=FILE      also write the JSON lines to FILE (default: none)")
+            print(
+                __doc__.strip().splitlines()[0] + "\n\n" + usage + "\n\n"
+                "  --quick         a tiny model, small batches, one repeat: every line, no speed "
+                "claim\n"
+                "  --ddp           also time 1 against 2 torchrun processes (default: on without "
+                "--quick)\n"
+                "  --device=auto   cpu | cuda | auto\n"
+                "  --out=FILE      also write the JSON lines to FILE (default: none)"
+            )
             sys.exit(0)
         key, eq, val = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:
@@ -403,7 +468,10 @@ def main(argv):
     P, device = (QUICK if opts["quick"] else FULL), opts["device"]
     if opts["ddp_worker"]:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            raise CliError("--ddp_worker is internal: bench.py starts it under torchrun; run python bench.py --ddp")
+            raise CliError(
+                "--ddp_worker is internal: bench.py starts it under torchrun; run python bench.py "
+                "--ddp"
+            )
         return ddp_worker(P, device, P["sizes"][0])
     out = open(opts["out"], "w") if opts["out"] else None
     peak = matmul_peak(P, device)
@@ -438,4 +506,5 @@ def cli(argv):
 
 if __name__ == "__main__":
     cli(sys.argv[1:])
-    dist_utils.finish_worker()  # a torchrun worker leaves at once: gloo's threads and the GIL can deadlock at exit
+    # a torchrun worker leaves at once: gloo's threads and the GIL can deadlock at exit
+    dist_utils.finish_worker()

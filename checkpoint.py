@@ -208,7 +208,9 @@ def validate(ck):
         ref = GPT(mcfg).state_dict()
     if set(sd) != set(ref):
         extra, missing = sorted(set(sd) - set(ref)), sorted(set(ref) - set(sd))
-        raise ValueError(f"weights {'missing ' + missing[0] if missing else 'unexpected ' + extra[0]}")
+        raise ValueError(
+            f"weights {'missing ' + missing[0] if missing else 'unexpected ' + extra[0]}"
+        )
     for k, v in sd.items():
         if not isinstance(v, torch.Tensor) or v.shape != ref[k].shape or not v.is_floating_point():
             raise ValueError(f"weight {k} has shape {tuple(getattr(v, 'shape', ()))}, "

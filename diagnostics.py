@@ -99,7 +99,11 @@ def tax_before(model, batch):
     which of them lie before the group diverges, and the policy there."""
     tok, mask, g = batch["tokens"], batch["mask"], batch["group"]
     hist = shared_histories(tok, mask, g)
-    return hist, before_divergence(hist, tok, mask, g), policy_at(model, batch["prompts"], tok, mask, hist)
+    return (
+        hist,
+        before_divergence(hist, tok, mask, g),
+        policy_at(model, batch["prompts"], tok, mask, hist),
+    )
 
 
 def learning_tax(model, batch, before):
@@ -159,7 +163,9 @@ def style_log_odds(model, task, problems, temperature=1.0):
            for kind, prefix, (a, b) in task.style_points(p)]
     dev = next(model.parameters()).device
     ids, valid, _ = left_pad([toy_tasks.encode(h) for _, _, h, _, _ in pts], PAD, dev)
-    logp = F.log_softmax(model(ids, valid)[:, -1].float() / temperature, -1)  # left-padded: last = last real
+    logp = F.log_softmax(
+        model(ids, valid)[:, -1].float() / temperature, -1
+    )  # left-padded: last = last real
     a = torch.tensor([toy_tasks.encode(x[3])[0] for x in pts], device=dev)
     b = torch.tensor([toy_tasks.encode(x[4])[0] for x in pts], device=dev)
     lo = logp.gather(1, a[:, None])[:, 0] - logp.gather(1, b[:, None])[:, 0]
@@ -226,7 +232,9 @@ def pass_at_k_eval(model, task, problems, n, k, generator=None, temperature=1.0)
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     out = sample(model, prompts, n, task.max_new_tokens, temperature, generator=generator)
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
-    cs = [sum(task.reward(p, texts[i * n + j]) > 0 for j in range(n)) for i, p in enumerate(problems)]
+    cs = [
+        sum(task.reward(p, texts[i * n + j]) > 0 for j in range(n)) for i, p in enumerate(problems)
+    ]
     return sum(pass_at_k(n, c, k) for c in cs) / len(problems)
 
 

@@ -122,7 +122,9 @@ def wrap(model, cfg, device, local_rank, world):
     One process: (model, model)."""
     if world > 1:
         backend = setup_device(device, local_rank, world)
-        dist.init_process_group(backend, rank=int(os.environ["RANK"]), world_size=world, timeout=TIMEOUT)
+        dist.init_process_group(
+            backend, rank=int(os.environ["RANK"]), world_size=world, timeout=TIMEOUT
+        )
     if cfg.compile:  # the module itself stays as it is, so checkpoints are unchanged
         model.forward = torch.compile(model.forward, dynamic=True)
     if world == 1:

@@ -30,47 +30,24 @@ term, its aggregation weight agg_i, its own advantage estimator, what its clip
 bounds, which switches it allows, and its exchangeability verdict per regime.
 Everything else reads the records: ``policy_loss`` dispatches through them,
 config.py's checks and ``--help``, the scoreboard's predictions, and the
-objective tables of this docstring, README.md and docs (tests/test_docs.py
-checks every copy; ``python tests/test_docs.py`` rewrites them). To add an
-objective, write its term and ``register`` one record.
+objective table of README.md (``table()``; tests/test_docs.py checks the copy
+and ``python tests/test_docs.py`` rewrites it). To add an objective, write its
+term and ``register`` one record. The records, near the end of this file, are
+the table: name, term, aggregation, coefficient and verdict, in that order.
 
 Notation: N = sequences and sum L = completion tokens in the optimizer step,
 L_i = length of completion i, L_max = the task's longest completion, rho =
 pi_new/pi_old per token, s_i = exp(mean_t log rho_{i,t}) per sequence, w~ =
 DFPO's transformed weights (below), mu_g and sigma_g = the mean and sd of the
-group's rewards. The table (generated from the records):
+group's rewards.
 
-<!-- objectives -->
-| `--loss` | advantage Â_i | coefficient c_{i,t} (on-policy) | keeps exchangeability? |
-|---|---|---|---|
-| `grpo` | (r_i - mu_g)/(sigma_g + eps) | Â_i / (N L_i) | no: 1/L_i |
-| `dr_grpo` | r_i - mu_g | Â_i / (N L_max) | yes, until a clip binds |
-| `dapo` | (r_i - mu_g)/(sigma_g + eps) | Â_i / sum L | yes, until a clip binds |
-| `rloo` | r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g) | Â_i / N (token sum) | yes, until a clip binds |
-| `gspo` | (r_i - mu_g)/(sigma_g + eps) | s_i Â_i / (N L_i), clipped per sequence | no: s_i and 1/L_i |
-| `dfpo_min` | r_i - mu_g | sg(w~_i) Â_i / (N L_max), w~_i = min_j w_j | yes, also off-policy and when a clip binds (one weight per group) |
-| `dfpo_orth` | r_i - mu_g | sg(w~_i) Â_i / (N L_max), sum_i Â_i w~_i = 0 | for tokens the whole group shares; a prefix shared by part of a group: no |
-| `positive_only` | 1[r_i > 0] | 1 / sum L over positives | nothing to cancel |
-| `bnpo` | (r_i - mu_g)/(sigma_g + eps) | Â_i / (M sum L_local), M micro-batches | yes, unless a step is split |
-| `cispo` | (r_i - mu_g)/(sigma_g + eps) | sg(clip(rho)) Â_i / sum L | yes, also when the clip binds |
-| `sapo` | (r_i - mu_g)/(sigma_g + eps) | 4 rho sig (1 - sig) Â_i / (N L_i), sig = sigmoid(tau (rho - 1)) | no: 1/L_i (off-policy also tau by sign of Â) |
-| `gmpo` | (r_i - mu_g)/(sigma_g + eps) | g_i Â_i / (N L_i), g_i = exp(mean_t of log rho clipped by sign of Â) | no: g_i and 1/L_i |
-| `clip_cov` | (r_i - mu_g)/(sigma_g + eps) | as dapo, 0 on the covariance-selected tokens | no, where the selection takes some copies of a shared token |
-| `kl_cov` | (r_i - mu_g)/(sigma_g + eps) | (rho Â_i - k sign(log rho)) / sum L, k = 0.1 on selected tokens | yes on-policy; off-policy no on selected copies |
-| `gpg` | alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch | Â_i / sum L, no ratio | yes, in every regime |
-| `luspo` | (r_i - mu_g)/(sigma_g + eps) | s_i Â_i / N, clipped per sequence | yes on-policy; off-policy no (s_i) |
-| `vespo` | (r_i - mu_g)/(sigma_g + eps) | phi(W_i) Â_i / sum L, W_i = prod_t rho_{i,t}, phi(1) = 1 | yes on-policy; off-policy no (phi(W_i)) |
-| `dppo_tv` | (r_i - mu_g)/(sigma_g + eps) | rho Â_i / sum L, 0 where pi - pi_old leaves [-eps_low, eps_high] on Â's side | yes, until a threshold binds (by sign of Â) |
-| `dppo_kl` | (r_i - mu_g)/(sigma_g + eps) | as dppo_tv, the test on the binary KL(pi_old, pi) | yes, until a threshold binds (by sign of Â) |
-| `dro` | (r_i - mu_g)/(sigma_g + eps) | (Â_i - beta_dro log rho) / sum L | yes on-policy; off-policy no (the same -beta_dro log rho on every copy) |
-<!-- /objectives -->
-
-"Keeps exchangeability" means: every copy of a token after one identical
+"Keeps exchangeability" (a record's ``verdict`` and ``cancels``) means: every copy of a token after
+one identical
 history gets the same weight w_i, in the regime named, so such copies cancel
 for every centred Â (tests/test_loss_engines.py checks each verdict on
-synthetic groups; experiments/scoreboard.py measures them). The advantage
-column is ``--adv=auto``, each objective's own estimator; ``--adv`` picks any
-other (advantage.py, whose table says which estimators are centred: a shared
+synthetic groups; experiments/scoreboard.py measures them). A record's ``adv``
+is what ``--adv=auto`` takes, each objective's own estimator; ``--adv`` picks any
+other (advantage.py, whose records say which estimators are centred: a shared
 token cancels only under equal weights *and* centred Â). sapo's temperature
 tau is 1.0 for Â > 0 and 1.05 for Â < 0; clip_cov selects tokens with
 1 < (Â - mean Â)(log pi - mean) < 5, kl_cov the top-covariance tokens;
@@ -364,7 +341,9 @@ def register(obj):
     if obj.agg not in AGGREGATIONS:
         raise ValueError(f"objective {obj.name!r}: unknown aggregation {obj.agg!r}")
     if not obj.cancels <= EVERY_REGIME:
-        raise ValueError(f"objective {obj.name!r}: unknown regimes {sorted(obj.cancels - EVERY_REGIME)}")
+        raise ValueError(
+            f"objective {obj.name!r}: unknown regimes {sorted(obj.cancels - EVERY_REGIME)}"
+        )
     OBJECTIVES[obj.name] = obj
     return obj
 
@@ -386,70 +365,230 @@ ON_POLICY = frozenset({"on-policy"})
 NONE = frozenset()
 LEN = "1/L_i"
 for _o in (
-    Objective("grpo", ppo_token_term, "seq-mean-token-mean", "Â_i / (N L_i)", "no: 1/L_i",
-              NONE, LEN, dual_clip=True),
-    Objective("dr_grpo", ppo_token_term, "seq-mean-token-sum-norm", "Â_i / (N L_max)",
-              "yes, until a clip binds", BUT_CLIP, "clip by sign", adv="dr_grpo", dual_clip=True),
-    Objective("dapo", ppo_token_term, "token-mean", "Â_i / sum L", "yes, until a clip binds",
-              BUT_CLIP, "clip by sign", dual_clip=True),
-    Objective("rloo", ppo_token_term, "seq-mean-token-sum", "Â_i / N (token sum)",
-              "yes, until a clip binds", BUT_CLIP, "clip by sign", adv="rloo", dual_clip=True),
-    Objective("gspo", sequence_term, "seq-mean-token-mean", "s_i Â_i / (N L_i), clipped per sequence",
-              "no: s_i and 1/L_i", NONE, "s_i, 1/L_i", clip="sequence", eps=(3e-4, 4e-4),
-              sequence_ratio=True),
-    Objective("dfpo_min", dfpo_term, "seq-mean-token-sum-norm",
-              "sg(w~_i) Â_i / (N L_max), w~_i = min_j w_j",
-              "yes, also off-policy and when a clip binds (one weight per group)",
-              EVERY_REGIME - {"split step"}, "transform sees part of a group", adv="dr_grpo",
-              clip="weights", group_transform=min_replace),
-    Objective("dfpo_orth", dfpo_term, "seq-mean-token-sum-norm",
-              "sg(w~_i) Â_i / (N L_max), sum_i Â_i w~_i = 0",
-              "for tokens the whole group shares; a prefix shared by part of a group: no",
-              ON_POLICY, "w~_i differ: partial prefixes", adv="dr_grpo", clip="weights",
-              group_transform=adv_orthogonal),
-    Objective("positive_only", ppo_token_term, "positive-token-mean", "1 / sum L over positives",
-              "nothing to cancel", BUT_CLIP, "clip by sign", adv="positive_only", dual_clip=True,
-              own_agg=True),
-    Objective("bnpo", ppo_token_term, "micro-token-mean", "Â_i / (M sum L_local), M micro-batches",
-              "yes, unless a step is split", frozenset({"on-policy", "off-policy"}),
-              "local token count; clip", dual_clip=True, own_agg=True, split_dependent=True),
-    Objective("cispo", engine(loss_engines.cispo), "token-mean", "sg(clip(rho)) Â_i / sum L",
-              "yes, also when the clip binds", EVERY_REGIME, clip="cap"),
-    Objective("sapo", engine(loss_engines.sapo), "seq-mean-token-mean",
-              "4 rho sig (1 - sig) Â_i / (N L_i), sig = sigmoid(tau (rho - 1))",
-              "no: 1/L_i (off-policy also tau by sign of Â)", NONE, "1/L_i, tau by sign",
-              clip="none", own_agg=True),
-    Objective("gmpo", engine(loss_engines.gmpo), "seq-mean-token-mean",
-              "g_i Â_i / (N L_i), g_i = exp(mean_t of log rho clipped by sign of Â)",
-              "no: g_i and 1/L_i", NONE, "g_i, 1/L_i", clip="log-ratio", own_agg=True,
-              sequence_ratio=True),
-    Objective("clip_cov", clip_cov_term, "token-mean", "as dapo, 0 on the covariance-selected tokens",
-              "no, where the selection takes some copies of a shared token", BUT_CLIP,
-              "clip; cov selection", split_dependent=True),
-    Objective("kl_cov", engine(loss_engines.kl_cov), "token-mean",
-              "(rho Â_i - k sign(log rho)) / sum L, k = 0.1 on selected tokens",
-              "yes on-policy; off-policy no on selected copies", EVERY_REGIME, "cov selection",
-              clip="none", split_dependent=True, additive=True),
-    Objective("gpg", engine(loss_engines.gpg), "token-mean", "Â_i / sum L, no ratio",
-              "yes, in every regime", EVERY_REGIME, adv="gpg", clip="none"),
-    Objective("luspo", sequence_term, "seq-mean-token-sum", "s_i Â_i / N, clipped per sequence",
-              "yes on-policy; off-policy no (s_i)", ON_POLICY, "s_i", clip="sequence",
-              eps=(3e-4, 4e-4), sequence_ratio=True),
-    Objective("vespo", engine(loss_engines.vespo), "token-mean",
-              "phi(W_i) Â_i / sum L, W_i = prod_t rho_{i,t}, phi(1) = 1",
-              "yes on-policy; off-policy no (phi(W_i))", ON_POLICY, "phi(W_i)", clip="none"),
-    Objective("dppo_tv", engine(loss_engines.dppo_tv), "token-mean",
-              "rho Â_i / sum L, 0 where pi - pi_old leaves [-eps_low, eps_high] on Â's side",
-              "yes, until a threshold binds (by sign of Â)", BUT_CLIP, "threshold by sign",
-              clip="threshold", eps=(0.2, 0.2), dual_clip=True),
-    Objective("dppo_kl", engine(loss_engines.dppo_kl), "token-mean",
-              "as dppo_tv, the test on the binary KL(pi_old, pi)",
-              "yes, until a threshold binds (by sign of Â)", BUT_CLIP, "threshold by sign",
-              clip="threshold", eps=(0.2, 0.2), dual_clip=True),
-    Objective("dro", engine(loss_engines.dro), "token-mean", "(Â_i - beta_dro log rho) / sum L",
-              "yes on-policy; off-policy no (the same -beta_dro log rho on every copy)", EVERY_REGIME,
-              "the same -beta_dro log rho on every copy", clip="none", additive=True,
-              needs={"dro_beta": "verl has no default"}),
+    Objective(
+        "grpo",
+        ppo_token_term,
+        "seq-mean-token-mean",
+        "Â_i / (N L_i)",
+        "no: 1/L_i",
+        NONE,
+        LEN,
+        dual_clip=True,
+    ),
+    Objective(
+        "dr_grpo",
+        ppo_token_term,
+        "seq-mean-token-sum-norm",
+        "Â_i / (N L_max)",
+        "yes, until a clip binds",
+        BUT_CLIP,
+        "clip by sign",
+        adv="dr_grpo",
+        dual_clip=True,
+    ),
+    Objective(
+        "dapo",
+        ppo_token_term,
+        "token-mean",
+        "Â_i / sum L",
+        "yes, until a clip binds",
+        BUT_CLIP,
+        "clip by sign",
+        dual_clip=True,
+    ),
+    Objective(
+        "rloo",
+        ppo_token_term,
+        "seq-mean-token-sum",
+        "Â_i / N (token sum)",
+        "yes, until a clip binds",
+        BUT_CLIP,
+        "clip by sign",
+        adv="rloo",
+        dual_clip=True,
+    ),
+    Objective(
+        "gspo",
+        sequence_term,
+        "seq-mean-token-mean",
+        "s_i Â_i / (N L_i), clipped per sequence",
+        "no: s_i and 1/L_i",
+        NONE,
+        "s_i, 1/L_i",
+        clip="sequence",
+        eps=(3e-4, 4e-4),
+        sequence_ratio=True,
+    ),
+    Objective(
+        "dfpo_min",
+        dfpo_term,
+        "seq-mean-token-sum-norm",
+        "sg(w~_i) Â_i / (N L_max), w~_i = min_j w_j",
+        "yes, also off-policy and when a clip binds (one weight per group)",
+        EVERY_REGIME - {"split step"},
+        "transform sees part of a group",
+        adv="dr_grpo",
+        clip="weights",
+        group_transform=min_replace,
+    ),
+    Objective(
+        "dfpo_orth",
+        dfpo_term,
+        "seq-mean-token-sum-norm",
+        "sg(w~_i) Â_i / (N L_max), sum_i Â_i w~_i = 0",
+        "for tokens the whole group shares; a prefix shared by part of a group: no",
+        ON_POLICY,
+        "w~_i differ: partial prefixes",
+        adv="dr_grpo",
+        clip="weights",
+        group_transform=adv_orthogonal,
+    ),
+    Objective(
+        "positive_only",
+        ppo_token_term,
+        "positive-token-mean",
+        "1 / sum L over positives",
+        "nothing to cancel",
+        BUT_CLIP,
+        "clip by sign",
+        adv="positive_only",
+        dual_clip=True,
+        own_agg=True,
+    ),
+    Objective(
+        "bnpo",
+        ppo_token_term,
+        "micro-token-mean",
+        "Â_i / (M sum L_local), M micro-batches",
+        "yes, unless a step is split",
+        frozenset({"on-policy", "off-policy"}),
+        "local token count; clip",
+        dual_clip=True,
+        own_agg=True,
+        split_dependent=True,
+    ),
+    Objective(
+        "cispo",
+        engine(loss_engines.cispo),
+        "token-mean",
+        "sg(clip(rho)) Â_i / sum L",
+        "yes, also when the clip binds",
+        EVERY_REGIME,
+        clip="cap",
+    ),
+    Objective(
+        "sapo",
+        engine(loss_engines.sapo),
+        "seq-mean-token-mean",
+        "4 rho sig (1 - sig) Â_i / (N L_i), sig = sigmoid(tau (rho - 1))",
+        "no: 1/L_i (off-policy also tau by sign of Â)",
+        NONE,
+        "1/L_i, tau by sign",
+        clip="none",
+        own_agg=True,
+    ),
+    Objective(
+        "gmpo",
+        engine(loss_engines.gmpo),
+        "seq-mean-token-mean",
+        "g_i Â_i / (N L_i), g_i = exp(mean_t of log rho clipped by sign of Â)",
+        "no: g_i and 1/L_i",
+        NONE,
+        "g_i, 1/L_i",
+        clip="log-ratio",
+        own_agg=True,
+        sequence_ratio=True,
+    ),
+    Objective(
+        "clip_cov",
+        clip_cov_term,
+        "token-mean",
+        "as dapo, 0 on the covariance-selected tokens",
+        "no, where the selection takes some copies of a shared token",
+        BUT_CLIP,
+        "clip; cov selection",
+        split_dependent=True,
+    ),
+    Objective(
+        "kl_cov",
+        engine(loss_engines.kl_cov),
+        "token-mean",
+        "(rho Â_i - k sign(log rho)) / sum L, k = 0.1 on selected tokens",
+        "yes on-policy; off-policy no on selected copies",
+        EVERY_REGIME,
+        "cov selection",
+        clip="none",
+        split_dependent=True,
+        additive=True,
+    ),
+    Objective(
+        "gpg",
+        engine(loss_engines.gpg),
+        "token-mean",
+        "Â_i / sum L, no ratio",
+        "yes, in every regime",
+        EVERY_REGIME,
+        adv="gpg",
+        clip="none",
+    ),
+    Objective(
+        "luspo",
+        sequence_term,
+        "seq-mean-token-sum",
+        "s_i Â_i / N, clipped per sequence",
+        "yes on-policy; off-policy no (s_i)",
+        ON_POLICY,
+        "s_i",
+        clip="sequence",
+        eps=(3e-4, 4e-4),
+        sequence_ratio=True,
+    ),
+    Objective(
+        "vespo",
+        engine(loss_engines.vespo),
+        "token-mean",
+        "phi(W_i) Â_i / sum L, W_i = prod_t rho_{i,t}, phi(1) = 1",
+        "yes on-policy; off-policy no (phi(W_i))",
+        ON_POLICY,
+        "phi(W_i)",
+        clip="none",
+    ),
+    Objective(
+        "dppo_tv",
+        engine(loss_engines.dppo_tv),
+        "token-mean",
+        "rho Â_i / sum L, 0 where pi - pi_old leaves [-eps_low, eps_high] on Â's side",
+        "yes, until a threshold binds (by sign of Â)",
+        BUT_CLIP,
+        "threshold by sign",
+        clip="threshold",
+        eps=(0.2, 0.2),
+        dual_clip=True,
+    ),
+    Objective(
+        "dppo_kl",
+        engine(loss_engines.dppo_kl),
+        "token-mean",
+        "as dppo_tv, the test on the binary KL(pi_old, pi)",
+        "yes, until a threshold binds (by sign of Â)",
+        BUT_CLIP,
+        "threshold by sign",
+        clip="threshold",
+        eps=(0.2, 0.2),
+        dual_clip=True,
+    ),
+    Objective(
+        "dro",
+        engine(loss_engines.dro),
+        "token-mean",
+        "(Â_i - beta_dro log rho) / sum L",
+        "yes on-policy; off-policy no (the same -beta_dro log rho on every copy)",
+        EVERY_REGIME,
+        "the same -beta_dro log rho on every copy",
+        clip="none",
+        additive=True,
+        needs={"dro_beta": "verl has no default"},
+    ),
 ):
     register(_o)
 
@@ -457,8 +596,10 @@ for _o in (
 def table():
     """The objective table of the docs, from the records (advantage column from
     each objective's own estimator, advantage.py's table)."""
-    lines = ["| `--loss` | advantage Â_i | coefficient c_{i,t} (on-policy) | keeps exchangeability? |",
-             "|---|---|---|---|"]
+    lines = [
+        "| `--loss` | advantage Â_i | coefficient c_{i,t} (on-policy) | keeps exchangeability? |",
+        "|---|---|---|---|",
+    ]
     for o in OBJECTIVES.values():
         adv = advantage.estimator(o.adv).formula
         lines.append(f"| `{o.name}` | {adv} | {o.coefficient} | {o.verdict} |")
@@ -484,10 +625,18 @@ class LossSettings:
 
     @classmethod
     def from_config(cls, cfg):
-        return cls(objective=cfg.loss, clip=cfg.clip, clip_low=cfg.clip_low, clip_high=cfg.clip_high,
-                   dual_clip=cfg.dual_clip, beta=cfg.beta, kl_loss_type=cfg.kl_loss_type,
-                   entropy_coef=cfg.entropy_coef, agg=None if cfg.agg == "auto" else cfg.agg,
-                   dro_beta=cfg.dro_beta)
+        return cls(
+            objective=cfg.loss,
+            clip=cfg.clip,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            dual_clip=cfg.dual_clip,
+            beta=cfg.beta,
+            kl_loss_type=cfg.kl_loss_type,
+            entropy_coef=cfg.entropy_coef,
+            agg=None if cfg.agg == "auto" else cfg.agg,
+            dro_beta=cfg.dro_beta,
+        )
 
     def aggregation(self):
         """The aggregation this step uses: --agg's, unless the objective fixes its own."""
@@ -507,7 +656,7 @@ class LossBatch:
     weights: Optional[torch.Tensor] = None  # DFPO's w~ computed over the whole step; default: own
     ref_logprobs: Optional[torch.Tensor] = None  # [N, T] the frozen reference (--beta)
     entropy: Optional[torch.Tensor] = None  # [N, T] differentiable token entropies (--entropy_coef)
-    keep: Optional[torch.Tensor] = None     # [N, T] bool: tokens whose policy term keeps its gradient
+    keep: Optional[torch.Tensor] = None  # [N, T] bool: tokens whose policy term keeps its gradient
 
 
 def policy_loss(batch, settings):
@@ -522,7 +671,9 @@ def policy_loss(batch, settings):
     counts = batch.counts if batch.counts is not None else step_counts(mask, batch.adv)
     agg = agg_weight(settings.aggregation(), lens, counts)
     # a selection switch drops a token's policy gradient, not its value
-    pol_logp = new_logp if batch.keep is None else torch.where(batch.keep, new_logp, new_logp.detach())
+    pol_logp = (
+        new_logp if batch.keep is None else torch.where(batch.keep, new_logp, new_logp.detach())
+    )
     log_ratio = (pol_logp - old_logp) * mask_f
     seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
     x = TermInputs(new_logp, pol_logp, log_ratio, seq_log_ratio, seq_log_ratio.detach().exp(), mask,
@@ -537,15 +688,21 @@ def policy_loss(batch, settings):
         stats["kl_ref"] = float(kl.detach().sum() / mask_f.sum().clamp(min=1))
     if settings.entropy_coef:  # minus the mean token entropy over the step's tokens
         entropy = batch.entropy
-        total = total - settings.entropy_coef * (entropy * mask_f).sum() / max(counts["n_tokens"], 1)
+        total = total - settings.entropy_coef * (entropy * mask_f).sum() / max(
+            counts["n_tokens"], 1
+        )
         stats["entropy"] = float((entropy.detach() * mask_f).sum() / mask_f.sum().clamp(min=1))
     if batch.keep is not None:
         stats["kept_frac"] = float((batch.keep & mask).float().sum() / mask_f.sum().clamp(min=1))
 
     live = lens > 0
-    stats.update({"clip_frac": float(clip_frac),
-                  "seq_ratio": float(x.seq_ratio[live].mean()) if bool(live.any()) else 1.0,
-                  "abs_log_ratio": float(log_ratio.detach().abs().sum() / mask_f.sum().clamp(min=1))})
+    stats.update(
+        {
+            "clip_frac": float(clip_frac),
+            "seq_ratio": float(x.seq_ratio[live].mean()) if bool(live.any()) else 1.0,
+            "abs_log_ratio": float(log_ratio.detach().abs().sum() / mask_f.sum().clamp(min=1)),
+        }
+    )
     return total, stats
 
 

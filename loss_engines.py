@@ -210,7 +210,9 @@ def dppo_tv_keep(p, p_old, d_low, d_high, pos):
 
 def binary_kl(p_old, p):
     """KL(Bernoulli(p_old) || Bernoulli(p)), verl's 1e-8 guard on the second term."""
-    return p_old * (p_old.log() - p.log()) + (1 - p_old) * ((1 - p_old + 1e-8) / (1 - p + 1e-8)).log()
+    return (
+        p_old * (p_old.log() - p.log()) + (1 - p_old) * ((1 - p_old + 1e-8) / (1 - p + 1e-8)).log()
+    )
 
 
 def dppo_kl_keep(p, p_old, d_low, d_high, pos):
@@ -263,7 +265,11 @@ def token_keep(new_logp, old_logp, mask, adv, entropy, cfg):
     None when neither is on."""
     if cfg.top_entropy_quantile >= 1 and not cfg.off_policy_mask_threshold > 0:
         return None
-    keep = entropy_keep(entropy, mask, cfg.top_entropy_quantile) if entropy is not None else mask.clone()
+    keep = (
+        entropy_keep(entropy, mask, cfg.top_entropy_quantile)
+        if entropy is not None
+        else mask.clone()
+    )
     if cfg.off_policy_mask_threshold > 0:
         keep &= off_policy_keep(new_logp, old_logp, mask, adv, cfg.off_policy_mask_threshold)
     return keep
@@ -275,4 +281,3 @@ def off_policy_keep(new_logp, old_logp, mask, adv, delta):
     m = mask.float()
     kl = ((old_logp - new_logp.detach()) * m).sum(1) / m.sum(1).clamp(min=1)
     return ((adv >= 0) | (kl <= delta))[:, None] & mask
-

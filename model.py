@@ -218,4 +218,6 @@ def rl_optimizer(params, name, lr):
 def amp(cfg, device):
     """bf16 autocast on CUDA (and on CPU with --bf16=true); log-probs stay fp32."""
     on = cfg.bf16 == "true" or (cfg.bf16 == "auto" and device == "cuda")
-    return torch.autocast(device_type=device, dtype=torch.bfloat16) if on else contextlib.nullcontext()
+    return (
+        torch.autocast(device_type=device, dtype=torch.bfloat16) if on else contextlib.nullcontext()
+    )

@@ -40,18 +40,31 @@ PANELS = [
     ("reward", "Mean reward of the rollouts", "mean reward (0 to 1)", "step"),
     ("mixed", "Mixed groups (carry a signal)", "fraction of groups", "step"),
     ("first_token_residual", "First-token residual", "|Σc| / Σ|c| (0 = cancels)", "step"),
-    ("exch_residual", "Exchangeability residual per (history, token)", "|Σc − w̄ΣÂ| / Σ|c|", "step"),
+    (
+        "exch_residual",
+        "Exchangeability residual per (history, token)",
+        "|Σc − w̄ΣÂ| / Σ|c|",
+        "step",
+    ),
     ("entropy", "Mean token entropy, held out", "nats per token", "eval"),
     ("tax_sum", "Learning tax, cumulative", "Σ KL(π_new‖π_old) (nats)", "step"),
     ("tax_interior", "Learning tax before divergence", "KL per step (nats)", "step"),
-    ("style_drift", "Reward-irrelevant style drift", "mean |Δ log-odds| since warm start (nats)", "eval"),
+    (
+        "style_drift",
+        "Reward-irrelevant style drift",
+        "mean |Δ log-odds| since warm start (nats)",
+        "eval",
+    ),
     ("answer_log_odds", "Log-odds between two correct answers", "log-odds (nats)", "eval"),
     ("answer_entropy", "Entropy over correct answers", "nats", "eval"),
     ("clip_frac", "Clipped fraction", "fraction of tokens", "step"),
 ]
 
 
-OLD_KEYS = {"residual": "first_token_residual", "residual_ha": "exch_residual"}  # runs logged before the rename
+OLD_KEYS = {
+    "residual": "first_token_residual",
+    "residual_ha": "exch_residual",
+}  # runs logged before the rename
 
 
 def usage():
@@ -72,14 +85,19 @@ def parse(argv):
             if not out:
                 raise CliError("--out needs a file name: --out=FILE.png")
         elif a.startswith("--"):
-            raise CliError(f"unknown flag {a.split('=')[0]} (plot.py takes OUT_DIR ... and --out=FILE)")
+            raise CliError(
+                f"unknown flag {a.split('=')[0]} (plot.py takes OUT_DIR ... and --out=FILE)"
+            )
         else:
             dirs.append(a)
     if not dirs:
         raise CliError(f"name at least one run folder: {usage()}")
     for d in dirs:
         if not os.path.isfile(os.path.join(d, "metrics.jsonl")):
-            raise CliError(f"{os.path.join(d, 'metrics.jsonl')} does not exist: is {d!r} a folder train.py wrote?")
+            raise CliError(
+                f"{os.path.join(d, 'metrics.jsonl')} does not exist: is {d!r} a folder train.py "
+                "wrote?"
+            )
     out = out or os.path.join(dirs[0], "curves.png")
     check_out_file(out, "--out", FIGURE_TYPES)
     return dirs, out
@@ -162,8 +180,13 @@ def draw(runs, path):
                     ax.axhline(y[0], color=c, ls=":", lw=1)
             else:
                 ax.plot(x, y, color=c, lw=0.6, alpha=0.3)
-                ax.plot(x, running_mean(y) if kind == "step" else running_mean(y, 25), color=c, lw=1.5,
-                        label=run["label"])
+                ax.plot(
+                    x,
+                    running_mean(y) if kind == "step" else running_mean(y, 25),
+                    color=c,
+                    lw=1.5,
+                    label=run["label"],
+                )
         if key in ("first_token_residual", "exch_residual"):
             ax.axhline(0, color="k", lw=0.8)
         ax.set_title(title, fontsize=10)

@@ -117,11 +117,16 @@ def open_run(cfg, device, world=1):
         raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was trained on task {t}, not on this "
                        f"run's task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
     if saved["world"] != world:
-        raise CliError(f"--resume: the run was trained by {saved['world']} process(es) and this "
-                       f"is {world}; each process restores its own random streams, so resume with "
-                       f"{'torchrun --nproc_per_node=' + str(saved['world']) if saved['world'] > 1 else 'one process'}")
+        raise CliError(
+            f"--resume: the run was trained by {saved['world']} process(es) and this "
+            f"is {world}; each process restores its own random streams, so resume with "
+            + (f"torchrun --nproc_per_node={saved['world']}" if saved["world"] > 1
+               else "one process")
+        )
     if cfg.beta and saved["phase"] == "rl":  # --beta's reference must load before anything changes
-        checkpoint.load_checkpoint(cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)
+        checkpoint.load_checkpoint(
+            cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device
+        )
     path = os.path.join(cfg.out_dir, "metrics.jsonl")
     have = os.path.getsize(path) if os.path.exists(path) else 0
     if have < saved["metrics_bytes"]:
@@ -141,8 +146,10 @@ def lock_run(cfg, found):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise CliError(f"--out_dir={cfg.out_dir} is being written by another process "
-                       f"({_holder(cfg.out_dir)}); wait for it or choose another --out_dir") from None
+        raise CliError(
+            f"--out_dir={cfg.out_dir} is being written by another process "
+            f"({_holder(cfg.out_dir)}); wait for it or choose another --out_dir"
+        ) from None
     if sorted(holds_run(cfg.out_dir)) != sorted(found):
         os.close(fd)
         raise CliError(f"--out_dir={cfg.out_dir} changed while this run was starting; try again")
@@ -178,7 +185,9 @@ def start_writing(cfg, found, resolved, saved):
             os.remove(os.path.join(cfg.out_dir, f))
     os.makedirs(cfg.out_dir, exist_ok=True)
     if not cfg.resume:
-        checkpoint.atomic_write_text(json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json"))
+        checkpoint.atomic_write_text(
+            json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json")
+        )
     print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
     if cfg.resume:
         metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
@@ -205,14 +214,25 @@ class RunDir:
         Every rank calls it: each contributes its own random streams."""
         streams = dist_utils.gather_objects(state.streams())
         if self.master:
-            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg, state.phase,
-                              state.step, state.capture(opt, self.metrics.tell(), streams))
+            checkpoint.save_checkpoint(
+                os.path.join(self.cfg.out_dir, name),
+                self.raw,
+                self.cfg,
+                state.phase,
+                state.step,
+                state.capture(opt, self.metrics.tell(), streams),
+            )
 
     def warm_start(self, step):
         """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
         if self.master:
-            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"), self.raw, self.cfg,
-                            "warm_start", step)
+            checkpoint.save_checkpoint(
+                os.path.join(self.cfg.out_dir, "warm_start.pt"),
+                self.raw,
+                self.cfg,
+                "warm_start",
+                step,
+            )
 
     def close(self):
         if self.master:

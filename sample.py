@@ -77,7 +77,9 @@ def main(cfg):
         prompts = [cfg.prompt]
     else:
         seed = ck["config"].get("seed", 0)
-        problems = toy_tasks.eval_problems(task, cfg.num_prompts, seed if isinstance(seed, int) else 0)
+        problems = toy_tasks.eval_problems(
+            task, cfg.num_prompts, seed if isinstance(seed, int) else 0
+        )
         prompts = [task.prompt(p) for p in problems]
     ids = [toy_tasks.encode(p) for p in prompts]
     if max(len(i) for i in ids) + task.max_new_tokens > model.cfg.block_size:
@@ -86,8 +88,10 @@ def main(cfg):
     n = 1 if cfg.temperature == 0 else cfg.num_samples
     need = memory_need(model.cfg, len(ids) * n)
     if need > MEMORY_LIMIT:
-        raise CliError(f"{len(ids)} prompts x {n} samples would need about {need / 2 ** 30:.1f} GiB "
-                       f"(limit {MEMORY_LIMIT / 2 ** 30:.0f} GiB); ask for fewer")
+        raise CliError(
+            f"{len(ids)} prompts x {n} samples would need about {need / 2 ** 30:.1f} GiB "
+            f"(limit {MEMORY_LIMIT / 2 ** 30:.0f} GiB); ask for fewer"
+        )
     try:
         out = sample(model, ids, n, task.max_new_tokens, cfg.temperature, generator=gen)
     except FloatingPointError as e:

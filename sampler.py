@@ -61,6 +61,9 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
       ``logprobs`` [N, T] log pi_T of each sampled token (0 where masked);
       ``prompts``  the N prompt id lists, ``group`` [N] prompt index of each row.
     ``temperature=0`` means greedy decoding (log-probs are then at T=1).
+
+    Long because: the prefill, the copy of each prompt's cache to its group and the decode loop
+    share their state; they read as one loop.
     """
     was_training = model.training
     model.eval()
@@ -73,7 +76,9 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
         raise ValueError(f"prompt ({Lp}) + max_new_tokens ({max_new_tokens}) exceeds "
                          f"block_size={model.cfg.block_size}")
     seq = torch.cat([ids, torch.full((N, max_new_tokens), PAD, dtype=torch.long, device=device)], 1)
-    key_valid = torch.cat([valid, torch.ones(N, max_new_tokens, dtype=torch.bool, device=device)], 1)
+    key_valid = torch.cat(
+        [valid, torch.ones(N, max_new_tokens, dtype=torch.bool, device=device)], 1
+    )
     pos = torch.cat([(valid.long().cumsum(1) - 1).clamp(min=0),
                      lens[:, None] + torch.arange(max_new_tokens, device=device)[None]], 1)
     logp_out = torch.zeros(N, max_new_tokens, device=device)
@@ -129,7 +134,7 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
             "prompts": rows, "group": group}
 
 
-# ----------------------------------------------------------------------------- rollouts and their rewards
+# ------------------------------------------------------------------ rollouts and their rewards
 
 def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
     """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it."""
@@ -138,17 +143,23 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
                      cfg.top_k, generator=gen)
-        greedy = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)["tokens"].tolist() \
-            if getattr(cfg, "adv", None) == "remax" else None  # ReMax's baseline: a greedy completion
+        greedy = (
+            sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)["tokens"].tolist()
+            if getattr(cfg, "adv", None) == "remax"
+            else None
+        )  # ReMax's baseline: a greedy completion
     texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
     out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
-    if getattr(cfg, "permute_rewards", False):  # the null-reward control (this process's own groups)
+    if getattr(
+        cfg, "permute_rewards", False
+    ):  # the null-reward control (this process's own groups)
         out["rewards"] = advantage.permute_within_groups(out["rewards"], out["group"], gen)
     if greedy is not None:  # its reward, on each of the prompt's G rows
-        out["baseline"] = torch.tensor([float(task.reward(p, toy_tasks.decode(t)))
-                                        for p, t in zip(problems, greedy)], device=device).repeat_interleave(
-                                            cfg.group_size)
+        out["baseline"] = torch.tensor(
+            [float(task.reward(p, toy_tasks.decode(t))) for p, t in zip(problems, greedy)],
+            device=device,
+        ).repeat_interleave(cfg.group_size)
     return out
 
 

@@ -43,7 +43,16 @@ import advantage
 import loss
 import toy_tasks
 from checkpoint import load_checkpoint
-from config import FIGURE_TYPES, CliError, Config, _f, check_numbers, check_out_file, fail, parse_args
+from config import (
+    FIGURE_TYPES,
+    CliError,
+    Config,
+    _f,
+    check_numbers,
+    check_out_file,
+    fail,
+    parse_args,
+)
 from sampler import rollouts
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
@@ -52,11 +61,16 @@ import probes  # noqa: E402  (experiments/probes.py: one update, its Deltas and 
 
 @dataclass
 class SeeConfig:
-    init_from: str = _f("", "warm-start checkpoint of a train.py --task=chain run (e.g. out/warm_start.pt); required")
+    init_from: str = _f(
+        "",
+        "warm-start checkpoint of a train.py --task=chain run (e.g. out/warm_start.pt); required",
+    )
     losses: str = _f("grpo,dr_grpo,positive_only", "objectives, one panel each (comma-separated)")
     prompts: int = _f(16, "B: prompts in the rollout batch the update is taken on")
     group_size: int = _f(8, "G: completions per prompt")
-    optimizer: str = _f("sgd", "sgd (plain, first order) or adam (train.py's AdamW: its first step)")
+    optimizer: str = _f(
+        "sgd", "sgd (plain, first order) or adam (train.py's AdamW: its first step)"
+    )
     lr: float = _f(0.05, "learning rate of the one update (sgd: small enough to be first order)")
     seed: int = _f(0, "seed of the problems and the sampling")
     out: str = _f("see.png", "where the figure goes")
@@ -74,8 +88,14 @@ def pick_group(model, task, cfg):
         return drawn[-1]
     for _ in range(20):
         drawn.clear()
-        batch = rollouts(model, task, record, Config(prompts_per_step=cfg.prompts, group_size=cfg.group_size),
-                         gen, "cpu")
+        batch = rollouts(
+            model,
+            task,
+            record,
+            Config(prompts_per_step=cfg.prompts, group_size=cfg.group_size),
+            gen,
+            "cpu",
+        )
         batch["problems"] = [drawn[i // cfg.group_size] for i in range(len(batch["group"]))]
         r, g, lens = batch["rewards"], batch["group"], batch["mask"].sum(1)
         for k in range(cfg.prompts):
@@ -96,6 +116,8 @@ def panel(model64, batch, name, cfg):
 
 
 def draw(plt, batch, k, task, panels, cfg):
+    """Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     rows = (batch["group"] == k).nonzero()[:, 0].tolist()
     rows.sort(key=lambda i: -float(batch["rewards"][i]))
     p = batch["problems"][rows[0]]
@@ -105,9 +127,15 @@ def draw(plt, batch, k, task, panels, cfg):
     both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
             {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
     T = int(mask[rows].sum(1).max())
-    scale = max(float(d[rows].abs().max()) for d, _, _ in panels.values()) or 1.0  # one scale for all panels
-    fig, axes = plt.subplots(len(panels), 1, figsize=(0.3 * T + 2.2, (0.34 * len(rows) + 0.55) * len(panels) + 1.4),
-                             squeeze=False)
+    scale = (
+        max(float(d[rows].abs().max()) for d, _, _ in panels.values()) or 1.0
+    )  # one scale for all panels
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(0.3 * T + 2.2, (0.34 * len(rows) + 0.55) * len(panels) + 1.4),
+        squeeze=False,
+    )
     cmap, norm = plt.get_cmap("RdBu"), plt.Normalize(-scale, scale)
     for ax, (name, (delta, adv, res)) in zip(axes[:, 0], panels.items()):
         for y, i in enumerate(rows):
@@ -116,26 +144,47 @@ def draw(plt, batch, k, task, panels, cfg):
             for x, ch in enumerate(text):
                 style = x < len(cats) and cats[x] == "style"
                 shared = int(sets[i, x]) in both
-                ax.add_patch(plt.Rectangle((x, -y - 0.45), 0.92, 0.9, facecolor=cmap(norm(float(delta[i, x]))),
-                                           edgecolor="k", lw=2.2 if style else (1.0 if shared else 0.2),
-                                           ls="--" if shared and not style else "-"))
+                ax.add_patch(
+                    plt.Rectangle(
+                        (x, -y - 0.45),
+                        0.92,
+                        0.9,
+                        facecolor=cmap(norm(float(delta[i, x]))),
+                        edgecolor="k",
+                        lw=2.2 if style else (1.0 if shared else 0.2),
+                        ls="--" if shared and not style else "-",
+                    )
+                )
                 ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=9, family="monospace")
             a = float(adv[i])
-            ax.text(-0.4, -y, f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
-                    ha="right", va="center", fontsize=9)
+            ax.text(
+                -0.4,
+                -y,
+                f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
+                ha="right",
+                va="center",
+                fontsize=9,
+            )
         ax.set_xlim(-4.5, T + 0.5)
         ax.set_ylim(-len(rows) + 0.3, 0.8)
         ax.axis("off")
         ax.set_title(f"{name}: largest |Δ| {float(delta[rows].abs().max()):.2g} nats, "
                      f"exch_residual {res:.3f}", fontsize=10, loc="left")
-    fig.suptitle(f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}),\n"
-                 f"batch of {cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
-                 fontsize=11)
+    fig.suptitle(
+        f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}),\n"
+        f"batch of {cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
+        fontsize=11,
+    )
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=norm)
-    bar = fig.colorbar(sm, ax=list(axes[:, 0]), orientation="horizontal", fraction=0.04, pad=0.03, aspect=40)
-    bar.set_label("Δ log π(token) after the update (nats; one scale for every panel): blue boosted, red "
-                  "suppressed\nthick outline: style token (reward-irrelevant); dashed: the same token after "
-                  "the same history in a positive and a negative rollout", fontsize=9)
+    bar = fig.colorbar(
+        sm, ax=list(axes[:, 0]), orientation="horizontal", fraction=0.04, pad=0.03, aspect=40
+    )
+    bar.set_label(
+        "Δ log π(token) after the update (nats; one scale for every panel): blue boosted, red "
+        "suppressed\nthick outline: style token (reward-irrelevant); dashed: the same token after "
+        "the same history in a positive and a negative rollout",
+        fontsize=9,
+    )
     return fig
 
 
@@ -162,8 +211,10 @@ def main(cfg):
     t = ck["task"]
     task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])
     if task.style_points is None:
-        raise CliError(f"the checkpoint is of task {t['task']!r}; see.py needs a task with style points "
-                       f"(--task=chain)")
+        raise CliError(
+            f"the checkpoint is of task {t['task']!r}; see.py needs a task with style points "
+            f"(--task=chain)"
+        )
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     batch, k = pick_group(model, task, cfg)
@@ -179,7 +230,10 @@ def main(cfg):
     for n, (delta, adv, res) in panels.items():
         print(f"{n} (exch_residual {res:.3f}):")
         for i in rows:
-            toks = [toy_tasks.decode([x]) or "<eos>" for x in batch["tokens"][i, :int(batch["mask"][i].sum())].tolist()]
+            toks = [
+                toy_tasks.decode([x]) or "<eos>"
+                for x in batch["tokens"][i, : int(batch["mask"][i].sum())].tolist()
+            ]
             print(f"  r={float(batch['rewards'][i]):.0f} A={float(adv[i]):+.2f}  " +
                   " ".join(f"{c}{'+' if d > 0 else '-'}" for c, d in zip(toks, delta[i].tolist())))
     if plt is None:

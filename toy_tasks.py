@@ -89,7 +89,9 @@ class Task:
     flawed: Callable          # (problem, rng=None) -> a flawed teacher's solution text
     max_new_tokens: int       # longest completion + EOS
     n_problems: int           # size of the problem space
-    style_points: Callable = None  # problem -> [(kind, prefix, (variant_a, variant_b))], choices the verifier ignores
+    style_points: Callable = (
+        None  # problem -> [(kind, prefix, (variant_a, variant_b))], choices the verifier ignores
+    )
 
 
 def _final(text, scratchpad):
@@ -222,13 +224,19 @@ def make_primes(max_n=198):
         q = (rng or random).choice(bad)
         return f"{q}+{n - q}"
 
-    return Task("primes", sample=lambda rng: (rng.choice(evens),),
-                prompt=lambda p: f"{p[0]}=",
-                solution=solution, reward=reward,
-                categories=lambda p, text: _label(text),
-                answers=lambda p: [f"{q}+{r}" for q, r in pairs(p)] + [f"{r}+{q}" for q, r in pairs(p) if q != r],
-                flawed=flawed,
-                max_new_tokens=len(f"{max_n}+{max_n}") + 1, n_problems=len(evens))
+    return Task(
+        "primes",
+        sample=lambda rng: (rng.choice(evens),),
+        prompt=lambda p: f"{p[0]}=",
+        solution=solution,
+        reward=reward,
+        categories=lambda p, text: _label(text),
+        answers=lambda p: [f"{q}+{r}" for q, r in pairs(p)]
+        + [f"{r}+{q}" for q, r in pairs(p) if q != r],
+        flawed=flawed,
+        max_new_tokens=len(f"{max_n}+{max_n}") + 1,
+        n_problems=len(evens),
+    )
 
 
 def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, p_comma=0.6):
@@ -257,9 +265,14 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     Categories: ``compute`` (results), ``copy`` (operands, restated values and the
     restated problem), ``style`` (the ``(`` that opens a restatement and the
     separators), ``template`` (operators and ``=`` of each step, ``)``, EOS).
+
+    Long because: the chain task's grammar, teacher, flawed teacher and verifier share the
+    problem's closure; together they are one task to read.
     """
     if digits != 2:
-        raise ValueError("--task=chain takes no --digits (its operands are digits 1-9, values stay in 0..99)")
+        raise ValueError(
+            "--task=chain takes no --digits (its operands are digits 1-9, values stay in 0..99)"
+        )
     if scratchpad:
         raise ValueError("--task=chain is always worked in steps; it takes no --scratchpad")
     ops = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
@@ -269,7 +282,9 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
         v = rng.randint(1, 9)
         prob = [v]
         for _ in range(k):
-            op, d = rng.choice([(o, d) for o in "+-*" for d in range(1, 10) if 0 <= ops[o](v, d) <= 99])
+            op, d = rng.choice(
+                [(o, d) for o in "+-*" for d in range(1, 10) if 0 <= ops[o](v, d) <= 99]
+            )
             v = ops[op](v, d)
             prob += [op, d]
         return tuple(prob)
@@ -324,7 +339,9 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
             if ch in ",;(":
                 cats.append("style")
             elif ch.isdigit():  # before the step's '=': a copy; after it: a result
-                cats.append("copy" if "=" in text[k:].replace(";", ",").split(",")[0] else "compute")
+                cats.append(
+                    "copy" if "=" in text[k:].replace(";", ",").split(",")[0] else "compute"
+                )
             else:
                 cats.append("template")
         return cats + ["template"]  # EOS
@@ -383,7 +400,8 @@ def _chain_count(min_ops, max_ops, ops):
 TASKS = {
     "add": make_add,
     "mul": make_mul,
-    "primes": lambda digits=2, scratchpad=False: _no_scratchpad("primes", scratchpad) or make_primes(),
+    "primes": lambda digits=2, scratchpad=False: _no_scratchpad("primes", scratchpad)
+    or make_primes(),
     "chain": lambda digits=2, scratchpad=False: make_chain(digits, scratchpad),
 }
 

@@ -19,7 +19,8 @@ Phase 2, RL (THEORY.md section 1). Each step:
      mini-batch and one epoch: on-policy). Each step logs the coefficients
      c_{i,t} = -d loss / d log pi(y_{i,t}) summarised as residuals (loss.py).
 
-Micro-batches, torchrun: dist_utils.py; the run folder, its lock, --resume: rundir.py, checkpoint.py;
+Micro-batches, torchrun: dist_utils.py; the run folder, its lock, --resume: rundir.py,
+checkpoint.py;
 --diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``: every flag) or
 ``torchrun --standalone --nproc_per_node=N train.py ...``."""
 
@@ -55,8 +56,16 @@ def initial_model(cfg, device):
     if cfg.init_from:
         model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
         return rundir.init_from_checks(cfg, model, ck), model
-    return cfg, GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
-                              n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)).to(device)
+    return cfg, GPT(
+        GPTConfig(
+            vocab_size=toy_tasks.VOCAB_SIZE,
+            n_out=toy_tasks.N_OUT,
+            n_layer=cfg.n_layer,
+            n_head=cfg.n_head,
+            n_embd=cfg.n_embd,
+            block_size=64,
+        )
+    ).to(device)
 
 
 # ----------------------------------------------------------------------------- phase 1: SFT
@@ -66,8 +75,11 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
     A fraction ``flawed`` of the solutions come from the task's flawed teacher."""
     probs = [draw() for _ in range(n)]
     prompts = [toy_tasks.encode(task.prompt(p)) for p in probs]
-    sols = [toy_tasks.encode(task.flawed(p, rng) if rng.random() < flawed else task.solution(p, rng))
-            + [EOS] for p in probs]
+    sols = [
+        toy_tasks.encode(task.flawed(p, rng) if rng.random() < flawed else task.solution(p, rng))
+        + [EOS]
+        for p in probs
+    ]
     T = max(len(s) for s in sols)
     tokens = torch.full((n, T), PAD, dtype=torch.long, device=device)
     for i, s in enumerate(sols):
@@ -80,13 +92,19 @@ def sft(model, task, cfg, state, out, device, master):
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
     if state.saved:
         state.restore(opt, dist_utils.rank_world()[0])
-    world, n_sft = dist_utils.rank_world()[1], len(dist_utils.shard(torch.arange(cfg.sft_batch), *dist_utils.rank_world()))  # rank's share
+    world, n_sft = dist_utils.rank_world()[1], len(
+        dist_utils.shard(torch.arange(cfg.sft_batch), *dist_utils.rank_world())
+    )  # rank's share
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", master)
     for step in bar:
-        prompts, tokens, mask = sft_batch(task, state.draw, n_sft, state.sol_rng, device, cfg.sft_flawed)
+        prompts, tokens, mask = sft_batch(
+            task, state.draw, n_sft, state.sol_rng, device, cfg.sft_flawed
+        )
         with amp(cfg, device):
             logp = completion_logprobs(model, prompts, tokens, mask, PAD)
-        sft_loss = -(logp.sum() / dist_utils.all_reduce_sum(mask.sum())) * world  # all ranks' token mean; x world: DDP
+        sft_loss = (
+            -(logp.sum() / dist_utils.all_reduce_sum(mask.sum())) * world
+        )  # all ranks' token mean; x world: DDP
         if not torch.isfinite(sft_loss):
             raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
                                      f"(try a smaller --sft_lr)")
@@ -107,63 +125,90 @@ def sft(model, task, cfg, state, out, device, master):
 
 # ----------------------------------------------------------------------------- phase 2: the RL step
 
+def logprobs_of(net, batch, rows, cfg, hidden=False):
+    """log pi(y_t | s_t) of the batch's ``rows`` under ``net``, tempered as at sampling."""
+    with amp(cfg, batch["mask"].device.type):
+        return completion_logprobs(net, [batch["prompts"][i] for i in rows.tolist()],
+                                   batch["tokens"][rows], batch["mask"][rows], PAD,
+                                   cfg.temperature, return_hidden=hidden)
+
+
+def whole_step_weights(plain, batch, adv, mb, parts, cfg):
+    """DFPO's w~ of the step's rows, or None. w~ is a per-group statistic: once a step
+    is split over micro-batches or processes, each part must use the whole step's
+    (a no-grad pass over every part, summed over ranks), or the copies of a shared
+    token in different parts get different weights."""
+    world = dist_utils.rank_world()[1]
+    split = world > 1 or len(parts) > 1
+    if not (loss.OBJECTIVES[cfg.loss].group_transform and cfg.norm == "global" and split):
+        return None  # one part: policy_loss computes w~ from the rows it sees
+    mask, old = batch["mask"], batch["logprobs"]
+    with torch.no_grad():
+        ratio = torch.cat([loss.sequence_ratio(logprobs_of(plain, batch, mb[p], cfg), old[mb[p]],
+                                               mask[mb[p]]) for p in parts])
+    ratio = dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb))
+    bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
+    return loss.dfpo_weights(ratio, adv[mb], batch["group"][mb], cfg.loss, bounds)
+
+
+def step_metrics(acc, coef, batch, adv, mb):
+    """The step's logged numbers: the stats summed over parts and ranks (row-weighted
+    means, the loss a sum), and the residuals of every coefficient of the step."""
+    keys = sorted(acc)
+    total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
+    out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
+    coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
+    group, mask = batch["group"][mb], batch["mask"][mb]
+    out["first_token_residual"] = loss.first_token_residual(coef, group)
+    out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask, group)
+    return out
+
+
 def optimizer_step(model, opt, batch, adv, mb, cfg):
-    """One optimizer step on mini-batch ``mb`` (indices into the batch): this rank's share, in micro-batches
-    whose gradients accumulate. --norm=global: every part uses the step's denominators and DFPO weights
-    (the same update however the step is split); --norm=local: each uses its own."""
+    """One optimizer step on mini-batch ``mb`` (indices into the batch): this rank's
+    share, in micro-batches whose gradients accumulate. --norm=global: every part uses
+    the step's denominators and DFPO weights (the same update however the step is
+    split); --norm=local: each uses its own."""
     rank, world = dist_utils.rank_world()
     mask, group, old = batch["mask"], batch["group"], batch["logprobs"]
     mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
     parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
     glob, plain = cfg.norm == "global", getattr(model, "module", model)
     settings = loss.LossSettings.from_config(cfg)
-    step_counts = lambda rows, m=1: loss.step_counts(mask[rows], adv[rows], max_len=batch["max_len"],
-                                                  micro_batches=m)
-    counts = step_counts(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
 
-    def logprobs(net, rows, hidden=False):
-        with amp(cfg, mask.device.type):
-            return completion_logprobs(net, [batch["prompts"][i] for i in rows.tolist()],
-                                       batch["tokens"][rows], mask[rows], PAD, cfg.temperature,
-                                       return_hidden=hidden)
+    def counts_of(rows, m=1):  # the denominators N, sum L, L_max of these rows
+        return loss.step_counts(mask[rows], adv[rows], max_len=batch["max_len"], micro_batches=m)
 
-    weights = None  # DFPO's w~ is a per-group statistic: from the whole step once it is split
-    if loss.OBJECTIVES[cfg.loss].group_transform and glob and (world > 1 or len(parts) > 1):
-        with torch.no_grad():
-            ratio = torch.cat([loss.sequence_ratio(logprobs(plain, mb[p]), old[mb[p]], mask[mb[p]]) for p in parts])
-        weights = loss.dfpo_weights(dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb)), adv[mb], group[mb],
-                                 cfg.loss, loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+    counts = counts_of(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
+    weights = whole_step_weights(plain, batch, adv, mb, parts, cfg)
     opt.zero_grad(set_to_none=True)
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
     for j, p in enumerate(parts):
         rows = mb[p]
-        last = j == len(parts) - 1  # DDP all-reduces the gradients on the last backward only
-        with contextlib.nullcontext() if last else getattr(model, "no_sync", contextlib.nullcontext)():
-            new_logp, h = logprobs(model, rows, hidden=True)
-            entropy = token_entropy(plain, h, cfg.temperature) if loss_engines.needs_entropy(cfg) else None
-            keep = loss_engines.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)  # None: every token
+        # DDP all-reduces the gradients on the last backward only
+        no_sync = getattr(model, "no_sync", contextlib.nullcontext)
+        with contextlib.nullcontext() if j == len(parts) - 1 else no_sync():
+            new_logp, h = logprobs_of(model, batch, rows, cfg, hidden=True)
+            entropy = token_entropy(plain, h, cfg.temperature) if loss_engines.needs_entropy(cfg) \
+                else None
+            # the tokens whose policy term keeps its gradient (None: every token)
+            keep = loss_engines.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)
             value, stats = loss.policy_loss(loss.LossBatch(
                 new_logp, old[rows], mask[rows], adv[rows], group[rows],
-                counts=counts if glob else step_counts(rows),
+                counts=counts if glob else counts_of(rows),
                 weights=None if weights is None else weights[p],
                 ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
                 entropy=entropy, keep=keep), settings)
             if not torch.isfinite(value):
                 raise FloatingPointError("loss is not finite")
-            term = value if glob else value / (len(parts) * world)  # this part's term of the step's loss
+            term = value if glob else value / (len(parts) * world)  # this part's share of the loss
             coef[p] = loss.coefficients(term, new_logp).detach().float()
             (term * world).backward()  # DDP averages over ranks: x world makes it the sum
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    keys = sorted(acc)
-    total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
-    out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
-    coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
-    out["first_token_residual"] = loss.first_token_residual(coef, group[mb])
-    out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask[mb], group[mb])
-    return out
+    return step_metrics(acc, coef, batch, adv, mb)
 
 
 def rl_update(model, opt, batch, cfg, gen):
@@ -171,7 +216,9 @@ def rl_update(model, opt, batch, cfg, gen):
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
     lens = mask.sum(1)
-    adv = advantage.advantages(rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline"))
+    adv = advantage.advantages(
+        rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline")
+    )
     logs = []
     for _ in range(cfg.epochs):
         cut = dist_utils.rank_world()[0] == 0  # every rank must see rank 0's cut
@@ -189,16 +236,27 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
     """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
     step, sums = state.step, state.sums
     model.train()
-    batch = rollouts(raw, task, state.draw, cfg, state.gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1])
+    batch = rollouts(
+        raw,
+        task,
+        state.draw,
+        cfg,
+        state.gen,
+        device,
+        cfg.prompts_per_step // dist_utils.rank_world()[1],
+    )
     batch["max_len"] = task.max_new_tokens
     batch = dist_utils.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
     if ref_model is not None:
         with torch.no_grad(), amp(cfg, device):
-            batch["ref_logprobs"] = completion_logprobs(ref_model, batch["prompts"], batch["tokens"],
-                                                        batch["mask"], PAD, cfg.temperature).float()
+            batch["ref_logprobs"] = completion_logprobs(
+                ref_model, batch["prompts"], batch["tokens"], batch["mask"], PAD, cfg.temperature
+            ).float()
     zero_var = advantage.zero_variance_fraction(batch["rewards"], batch["group"])
     diag = cfg.diagnostics and master
-    before = diagnostics.tax_before(raw, batch) if diag else None  # the learning tax: KL at shared histories
+    before = (
+        diagnostics.tax_before(raw, batch) if diag else None
+    )  # the learning tax: KL at shared histories
     stats = rl_update(model, opt, batch, cfg, state.gen)
     checkpoint.check_finite(raw, "after the update")
     if diag:
@@ -206,9 +264,15 @@ def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, mast
         sums["tax_sum"] += stats["tax"]
         sums["tax_interior_sum"] += stats["tax_interior"]
         stats["tax_sum"], stats["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
-    rec = {"phase": "rl", "step": step, "reward": float(batch["rewards"].mean()), "mixed": 1.0 - zero_var,
-           "zero_var": zero_var, **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-           **stats["mb_stats"]}
+    rec = {
+        "phase": "rl",
+        "step": step,
+        "reward": float(batch["rewards"].mean()),
+        "mixed": 1.0 - zero_var,
+        "zero_var": zero_var,
+        **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
+        **stats["mb_stats"],
+    }
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] += rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
@@ -264,7 +328,9 @@ def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
     for step in bar:
         state.step = step
         try:
-            rec = rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, master, t0)
+            rec = rl_step(
+                model, raw, opt, ref_model, task, held_out, cfg, state, device, master, t0
+            )
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
                                      f"the last good checkpoint is kept") from None
@@ -287,9 +353,12 @@ def run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
     if master:
         rundir.start_writing(cfg, found, resolved, saved)
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    state = checkpoint.RunState(draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
-                       sol_rng=random.Random(cfg.seed + 1 + rank),
-                       gen=torch.Generator(device=device).manual_seed(cfg.seed + rank), saved=saved)
+    state = checkpoint.RunState(
+        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
+        sol_rng=random.Random(cfg.seed + 1 + rank),
+        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
+        saved=saved,
+    )
     out = rundir.RunDir(cfg, raw, master)
     t0 = time.time()
     if state.phase == "sft" and sft_steps > 0:
@@ -298,9 +367,14 @@ def run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
     if not master:
         return {}
     s, mixed = state.sums, state.sums["mixed_at_start"]  # no mixed fraction without an RL step
-    summary = {"warm_start_acc": s["acc0"], **({} if mixed is None else {"mixed_at_start": mixed}),
-               "final_acc": s["acc"], "gain": s["acc"] - s["acc0"], "seconds": round(time.time() - t0, 1),
-               **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {})}
+    summary = {
+        "warm_start_acc": s["acc0"],
+        **({} if mixed is None else {"mixed_at_start": mixed}),
+        "final_acc": s["acc"],
+        "gain": s["acc"] - s["acc0"],
+        "seconds": round(time.time() - t0, 1),
+        **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {}),
+    }
     out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     out.close()
     print(summary_line(summary, cfg))
@@ -314,7 +388,9 @@ def main(cfg):
     device = dist_utils.resolve_device(cfg.device)
     master = rank == 0  # evaluates, logs, writes metrics and checkpoints
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    cfg, found, model, saved = rundir.open_run(cfg, device, world)  # every check before anything is written
+    cfg, found, model, saved = rundir.open_run(
+        cfg, device, world
+    )  # every check before anything is written
     torch.manual_seed(cfg.seed)  # the same initial model on every rank
     random.seed(cfg.seed)
     if model is None:  # else it is ckpt.pt's (--resume)

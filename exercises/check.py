@@ -50,7 +50,13 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
     logr = torch.zeros(G, T, dtype=torch.float64)
     if log_s is not None:
         logr[:, 1:] = (torch.tensor(log_s, dtype=torch.float64) * lens / (lens - 1))[:, None]
-    return new, new - logr * mask, mask, torch.tensor(rewards, dtype=torch.float64), torch.zeros(G, dtype=torch.long)
+    return (
+        new,
+        new - logr * mask,
+        mask,
+        torch.tensor(rewards, dtype=torch.float64),
+        torch.zeros(G, dtype=torch.long),
+    )
 
 
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
@@ -65,7 +71,11 @@ def coefficients(name, batch, clip="none", max_len=None, adv=None):
 
 
 def close(got, truth, rel=0.01):
-    return isinstance(got, (int, float)) and not isinstance(got, bool) and abs(got - truth) <= rel * abs(truth) + 1e-9
+    return (
+        isinstance(got, (int, float))
+        and not isinstance(got, bool)
+        and abs(got - truth) <= rel * abs(truth) + 1e-9
+    )
 
 
 def written(sheet, name):
@@ -86,15 +96,26 @@ def ex1_truth(name):
     batch = shared_group(p["lengths"], p["rewards"])
     c, k = coefficients("grpo", batch, "sym"), p["k"] - 1
     dr = coefficients("dr_grpo", batch, "sym", max_len=p["L_max"])
-    return {"grpo_residual": loss.first_token_residual(c, batch[4]), "grpo_net": float(c[:, 0].sum()),
-            "grpo_coef_k": float(c[k, 0]), "dr_grpo_coef_k": float(dr[k, 0])}
+    return {
+        "grpo_residual": loss.first_token_residual(c, batch[4]),
+        "grpo_net": float(c[:, 0].sum()),
+        "grpo_coef_k": float(c[k, 0]),
+        "dr_grpo_coef_k": float(dr[k, 0]),
+    }
 
 
-WHAT = {"grpo_residual": "grpo's first-token residual", "grpo_net": "grpo's sum_i c_{i,0}",
-        "grpo_coef_k": "grpo's c_{k,0}", "dr_grpo_coef_k": "dr_grpo's c_{k,0}",
-        "gspo_residual": "gspo's first-token residual", "luspo_residual": "luspo's first-token residual",
-        "orth_w_k": "dfpo_orth's w~_k", "tokens": "the number of completion tokens",
-        "template": "the number of template tokens", "plain_share": "the template share"}
+WHAT = {
+    "grpo_residual": "grpo's first-token residual",
+    "grpo_net": "grpo's sum_i c_{i,0}",
+    "grpo_coef_k": "grpo's c_{k,0}",
+    "dr_grpo_coef_k": "dr_grpo's c_{k,0}",
+    "gspo_residual": "gspo's first-token residual",
+    "luspo_residual": "luspo's first-token residual",
+    "orth_w_k": "dfpo_orth's w~_k",
+    "tokens": "the number of completion tokens",
+    "template": "the number of template tokens",
+    "plain_share": "the template share",
+}
 
 
 def numbers(ex, truth):
@@ -103,7 +124,9 @@ def numbers(ex, truth):
         for key, value in truth(student(sheet)).items():
             got = getattr(sheet, ex)[key]
             assert got is not None, f"{ex}[{key!r}] is not filled in yet"
-            assert close(got, value), f"{ex}[{key!r}] = {got} is not {WHAT[key]} of your table (3 significant digits)"
+            assert close(
+                got, value
+            ), f"{ex}[{key!r}] = {got} is not {WHAT[key]} of your table (3 significant digits)"
     return check
 
 
@@ -118,17 +141,25 @@ def G(*xs):
 
 
 def same(got, want, what):
-    assert torch.is_tensor(got) and got.shape == want.shape, f"{what}: not a tensor of shape {tuple(want.shape)}"
+    assert (
+        torch.is_tensor(got) and got.shape == want.shape
+    ), f"{what}: not a tensor of shape {tuple(want.shape)}"
     assert torch.allclose(got.double(), want.double(), atol=1e-6), f"{what}: wrong values"
 
 
 def ex2_hand(env):
     f = loss.adv_orthogonal
-    same(f(T(1.2, .9, 1, 2, .5), T(1, -1, 0, .5, -.5), G(0, 0, 0, 1, 1)), T(1.05, 1.05, 1, 1.25, 1.25),
-         "hand example: groups 0 = rows 0-2, 1 = rows 3-4")
+    same(
+        f(T(1.2, 0.9, 1, 2, 0.5), T(1, -1, 0, 0.5, -0.5), G(0, 0, 0, 1, 1)),
+        T(1.05, 1.05, 1, 1.25, 1.25),
+        "hand example: groups 0 = rows 0-2, 1 = rows 3-4",
+    )
     k = 0.35 / 1.5
-    same(f(T(1.2, .9, .6, 1.5, 1), T(.5, 1, -.5, -.5, -.5), G(5, 2, 5, 2, 2)),
-         T(.9, .9 + k, .9, 1.5 - .5 * k, 1 - .5 * k), "hand example: group 5 = rows 0, 2; group 2 = rows 1, 3, 4")
+    same(
+        f(T(1.2, 0.9, 0.6, 1.5, 1), T(0.5, 1, -0.5, -0.5, -0.5), G(5, 2, 5, 2, 2)),
+        T(0.9, 0.9 + k, 0.9, 1.5 - 0.5 * k, 1 - 0.5 * k),
+        "hand example: group 5 = rows 0, 2; group 2 = rows 1, 3, 4",
+    )
     same(f(T(1, 2, .5), T(1, .5, 0), G(4, 4, 4)), T(-.6, 1.2, .5),
          "hand example: one group whose advantages 1, 0.5, 0 are not centred (use them as given)")
 
@@ -137,7 +168,11 @@ def random_batch(seed, labels=(7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5), centred=True
     g = torch.Generator().manual_seed(seed)
     group = torch.tensor(labels)
     r = (torch.rand(len(labels), generator=g) < 0.5).double()
-    adv = advantage.advantages(r, group, "dr_grpo").double() if centred else torch.randn(len(labels), generator=g).double()
+    adv = (
+        advantage.advantages(r, group, "dr_grpo").double()
+        if centred
+        else torch.randn(len(labels), generator=g).double()
+    )
     return torch.rand(len(labels), generator=g).double() + 0.5, adv, group
 
 
@@ -148,19 +183,29 @@ def ex2_orthogonal(env):
         same(out, out, "12 rows, groups 7, 3, 5 interleaved")
         for gid in (3, 5, 7):
             m = group == gid
-            assert abs(float((adv[m] * out[m]).sum())) < 1e-6, \
-                f"batch {seed}, group {gid} (rows {m.nonzero().flatten().tolist()}): sum_i A_i w~_i is not 0"
+            assert (
+                abs(float((adv[m] * out[m]).sum())) < 1e-6
+            ), (f"batch {seed}, group {gid} (rows {m.nonzero().flatten().tolist()}): "
+                "sum_i A_i w~_i is not 0")
             d, a = out[m] - w[m], adv[m]
             assert torch.allclose(d, (d @ a) / (a @ a).clamp(min=1e-12) * a, atol=1e-6), \
                 f"batch {seed}, group {gid}: w~ - w is not a multiple of A"
-        same(loss.adv_orthogonal(out, adv, group), out, f"batch {seed}: applied twice, the result changes")
+        same(
+            loss.adv_orthogonal(out, adv, group),
+            out,
+            f"batch {seed}: applied twice, the result changes",
+        )
 
 
 def ex2_edges(env):
     group = G(0, 0, 0, 0, 1, 1, 1, 1)
     adv = advantage.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
     w = T(1.3, 1.3, 1.3, 1.3, .7, .7, .7, .7)
-    same(loss.adv_orthogonal(w, adv, group), w, "w constant in each group (on-policy): w~ must equal w")
+    same(
+        loss.adv_orthogonal(w, adv, group),
+        w,
+        "w constant in each group (on-policy): w~ must equal w",
+    )
     w, adv, group = T(1.2, .8, 1.1, 1, .9, 1.3), T(0, 0, 0, .5, -.25, -.25), G(0, 0, 0, 1, 1, 1)
     keep = [x.clone() for x in (w, adv, group)]
     out = loss.adv_orthogonal(w, adv, group)
@@ -170,7 +215,8 @@ def ex2_edges(env):
 
 
 def off_policy_groups(shared_log_ratio):
-    """Two groups (ids 4 and 9) whose token 0 is shared and whose token ratio is exp(shared_log_ratio)."""
+    """Two groups (ids 4 and 9) whose token 0 is shared and whose token ratio is
+    exp(shared_log_ratio)."""
     a = shared_group((2, 3, 4, 5), (1.0, 0.0, 1.0, 0.0), log_s=(.1, -.05, .08, -.12), seed=0)
     b = shared_group((5, 4, 3, 2), (1.0, 1.0, 0.0, 0.0), log_s=(-.07, .11, .02, .09), seed=1)
     new, old, mask, r, _ = (torch.cat(pair) for pair in zip(a, b))
@@ -182,16 +228,23 @@ def cancels_inside(name, env):
     for clip, x in (("none", 0.15), ("sym", 0.15), ("sym", 0.3)):
         batch = off_policy_groups(x)
         c = coefficients(name, batch, clip)
-        assert float(c[:, 0].abs().sum()) > 1e-4, f"{name}, clip={clip}, shared log-ratio {x}: the shared token has no weight"
-        assert loss.first_token_residual(c, batch[4]) < 1e-6, \
-            f"{name}, clip={clip}, shared log-ratio {x}: the shared token's coefficients do not sum to 0"
+        assert (
+            float(c[:, 0].abs().sum()) > 1e-4
+        ), f"{name}, clip={clip}, shared log-ratio {x}: the shared token has no weight"
+        assert (
+            loss.first_token_residual(c, batch[4]) < 1e-6
+        ), (f"{name}, clip={clip}, shared log-ratio {x}: "
+            "the shared token's coefficients do not sum to 0")
 
 
 # ------------------------------------------------------------ exercise 3: Min-Replace
 
 def ex3_hand(env):
-    same(loss.min_replace(T(1.2, .9, .6, 1.5, 1), T(.5, .5, -.5, -.5, 0), G(5, 2, 5, 2, 2)), T(.6, .9, .6, .9, .9),
-         "hand example: group 5 = rows 0, 2; group 2 = rows 1, 3, 4")
+    same(
+        loss.min_replace(T(1.2, 0.9, 0.6, 1.5, 1), T(0.5, 0.5, -0.5, -0.5, 0), G(5, 2, 5, 2, 2)),
+        T(0.6, 0.9, 0.6, 0.9, 0.9),
+        "hand example: group 5 = rows 0, 2; group 2 = rows 1, 3, 4",
+    )
 
 
 def ex3_properties(env):
@@ -200,27 +253,43 @@ def ex3_properties(env):
         keep = [x.clone() for x in (w, adv, group)]
         out = loss.min_replace(w, adv, group)
         same(out, out, f"batch {seed}: 12 rows")
-        assert all(torch.equal(a, b) for a, b in zip(keep, (w, adv, group))), f"batch {seed}: the inputs were modified"
+        assert all(
+            torch.equal(a, b) for a, b in zip(keep, (w, adv, group))
+        ), f"batch {seed}: the inputs were modified"
         assert (out <= w + 1e-12).all(), f"batch {seed}: some w~_i is larger than w_i"
         for gid in (3, 5, 7):
             m = group == gid
-            assert len(set(out[m].tolist())) == 1, f"batch {seed}, group {gid}: w~ is not one value per group"
-            assert bool((w[m] == out[m][0]).any()), f"batch {seed}, group {gid}: w~ is not the w of any member"
+            assert (
+                len(set(out[m].tolist())) == 1
+            ), f"batch {seed}, group {gid}: w~ is not one value per group"
+            assert bool(
+                (w[m] == out[m][0]).any()
+            ), f"batch {seed}, group {gid}: w~ is not the w of any member"
     w = T(1.3, 1.3, .7, .7)
-    same(loss.min_replace(w, T(.5, -.5, .5, -.5), G(1, 1, 0, 0)), w, "w constant in each group: w~ must equal w")
+    same(
+        loss.min_replace(w, T(0.5, -0.5, 0.5, -0.5), G(1, 1, 0, 0)),
+        w,
+        "w constant in each group: w~ must equal w",
+    )
 
 
 # ------------------------------------------------------------ exercise 4: off-policy by hand
 
 def ex4_truth(name):
     p = problems.ex4(name)
-    batch = shared_group(p["lengths"], p["rewards"], log_s=[float(torch.tensor(s).log()) for s in p["s"]])
+    batch = shared_group(
+        p["lengths"], p["rewards"], log_s=[float(torch.tensor(s).log()) for s in p["s"]]
+    )
     a = torch.tensor(p["rewards"], dtype=torch.float64)
     a, w = a - a.mean(), torch.tensor(p["s"], dtype=torch.float64)
-    proj = w - a * torch.linalg.lstsq(a[:, None], w[:, None]).solution[0, 0]  # least squares, not loss.py
-    return {"gspo_residual": loss.first_token_residual(coefficients("gspo", batch, "sym"), batch[4]),
-            "luspo_residual": loss.first_token_residual(coefficients("luspo", batch, "sym"), batch[4]),
-            "orth_w_k": float(proj[p["k"] - 1])}
+    proj = (
+        w - a * torch.linalg.lstsq(a[:, None], w[:, None]).solution[0, 0]
+    )  # least squares, not loss.py
+    return {
+        "gspo_residual": loss.first_token_residual(coefficients("gspo", batch, "sym"), batch[4]),
+        "luspo_residual": loss.first_token_residual(coefficients("luspo", batch, "sym"), batch[4]),
+        "orth_w_k": float(proj[p["k"] - 1]),
+    }
 
 
 # ------------------------------------------------------------ exercise 5: query_balanced
@@ -231,12 +300,18 @@ def make_batch(seed, B=8, G=4):
     rewards = (torch.rand(B, G, generator=g) < torch.rand(B, 1, generator=g)).float().flatten()
     perm = torch.randperm(B * G, generator=g)
     group_ids = torch.arange(B).repeat_interleave(G)[perm] * 7 + 3
-    return group_ids, advantage.advantages(rewards[perm], group_ids, "dr_grpo"), torch.randint(3, 9, (B * G,), generator=g)
+    return (
+        group_ids,
+        advantage.advantages(rewards[perm], group_ids, "dr_grpo"),
+        torch.randint(3, 9, (B * G,), generator=g),
+    )
 
 
 def cut(fn, batch, M, seed):
     mbs = fn(*batch, M, torch.Generator().manual_seed(seed))
-    assert isinstance(mbs, (list, tuple)) and len(mbs) == M, f"M = {M}, batch {seed}: not a list of {M} index tensors"
+    assert (
+        isinstance(mbs, (list, tuple)) and len(mbs) == M
+    ), f"M = {M}, batch {seed}: not a list of {M} index tensors"
     return [torch.as_tensor(mb, dtype=torch.long) for mb in mbs]
 
 
@@ -247,19 +322,25 @@ def ex5_valid(env):
             where = f"{B} groups x {Gs}, M = {M}, batch {seed}"
             mbs = cut(batching.query_balanced, batch, M, seed)
             assert all(len(mb) > 0 for mb in mbs), f"{where}: a mini-batch is empty"
-            assert sorted(torch.cat(mbs).tolist()) == list(range(B * Gs)), f"{where}: not every rollout exactly once"
+            assert sorted(torch.cat(mbs).tolist()) == list(
+                range(B * Gs)
+            ), f"{where}: not every rollout exactly once"
             stats = batching.minibatch_stats(mbs, *batch)
             assert stats["groups_split"] == 0, f"{where}: a group is split across mini-batches"
             sizes = sorted(len(torch.unique(batch[0][mb])) for mb in mbs)
-            assert sizes == sorted(len(torch.unique(batch[0][mb])) for mb in cut(batching.query, batch, M, seed)), \
-                f"{where}: the numbers of groups per mini-batch are not those of query"
+            assert sizes == sorted(
+                len(torch.unique(batch[0][mb])) for mb in cut(batching.query, batch, M, seed)
+            ), f"{where}: the numbers of groups per mini-batch are not those of query"
     a = cut(batching.query_balanced, make_batch(0), 4, 3)
-    assert [x.tolist() for x in a] == [x.tolist() for x in cut(batching.query_balanced, make_batch(0), 4, 3)], \
-        "the same batch and the same seed give different cuts"
+    assert [x.tolist() for x in a] == [
+        x.tolist() for x in cut(batching.query_balanced, make_batch(0), 4, 3)
+    ], "the same batch and the same seed give different cuts"
 
 
 def sign_spread(stats):
-    return (max(stats["mb_pos"]) - min(stats["mb_pos"])) + (max(stats["mb_neg"]) - min(stats["mb_neg"]))
+    return (max(stats["mb_pos"]) - min(stats["mb_pos"])) + (
+        max(stats["mb_neg"]) - min(stats["mb_neg"])
+    )
 
 
 def ex5_spread(env):
@@ -271,17 +352,25 @@ def ex5_spread(env):
                              ("query", batching.query)):
                 mbs = cut(fn, batch, M, seed)
                 stats = batching.minibatch_stats(mbs, *batch)
-                assert name != "yours" or stats["groups_split"] == 0, f"M = {M}, batch {seed}: a group is split"
+                assert (
+                    name != "yours" or stats["groups_split"] == 0
+                ), f"M = {M}, batch {seed}: a group is split"
                 spread[name] += sign_spread(stats) / 200
-        assert spread["yours"] < min(spread["shuffle"], spread["query"]), \
-            f"M = {M}, 200 batches of 8 groups x 4: mean sign spread " + ", ".join(f"{k} {v:.2f}" for k, v in spread.items())
+        assert spread["yours"] < min(
+            spread["shuffle"], spread["query"]
+        ), f"M = {M}, 200 batches of 8 groups x 4: mean sign spread " + ", ".join(
+            f"{k} {v:.2f}" for k, v in spread.items()
+        )
 
 
 # ------------------------------------------------------------ exercise 6: the buggy loss
 
 def ex6_measure(fn, off_policy):
-    """(autograd coefficients, specified coefficients, loss value, specified value) on one shared group."""
-    batch = shared_group((2, 3, 4, 5), (1.0, 0.0, 1.0, 0.0), log_s=(.1, -.05, .08, -.12) if off_policy else None)
+    """(autograd coefficients, specified coefficients, loss value, specified value) on one
+    shared group."""
+    batch = shared_group(
+        (2, 3, 4, 5), (1.0, 0.0, 1.0, 0.0), log_s=(0.1, -0.05, 0.08, -0.12) if off_policy else None
+    )
     new, old, mask, r, grp = batch
     old[:, 0] = new[:, 0] - (0.2 if off_policy else 0.0)
     adv = r - r.mean()
@@ -299,16 +388,26 @@ def ex6_fixed(env):
         where = "off-policy" if off else "on-policy"
         c, spec, value, spec_value = ex6_measure(env["ex6"], off)
         assert abs(value - spec_value) < 1e-6, f"{where}: the loss value is not the specified one"
-        assert torch.allclose(c, spec, atol=1e-7), f"{where}: the coefficients are not the specified ones"
+        assert torch.allclose(
+            c, spec, atol=1e-7
+        ), f"{where}: the coefficients are not the specified ones"
         assert abs(float(c[:, 0].sum())) < 1e-7, f"{where}: the shared token does not cancel"
 
 
 def show_ex6(fn):
-    print("one group: rewards 1, 0, 1, 0; lengths 2, 3, 4, 5; token 0 is shared by all four rollouts")
+    print(
+        "one group: rewards 1, 0, 1, 0; lengths 2, 3, 4, 5; token 0 is shared by all four rollouts"
+    )
     for off in (False, True):
         c, spec, value, spec_value = ex6_measure(fn, off)
-        print(f"\n{'off-policy' if off else 'on-policy'}:  loss value {value:+.6f}  (specification {spec_value:+.6f})")
-        print("  rollout   c of the shared token   specified   |  c summed over the rollout   specified")
+        print(
+            f"\n{'off-policy' if off else 'on-policy'}:  loss value {value:+.6f}  (specification "
+            f"{spec_value:+.6f})"
+        )
+        print(
+            "  rollout   c of the shared token   specified   |  c summed over the rollout   "
+            "specified"
+        )
         for i in range(len(c)):
             print(f"  {i:>7}   {float(c[i, 0]):>+21.6f}   {float(spec[i, 0]):>+9.6f}   |"
                   f"  {float(c[i].sum()):>+26.6f}   {float(spec[i].sum()):>+9.6f}")
@@ -327,7 +426,11 @@ def ex7_truth(name):
         for b in range(p["lo"], p["hi"] + 1):
             c = plain.categories((a, b), plain.solution((a, b)))
             total, template = total + len(c), template + c.count("template")
-    return {"tokens": len(cats), "template": cats.count("template"), "plain_share": template / total}
+    return {
+        "tokens": len(cats),
+        "template": cats.count("template"),
+        "plain_share": template / total,
+    }
 
 
 def prose(name):
@@ -337,10 +440,18 @@ def prose(name):
 WRITTEN = "written answer (read by your teacher)"
 CHECKS = {
     "ex1": [("the numbers", numbers("EX1", ex1_truth)), (WRITTEN, prose("EX1_WHY"))],
-    "ex2": [("hand examples", ex2_hand), ("orthogonal to A in every group", ex2_orthogonal),
-            ("edge cases", ex2_edges), ("inside dfpo_orth, off-policy", lambda env: cancels_inside("dfpo_orth", env))],
-    "ex3": [("hand example", ex3_hand), ("the group minimum", ex3_properties),
-            ("inside dfpo_min, off-policy", lambda env: cancels_inside("dfpo_min", env)), (WRITTEN, prose("EX3_WHY"))],
+    "ex2": [
+        ("hand examples", ex2_hand),
+        ("orthogonal to A in every group", ex2_orthogonal),
+        ("edge cases", ex2_edges),
+        ("inside dfpo_orth, off-policy", lambda env: cancels_inside("dfpo_orth", env)),
+    ],
+    "ex3": [
+        ("hand example", ex3_hand),
+        ("the group minimum", ex3_properties),
+        ("inside dfpo_min, off-policy", lambda env: cancels_inside("dfpo_min", env)),
+        (WRITTEN, prose("EX3_WHY")),
+    ],
     "ex4": [("the numbers", numbers("EX4", ex4_truth)), (WRITTEN, prose("EX4_WHY"))],
     "ex5": [("a valid whole-group cut", ex5_valid), ("beats shuffle and query", ex5_spread)],
     "ex6": [("the specified gradient", ex6_fixed), (WRITTEN, prose("EX6_WHY"))],
@@ -359,10 +470,24 @@ def run(ex, env):
             out.append((what, str(e)))
         except NotImplementedError as e:
             other = str(e).startswith("exercise ") and not str(e).startswith(f"exercise {ex[2:]}:")
-            out.append((what, f"needs {str(e).split(':')[0]} solved first" if other else f"not written yet ({e})"))
+            out.append(
+                (
+                    what,
+                    (
+                        f"needs {str(e).split(':')[0]} solved first"
+                        if other
+                        else f"not written yet ({e})"
+                    ),
+                )
+            )
         except Exception as e:  # the student's code raised: say where, in one line
             frame = traceback.extract_tb(e.__traceback__)[-1]
-            out.append((what, f"{type(e).__name__}: {e} ({os.path.relpath(frame.filename)}:{frame.lineno})"))
+            out.append(
+                (
+                    what,
+                    f"{type(e).__name__}: {e} ({os.path.relpath(frame.filename)}:{frame.lineno})",
+                )
+            )
     return out
 
 
@@ -370,7 +495,9 @@ def main(argv):
     todo = argv or list(CHECKS)
     bad = [a for a in todo if a not in CHECKS]
     if bad:
-        print(f"error: unknown exercise {bad[0]!r}; choose from {', '.join(CHECKS)}", file=sys.stderr)
+        print(
+            f"error: unknown exercise {bad[0]!r}; choose from {', '.join(CHECKS)}", file=sys.stderr
+        )
         return 2
     import sheet
     import ex6_buggy_loss
@@ -386,7 +513,10 @@ def main(argv):
         results = run(ex, env)
         failed += sum(why is not None for _, why in results)
         for what, why in results:
-            print(f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}" + ("" if why is None else f": {why}"))
+            print(
+                f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}"
+                + ("" if why is None else f": {why}")
+            )
     print(f"{'all hold' if not failed else f'{failed} failed'}")
     return 1 if failed else 0
 

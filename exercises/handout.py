@@ -21,39 +21,58 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEACHER_ONLY = ("exercises/answers/", "tests/test_exercises.py")  # the key, the rubrics, the wrong-work catalogue
+TEACHER_ONLY = (
+    "exercises/answers/",
+    "tests/test_exercises.py",
+)  # the key, the rubrics, the wrong-work catalogue
 STUBS = {"loss.py": {"adv_orthogonal": "ex2", "min_replace": "ex3"},
          "batching.py": {"query_balanced": "ex5"}}
 
 
 def tracked_files():
-    """Paths relative to ROOT: git's view when there is a checkout, else every file but caches and runs."""
+    """Paths relative to ROOT: git's view when there is a checkout, else every file but caches
+    and runs."""
     if os.path.isdir(os.path.join(ROOT, ".git")):
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                             cwd=ROOT, capture_output=True, check=True).stdout.decode()
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
         return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(ROOT, p)))
     paths = []
     for d, dirs, files in os.walk(ROOT):
         dirs[:] = [x for x in dirs if not x.startswith((".", "__pycache__", "out"))]
-        paths += [os.path.relpath(os.path.join(d, f), ROOT) for f in files if not f.endswith(".pyc")]
+        paths += [
+            os.path.relpath(os.path.join(d, f), ROOT) for f in files if not f.endswith(".pyc")
+        ]
     return sorted(paths)
 
 
 def stub(source, functions, module):
     """source with each named function's body, after its docstring, replaced by a raise."""
     lines = source.splitlines(keepends=True)
-    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    nodes = [
+        n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef) and n.name in functions
+    ]
     missing = set(functions) - {n.name for n in nodes}
     if missing:
         raise SystemExit(f"error: {module} has no function {sorted(missing)[0]} to stub")
-    for node in sorted(nodes, key=lambda n: -n.lineno):  # bottom up: earlier line numbers stay valid
+    for node in sorted(
+        nodes, key=lambda n: -n.lineno
+    ):  # bottom up: earlier line numbers stay valid
         doc = node.body[0]
-        has_doc = isinstance(doc, ast.Expr) and isinstance(getattr(doc, "value", None), ast.Constant)
+        has_doc = isinstance(doc, ast.Expr) and isinstance(
+            getattr(doc, "value", None), ast.Constant
+        )
         first = (doc.end_lineno if has_doc else node.body[0].lineno - 1)  # keep lines up to here
         ex = functions[node.name]
         name = f"{module[:-3]}.{node.name}"
-        raise_line = (f"    raise NotImplementedError(\"exercise {ex[2:]}: write {name} \"\n"
-                      f"                              \"(EXERCISES.md; check: python exercises/check.py {ex})\")\n")
+        raise_line = (
+            f"    raise NotImplementedError(\"exercise {ex[2:]}: write {name} \"\n"
+            "                              \"(EXERCISES.md; check: python exercises/check.py "
+            f"{ex})\")\n"
+        )
         lines[first:node.end_lineno] = [raise_line]
     return "".join(lines)
 
@@ -79,16 +98,23 @@ def main(argv):
         return 2
     out_dir = os.path.abspath(argv[0])
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        print(f"error: {argv[0]} exists and is not an empty folder; name a new one", file=sys.stderr)
+        print(
+            f"error: {argv[0]} exists and is not an empty folder; name a new one", file=sys.stderr
+        )
         return 2
     if out_dir == ROOT or out_dir.startswith(ROOT + os.sep):
-        print(f"error: {argv[0]} lies inside this repository; name a folder outside it", file=sys.stderr)
+        print(
+            f"error: {argv[0]} lies inside this repository; name a folder outside it",
+            file=sys.stderr,
+        )
         return 2
     for rel, functions in STUBS.items():  # validate before writing anything
         with open(os.path.join(ROOT, rel)) as f:
             stub(f.read(), functions, rel)
     files = build(out_dir)
-    stubbed = ", ".join(f"{m[:-3]}.{fn} ({ex})" for m, fns in STUBS.items() for fn, ex in fns.items())
+    stubbed = ", ".join(
+        f"{m[:-3]}.{fn} ({ex})" for m, fns in STUBS.items() for fn, ex in fns.items()
+    )
     print(f"wrote {len(files)} files to {argv[0]}; left out {', '.join(TEACHER_ONLY)}; "
           f"to be written by students: {stubbed}")
     return 0

@@ -56,7 +56,11 @@ def ex7(student):
     """A 2-digit addition, and a range of operands for the plain (no scratchpad) task."""
     r = rng(student, "ex7")
     lo = r.randint(25, 45)  # some sums have two digits, some three
-    return {"problem": (r.randint(10, 99), r.randint(10, 99)), "lo": lo, "hi": r.randint(max(lo + 15, 55), 75)}
+    return {
+        "problem": (r.randint(10, 99), r.randint(10, 99)),
+        "lo": lo,
+        "hi": r.randint(max(lo + 15, 55), 75),
+    }
 
 
 def show(student):
@@ -66,7 +70,10 @@ def show(student):
     print("  rollout  reward  length L_i")
     for i, (x, n) in enumerate(zip(p["rewards"], p["lengths"]), 1):
         print(f"  {i:>7}  {x:>6}  {n:>10}")
-    print(f"  the optimizer step is this one group (N = 4); k = {p['k']}; dr_grpo's L_max = {p['L_max']}\n")
+    print(
+        f"  the optimizer step is this one group (N = 4); k = {p['k']}; dr_grpo's L_max = "
+        f"{p['L_max']}\n"
+    )
     p = ex4(student)
     print("Exercise 4: one group of G = 4 rollouts, off-policy; token 0 is shared.")
     print("  rollout  reward  length L_i  sequence ratio s_i")
@@ -82,6 +89,9 @@ def show(student):
 if __name__ == "__main__":
     import sheet
     if not str(sheet.STUDENT).strip():
-        print("error: write your name or student id in STUDENT in exercises/sheet.py first", file=sys.stderr)
+        print(
+            "error: write your name or student id in STUDENT in exercises/sheet.py first",
+            file=sys.stderr,
+        )
         sys.exit(2)
     show(sheet.STUDENT)

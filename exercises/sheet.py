@@ -32,7 +32,8 @@ EX4 = {
     "orth_w_k": None,        # dfpo_orth's w~_k, with w_i = s_i, for the k of your table
 }
 EX4_WHY = """
-"""  # luspo drops gspo's 1/L_i. Why does it still not cancel here, and what does dfpo_orth do instead?
+# luspo drops gspo's 1/L_i. Why does it still not cancel here, and what does dfpo_orth do instead?
+"""
 
 # Exercise 6: what was wrong in ex6_buggy_loss.py, what did it do to the
 # gradient, and why did that stop the shared token from cancelling?
@@ -41,9 +42,11 @@ EX6_WHY = """
 
 # Exercise 7 (your table "Exercise 7").
 EX7 = {
-    "tokens": None,       # completion tokens of the canonical scratchpad solution, EOS included
-    "template": None,     # how many of them are template tokens
-    "plain_share": None,  # template share of all completion tokens of the plain task over your range (3 s.f.)
+    "tokens": None,  # completion tokens of the canonical scratchpad solution, EOS included
+    "template": None,  # how many of them are template tokens
+    # template share of all completion tokens of the plain task over your range (3 s.f.)
+    "plain_share": None,
 }
 EX7_WHY = """
-"""  # What does a scratchpad do to the spread of completion lengths in a group, and so to grpo's 1/L_i?
+# What does a scratchpad do to the spread of completion lengths in a group, and so to grpo's 1/L_i?
+"""

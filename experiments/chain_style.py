@@ -38,8 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
 ARMS = ("grpo", "dr_grpo")
-METRICS = ("style_drift_signed_restate", "style_drift_restate", "style_drift_signed_sep", "style_drift_sep",
-           "eval_acc")
+METRICS = (
+    "style_drift_signed_restate",
+    "style_drift_restate",
+    "style_drift_signed_sep",
+    "style_drift_sep",
+    "eval_acc",
+)
 EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
          "rl_steps": (200, "RL steps per arm (quick: 60)"),
          "sft_steps": (1500, "SFT steps of the chain warm start"),
@@ -47,6 +52,8 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     o = common.parse(argv, EXTRA, __doc__, redraw=("chain_style", plot))  # --replot: redraw, exit
     rl_steps = min(o["rl_steps"], 60) if o["quick"] else o["rl_steps"]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
@@ -54,29 +61,59 @@ def main(argv):
     t0 = time.time()
     runs = {a: [] for a in ARMS}
     for seed in o["seeds"]:
-        ws = common.warm_start(o["out"], seed, "chain", sft_steps=o["sft_steps"], sft_flawed=0.6, **size)
+        ws = common.warm_start(
+            o["out"], seed, "chain", sft_steps=o["sft_steps"], sft_flawed=0.6, **size
+        )
         for arm in ARMS:
             d = os.path.join(o["out"], "runs", "chain_style", f"{arm}_s{seed}")
-            ms = common.run([f"--task=chain", f"--init_from={ws}", f"--seed={seed}", f"--loss={arm}",
-                             f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 4, 1)}",
-                             "--diagnostics=true"] + batch, d)
+            ms = common.run(
+                [
+                    f"--task=chain",
+                    f"--init_from={ws}",
+                    f"--seed={seed}",
+                    f"--loss={arm}",
+                    f"--rl_steps={rl_steps}",
+                    f"--eval_every={max(rl_steps // 4, 1)}",
+                    "--diagnostics=true",
+                ]
+                + batch,
+                d,
+            )
             evals = [m for m in ms if m["phase"] == "rl" and "eval_acc" in m]
             rec = {"seed": seed, "steps": [m["step"] for m in evals]}
             for k in METRICS:
                 rec[k] = [m.get(k) for m in evals]
-            rec["tax_interior_sum"] = ([m["tax_interior_sum"] for m in ms if "tax_interior_sum" in m] or [None])[-1]
+            rec["tax_interior_sum"] = (
+                [m["tax_interior_sum"] for m in ms if "tax_interior_sum" in m] or [None]
+            )[-1]
             runs[arm].append(rec)
     last = lambda arm, k: [r[k][-1] for r in runs[arm]]
     seeds = o["seeds"]
-    primary = {"signed restate drift, grpo - dr_grpo": common.contrast(
-        last("grpo", "style_drift_signed_restate"), last("dr_grpo", "style_drift_signed_restate"), "< 0", seeds)}
+    primary = {
+        "signed restate drift, grpo - dr_grpo": common.contrast(
+            last("grpo", "style_drift_signed_restate"),
+            last("dr_grpo", "style_drift_signed_restate"),
+            "< 0",
+            seeds,
+        )
+    }
     secondary = {
         "signed sep drift, grpo - dr_grpo": common.contrast(
-            last("grpo", "style_drift_signed_sep"), last("dr_grpo", "style_drift_signed_sep"), "about 0", seeds),
+            last("grpo", "style_drift_signed_sep"),
+            last("dr_grpo", "style_drift_signed_sep"),
+            "about 0",
+            seeds,
+        ),
         "|restate drift|, grpo - dr_grpo": common.contrast(
-            last("grpo", "style_drift_restate"), last("dr_grpo", "style_drift_restate"), "> 0", seeds),
+            last("grpo", "style_drift_restate"),
+            last("dr_grpo", "style_drift_restate"),
+            "> 0",
+            seeds,
+        ),
         "final accuracy, grpo - dr_grpo": common.contrast(
-            last("grpo", "eval_acc"), last("dr_grpo", "eval_acc"), "none", seeds)}
+            last("grpo", "eval_acc"), last("dr_grpo", "eval_acc"), "none", seeds
+        ),
+    }
     per_arm = {a: {k: common.ci(last(a, k)) for k in METRICS} for a in ARMS}
     data = {"experiment": "chain_style", "seeds": seeds, "rl_steps": rl_steps, "quick": o["quick"],
             "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs,
@@ -95,29 +132,46 @@ def plot(plt, data):
     """Signed restate and sep drift over RL steps, per arm: mean and 95 % t band over seeds."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
     fig.subplots_adjust(wspace=0.4)
-    fig.suptitle("Reward-irrelevant drift on the chain testbed: grpo against dr_grpo, 200 RL steps", fontsize=11)
+    fig.suptitle(
+        "Reward-irrelevant drift on the chain testbed: grpo against dr_grpo, 200 RL steps",
+        fontsize=11,
+    )
     colors = {"grpo": "tab:red", "dr_grpo": "tab:blue"}
-    for ax, k, title in ((axes[0], "style_drift_signed_restate", "restate point (variants differ by ~10 tokens)"),
-                         (axes[1], "style_drift_signed_sep", "separator points (variants of equal length)")):
+    for ax, k, title in (
+        (axes[0], "style_drift_signed_restate", "restate point (variants differ by ~10 tokens)"),
+        (axes[1], "style_drift_signed_sep", "separator points (variants of equal length)"),
+    ):
         for arm, runs in data["runs"].items():
             steps = runs[0]["steps"]
             cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(len(steps))]
-            pts = [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]  # no drift at the warm start itself
+            pts = [
+                (s, *common.ci(c)) for s, c in zip(steps, cols) if c
+            ]  # no drift at the warm start itself
             steps, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0 for p in pts]
             ax.plot(steps, mean, marker="o", ms=3, color=colors[arm], label=arm)
-            ax.fill_between(steps, [a - b for a, b in zip(mean, half)], [a + b for a, b in zip(mean, half)],
-                            color=colors[arm], alpha=0.15)
+            ax.fill_between(
+                steps,
+                [a - b for a, b in zip(mean, half)],
+                [a + b for a, b in zip(mean, half)],
+                color=colors[arm],
+                alpha=0.15,
+            )
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xlabel("RL step")
-        ax.set_ylabel("Δ log-odds since the warm start (nats)\n> 0: towards the teacher's majority form")
+        ax.set_ylabel(
+            "Δ log-odds since the warm start (nats)\n> 0: towards the teacher's majority form"
+        )
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=8)
     n = len(data["seeds"])
-    common.caption(fig, "Change of the log-odds between the teacher's majority and minority form at the style "
-                        "points of 256 held-out chain problems, averaged per problem, then over problems. "
-                        "Left: no restatement against '('. Right: ',' against ';'. Lines: mean over "
-                        f"{n} seeds; bands: 95 % Student-t interval over seeds (t with {n - 1} degrees of "
-                        "freedom; none with one seed). Seeds share their warm start across the two arms.")
+    common.caption(
+        fig,
+        "Change of the log-odds between the teacher's majority and minority form at the style "
+        "points of 256 held-out chain problems, averaged per problem, then over problems. "
+        "Left: no restatement against '('. Right: ',' against ';'. Lines: mean over "
+        f"{n} seeds; bands: 95 % Student-t interval over seeds (t with {n - 1} degrees of "
+        "freedom; none with one seed). Seeds share their warm start across the two arms.",
+    )
     return fig
 
 

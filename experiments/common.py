@@ -34,11 +34,30 @@ from console import progress  # noqa: E402
 import train  # noqa: E402
 from model import completion_logprobs  # noqa: E402
 from toy_tasks import PAD  # noqa: E402
-from stats import (ci, contrast, fmt, mean_ci, paired, print_contrasts, seeds_needed,  # noqa: E402,F401
-                   t_quantile, verdict)
+from stats import (
+    ci,
+    contrast,
+    fmt,
+    mean_ci,
+    paired,
+    print_contrasts,
+    seeds_needed,  # noqa: E402,F401
+    t_quantile,
+    verdict,
+)
 from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
-from output import caption, ci_note, clean, contrast_panel, draw, errbars, replot, report, save, table  # noqa: E402,F401
-
+from output import (
+    caption,
+    ci_note,
+    clean,
+    contrast_panel,
+    draw,
+    errbars,
+    replot,
+    report,
+    save,
+    table,
+)  # noqa: E402,F401
 
 def parse(argv, extra=None, doc="", redraw=None):
     """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
@@ -46,7 +65,10 @@ def parse(argv, extra=None, doc="", redraw=None):
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
     as "2,4,8" are lists of counts, task names exist, and --out is a writable folder.
     With ``redraw=(name, plot)``, --replot redraws the figure from the JSON and
-    exits, as --help prints and exits."""
+    exits, as --help prints and exits.
+
+    Long because: every flag an experiment shares is parsed and checked in one place, before
+    anything runs."""
     import toy_tasks
     opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "jobs": 2, "replot": False}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
@@ -70,18 +92,27 @@ def parse(argv, extra=None, doc="", redraw=None):
         try:
             opts[key] = type(default)(raw)
         except ValueError:
-            raise CliError(f"--{key} takes {'an integer' if isinstance(default, int) else 'a number'}, "
-                           f"got {raw!r}") from None
+            raise CliError(
+                f"--{key} takes {'an integer' if isinstance(default, int) else 'a number'}, "
+                f"got {raw!r}"
+            ) from None
     for key, v in opts.items():
         default = (extra or {}).get(key, (None,))[0]
         if isinstance(v, bool):
             continue
         if isinstance(v, int) and v < (0 if key == "threads" else 1):
             raise CliError(f"--{key} must be at least {0 if key == 'threads' else 1}, got {v}")
-        if isinstance(v, float) and not (math.isfinite(v) and (v > 0 if key.endswith("lr") else v >= 0)):
-            raise CliError(f"--{key} must be a finite number {'> 0' if key.endswith('lr') else '>= 0'}, got {v}")
+        if isinstance(v, float) and not (
+            math.isfinite(v) and (v > 0 if key.endswith("lr") else v >= 0)
+        ):
+            raise CliError(
+                f"--{key} must be a finite number {'> 0' if key.endswith('lr') else '>= 0'}, got "
+                f"{v}"
+            )
         if key in ("task", "hard_task") and v not in toy_tasks.TASKS:
-            raise CliError(f"--{key}: unknown task {v!r}; choose one of {', '.join(toy_tasks.TASKS)}")
+            raise CliError(
+                f"--{key}: unknown task {v!r}; choose one of {', '.join(toy_tasks.TASKS)}"
+            )
         if key.endswith("lrs"):  # a learning-rate sweep: "1e-3,1e-2,1e-1"
             opts[key] = float_list(key, v)
         elif key == "seeds" or (isinstance(default, str) and "," in default):
@@ -99,13 +130,25 @@ def parse(argv, extra=None, doc="", redraw=None):
                 opts[key] = getattr(Config, key)
     for key, v in opts.items():  # numbers in a range torch holds
         big = max(v) if isinstance(v, list) and v and isinstance(v[0], int) else v
-        if isinstance(big, int) and not isinstance(big, bool) and big >= (2 ** 63 if key == "seeds" else config.INT_MAX):
+        if (
+            isinstance(big, int)
+            and not isinstance(big, bool)
+            and big >= (2**63 if key == "seeds" else config.INT_MAX)
+        ):
             raise CliError(f"--{key}={big} is out of range")
         if isinstance(v, float) and v > config.FLOAT_MAX:
             raise CliError(f"--{key}={v:g} is out of range: at most {config.FLOAT_MAX:g}")
-    train_flags = {k: v for k, v in opts.items() if k in Config.__dataclass_fields__ and k != "out_dir"
-                   and not isinstance(v, list) and type(v) is type(getattr(Config, k))}
-    config.validate(Config(**train_flags))  # the flags the runs pass to train.py, checked by its rules
+    train_flags = {
+        k: v
+        for k, v in opts.items()
+        if k in Config.__dataclass_fields__
+        and k != "out_dir"
+        and not isinstance(v, list)
+        and type(v) is type(getattr(Config, k))
+    }
+    config.validate(
+        Config(**train_flags)
+    )  # the flags the runs pass to train.py, checked by its rules
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
     if not opts["out"]:
@@ -185,9 +228,20 @@ def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=10
     path = os.path.join(d, "warm_start.pt")
     if not os.path.exists(path):
         unused = config.TASK_FLAGS_UNUSED.get(task, ())
-        args = [f"--task={task}", f"--sft_steps={sft_steps}", "--rl_steps=0", f"--seed={seed}",
-                f"--out_dir={d}", "--device=cpu", "--overwrite"] + [f"--{k}={v}" for k, v in flags.items()]
-        args += [f"--{k}={v}" for k, v in (("digits", digits), ("scratchpad", scratchpad)) if k not in unused]
+        args = [
+            f"--task={task}",
+            f"--sft_steps={sft_steps}",
+            "--rl_steps=0",
+            f"--seed={seed}",
+            f"--out_dir={d}",
+            "--device=cpu",
+            "--overwrite",
+        ] + [f"--{k}={v}" for k, v in flags.items()]
+        args += [
+            f"--{k}={v}"
+            for k, v in (("digits", digits), ("scratchpad", scratchpad))
+            if k not in unused
+        ]
         train.main(parse_args(args))
     return path
 
@@ -223,33 +277,55 @@ def pool(fn, items, jobs=1, threads=1, desc="seeds"):
 
 
 def over_seeds(one_seed, opts):
-    """one_seed((opts, seed)) for each of --seeds, in --jobs workers -> (results, seeds, start time)."""
+    """one_seed((opts, seed)) for each of --seeds, in --jobs workers -> (results, seeds, start
+    time)."""
     t0 = time.time()
-    return pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"]), opts["seeds"], t0
+    return (
+        pool(one_seed, [(opts, s) for s in opts["seeds"]], opts["jobs"], opts["threads"]),
+        opts["seeds"],
+        t0,
+    )
 
 
 def rate(name, runs, seconds, jobs, unit="runs"):
     """One line: how many units of work an hour this machine did, and with how many workers."""
     per_hour = runs * 3600.0 / max(seconds, 1e-9)
-    line = (f"{name}: {runs} {unit} in {seconds:.0f} s with {jobs} worker process{'es' if jobs > 1 else ''}: "
-            f"{per_hour:.0f} {unit}/hour")
+    line = (
+        f"{name}: {runs} {unit} in {seconds:.0f} s with {jobs} worker "
+        f"process{'es' if jobs > 1 else ''}: "
+        f"{per_hour:.0f} {unit}/hour"
+    )
     print(line)
     return {"units": runs, "unit": unit, "seconds": round(seconds, 1), "jobs": jobs,
             "per_hour": round(per_hour, 1)}
 
 
-# ----------------------------------------------------------------------------- diagnostics experiments (e1-e6)
+# ------------------------------------------------------------ diagnostics experiments (e1-e6)
 
-TASK_SIZED = ("n_layer", "n_head", "n_embd", "sft_steps", "sft_batch", "sft_flawed")  # per-task defaults
+TASK_SIZED = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "sft_steps",
+    "sft_batch",
+    "sft_flawed",
+)  # per-task defaults
 DIAG_FLAGS = {
-    "task": ("chain", "task of the warm start (chain: long completions with style choices the verifier ignores)"),
-    "digits": (2, "operand digits (add, mul)"), "scratchpad": (False, "scratchpad solutions (add, mul)"),
+    "task": (
+        "chain",
+        "task of the warm start (chain: long completions with style choices the verifier ignores)",
+    ),
+    "digits": (2, "operand digits (add, mul)"),
+    "scratchpad": (False, "scratchpad solutions (add, mul)"),
     "sft_steps": (1000, "SFT steps of the warm start (default: the task's, config.TASK_DEFAULTS)"),
     "sft_flawed": (0.7, "flawed-teacher share of the SFT data (default: the task's)"),
-    "n_layer": (4, "model size (warm start; default: the task's)"), "n_head": (4, "model size"),
+    "n_layer": (4, "model size (warm start; default: the task's)"),
+    "n_head": (4, "model size"),
     "n_embd": (128, "model size (default: the task's)"),
-    "sft_batch": (64, "SFT batch (warm start)"), "prompts": (16, "B: prompts per rollout batch"),
-    "group_size": (8, "G: completions per prompt"), "batches": (4, "rollout batches per seed"),
+    "sft_batch": (64, "SFT batch (warm start)"),
+    "prompts": (16, "B: prompts per rollout batch"),
+    "group_size": (8, "G: completions per prompt"),
+    "batches": (4, "rollout batches per seed"),
     "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
     "threads": (1, "torch threads per worker: these models gain little from more"),
 }
@@ -308,7 +384,9 @@ def load_state(opts, seed, path, dtype=torch.float32, lr=None):
     state = torch.load(path, map_location="cpu", weights_only=True)
     model.load_state_dict(state["model"])
     model = model.to(dtype)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr or Config.lr, betas=(0.9, 0.99), weight_decay=0.0)
+    opt = torch.optim.AdamW(
+        model.parameters(), lr=lr or Config.lr, betas=(0.9, 0.99), weight_decay=0.0
+    )
     opt.load_state_dict(state["optimizer"])  # casts the moments to the parameters' dtype
     if lr:
         for g in opt.param_groups:
@@ -364,7 +442,9 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     g = opt.param_groups[0]
     new_opt = torch.optim.AdamW(new.parameters(), lr=g["lr"], betas=g["betas"], eps=g["eps"],
                                 weight_decay=g["weight_decay"])
-    new_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # a same-dtype load would share the moments
+    new_opt.load_state_dict(
+        copy.deepcopy(opt.state_dict())
+    )  # a same-dtype load would share the moments
     cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)

@@ -87,8 +87,12 @@ def choice(model, task, problems):
     in nats (log 2 = 0.69: an even choice; 0: a settled one)."""
     dev = next(model.parameters()).device
     ids, valid, _ = left_pad([toy_tasks.encode(task.prompt(p)) for p in problems], PAD, dev)
-    logp = F.log_softmax(model(ids, valid)[:, -1].float(), -1)  # left-padded: the last position is real
-    a = torch.tensor([toy_tasks.encode(task.style_points(p)[0][2][0])[0] for p in problems], device=dev)
+    logp = F.log_softmax(
+        model(ids, valid)[:, -1].float(), -1
+    )  # left-padded: the last position is real
+    a = torch.tensor(
+        [toy_tasks.encode(task.style_points(p)[0][2][0])[0] for p in problems], device=dev
+    )
     ell = logp.gather(1, a[:, None])[:, 0] - logp[:, RESTATE]
     q = torch.sigmoid(ell.detach().double())
     h = -(q * q.clamp_min(1e-300).log() + (1 - q) * (1 - q).clamp_min(1e-300).log())
@@ -115,8 +119,10 @@ def step_coefficients(logp, old, batch, adv, cfg):
     DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
     new = logp.detach().clone().requires_grad_(True)
     counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
-    value, _ = loss.policy_loss(loss.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
-                             loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high))
+    value, _ = loss.policy_loss(
+        loss.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
+        loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
+    )
     return loss.coefficients(value, new).detach() * batch["mask"]
 
 
@@ -140,7 +146,10 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     "carried_coupled", "predicted", "exact", "measured", "kl", "entropy"}: "exact" is
     grad ell . (theta_new - theta_old); "kl" the mean over the batch's completion
     tokens of KL(pi_new || pi_old) at their sampled histories; "entropy" the
-    choice's entropy before the step."""
+    choice's entropy before the step.
+
+    Long because: the split of one step follows the optimizer's own update term by term
+    (gradient, clip, AdamW's moments), in the order the optimizer applies them."""
     params = [p for p in model.parameters() if p.requires_grad]
     ell0, entropy = choice(model, task, problems)
     g_ell = _grad(ell0, params)
@@ -155,7 +164,9 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     s = min(1.0, cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip_grad_norm_ factor
     before = [p.detach().clone() for p in params]
     group = opt.param_groups[0]
-    m_prev = [copy.deepcopy(opt.state[p].get("exp_avg")) if p in opt.state else None for p in params]
+    m_prev = [
+        copy.deepcopy(opt.state[p].get("exp_avg")) if p in opt.state else None for p in params
+    ]
     opt.zero_grad(set_to_none=True)
     for p, a in zip(params, g):
         p.grad = a.clone()
@@ -164,7 +175,13 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     lr = group["lr"]
     if isinstance(opt, torch.optim.AdamW):
         b1, b2 = group["betas"]
-        parts = {"direct": [], "coupled": [], "carried": [], "carried_direct": [], "carried_coupled": []}
+        parts = {
+            "direct": [],
+            "coupled": [],
+            "carried": [],
+            "carried_direct": [],
+            "carried_coupled": [],
+        }
         for p, a, b, m in zip(params, g_d, g_c, m_prev):
             st = opt.state[p]
             t = float(st["step"])

@@ -50,11 +50,15 @@ import torch  # noqa: E402
 import probes  # noqa: E402
 import advantage  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"),
-             steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
-             primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
-             eps=(1e-4, "flip threshold on |Delta| (nats)"), sgd_lr=(1e-3, "plain SGD lr (first-order reference)"),
-             margin=(0.10, "verdict margin: 'similar' means the interval lies inside +-margin"))
+EXTRA = dict(
+    common.DIAG_FLAGS,
+    batches=(2, "rollout batches per kept state"),
+    steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
+    primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
+    eps=(1e-4, "flip threshold on |Delta| (nats)"),
+    sgd_lr=(1e-3, "plain SGD lr (first-order reference)"),
+    margin=(0.10, "verdict margin: 'similar' means the interval lies inside +-margin"),
+)
 OPTS = ("adam", "sgd")
 KEYS = ("boosted", "suppressed", "stable")
 
@@ -90,7 +94,9 @@ def one_seed(item):
         for o in OPTS:
             d, a = torch.cat(pooled[o][0]), torch.cat(pooled[o][1])
             ones = torch.ones(len(d), 1, dtype=torch.bool)
-            t, tz = probes.flip_table(d[:, None], ones, a, opts["eps"]), probes.flip_table(d[:, None], ones, a, 0.0)
+            t, tz = probes.flip_table(d[:, None], ones, a, opts["eps"]), probes.flip_table(
+                d[:, None], ones, a, 0.0
+            )
             deltas[f"{o}_{step}"] = {"pos": t["delta_pos"][:2000], "neg": t["delta_neg"][:2000]}
             out[o] = {"pos": t["pos"], "neg": t["neg"], "flipped": t["flipped"],
                       "flipped_eps0": tz["flipped"], "pos_boosted_eps0": tz["pos"]["boosted"],
@@ -111,12 +117,21 @@ def main(argv):
         summary[str(s)] = {o: {sign: {k: common.ci(at(s, o, lambda x: x[sign][k])) for k in KEYS}
                                for sign in ("pos", "neg")} for o in OPTS}
         for o in OPTS:
-            for k in ("flipped", "flipped_eps0", "pos_boosted_eps0", "neg_boosted_eps0", "median_abs_delta"):
+            for k in (
+                "flipped",
+                "flipped_eps0",
+                "pos_boosted_eps0",
+                "neg_boosted_eps0",
+                "median_abs_delta",
+            ):
                 summary[str(s)][o][k] = common.ci(at(s, o, lambda x: x[k]))
         summary[str(s)]["reward"] = common.ci([r["steps"][str(s)]["reward"] for r in per_seed])
     boosted_gap = lambda s, o, eps0=False: common.contrast(
         at(s, o, lambda x: x["pos_boosted_eps0"] if eps0 else x["pos"]["boosted"]),
-        at(s, o, lambda x: x["neg_boosted_eps0"] if eps0 else x["neg"]["boosted"]), "about 0", seeds)
+        at(s, o, lambda x: x["neg_boosted_eps0"] if eps0 else x["neg"]["boosted"]),
+        "about 0",
+        seeds,
+    )
     ps = opts["primary_step"]
     primary = {f"adam (carried) step {ps}: boosted share A>0 - A<0": boosted_gap(ps, "adam")}
     secondary = {}
@@ -127,11 +142,19 @@ def main(argv):
                 if not (s == ps and o == "adam" and not eps0):
                     secondary[name] = boosted_gap(s, o, eps0)
     seconds = time.time() - t0
-    data = {"experiment": "e1_flips", "config": opts, "seeds": seeds, "per_seed": per_seed, "summary": summary,
-            "primary": primary, "secondary": secondary,
-            "verdict": {k: common.verdict(c, opts["margin"]) for k, c in primary.items()},
-            "deltas_first_seed": deltas, "wall_s": round(seconds, 1),
-            "rate": common.rate("e1_flips", len(seeds), seconds, opts["jobs"], "seeds")}
+    data = {
+        "experiment": "e1_flips",
+        "config": opts,
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "summary": summary,
+        "primary": primary,
+        "secondary": secondary,
+        "verdict": {k: common.verdict(c, opts["margin"]) for k, c in primary.items()},
+        "deltas_first_seed": deltas,
+        "wall_s": round(seconds, 1),
+        "rate": common.rate("e1_flips", len(seeds), seconds, opts["jobs"], "seeds"),
+    }
     data = common.clean(data)
     common.save("e1_flips", data, opts["out"], lambda plt: plot(plt, data))
     rows = [[s, o, sign, *(common.fmt(summary[str(s)][o][sign][k]) for k in KEYS)]
@@ -150,29 +173,58 @@ def nan(x):
 
 
 def plot(plt, data):
-    """Boosted shares over RL steps, their paired gap, and the Delta distributions."""
+    """Boosted shares over RL steps, their paired gap, and the Delta distributions.
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     steps, summary, n = data["config"]["steps"], data["summary"], len(data["per_seed"])
-    eps, margin, ps = data["config"]["eps"], data["config"]["margin"], data["config"]["primary_step"]
+    eps, margin, ps = (
+        data["config"]["eps"],
+        data["config"]["margin"],
+        data["config"]["primary_step"],
+    )
     fig, ax = plt.subplots(1, 3, figsize=(16, 4.4), layout="constrained")
-    fig.suptitle("E1: token flipping inside GRPO runs on the chain testbed (AdamW state carried over)",
-                 fontsize=11)
+    fig.suptitle(
+        "E1: token flipping inside GRPO runs on the chain testbed (AdamW state carried over)",
+        fontsize=11,
+    )
     for sign, c in (("pos", "tab:green"), ("neg", "tab:red")):
         for o, ls in (("adam", "-"), ("sgd", ":")):
             v = [summary[str(s)][o][sign]["boosted"] for s in steps]
-            ax[0].errorbar(steps, [nan(x[0]) for x in v], yerr=common.errbars(v, 0, 1), color=c, ls=ls, marker="o",
-                           ms=4, capsize=3, label=f"{'AdamW' if o == 'adam' else 'SGD'}, Â{'>' if sign == 'pos' else '<'}0")
+            ax[0].errorbar(
+                steps,
+                [nan(x[0]) for x in v],
+                yerr=common.errbars(v, 0, 1),
+                color=c,
+                ls=ls,
+                marker="o",
+                ms=4,
+                capsize=3,
+                label=f"{'AdamW' if o == 'adam' else 'SGD'}, Â{'>' if sign == 'pos' else '<'}0",
+            )
     ax[0].set_xlabel("RL step of the kept state")
     ax[0].set_ylabel(f"share of tokens boosted (Δ > {eps:g} nats)")
     ax[0].set_ylim(0, 1)
     ax[0].set_title("Boosted share of Â>0 and Â<0 rollouts' tokens", fontsize=10)
     ax[0].legend(fontsize=8, ncol=2, loc="upper right")
     for o, c, off in (("adam", "k", -0.012), ("sgd", "0.5", 0.012)):
-        name = lambda s: (f"{o} (carried) step {s}: boosted share A>0 - A<0" if (o == "adam" and s == ps)
-                          else f"{o} step {s}: boosted share A>0 - A<0")
+        name = lambda s: (
+            f"{o} (carried) step {s}: boosted share A>0 - A<0"
+            if (o == "adam" and s == ps)
+            else f"{o} step {s}: boosted share A>0 - A<0"
+        )
         cs = [data["primary"].get(name(s)) or data["secondary"].get(name(s)) for s in steps]
         x = [s + off * max(steps + [1]) for s in steps]
-        ax[1].errorbar(x, [nan(cc["diff"]) for cc in cs], yerr=[cc["half"] or 0 for cc in cs], color=c, marker="o",
-                       capsize=3, ls="none", label="AdamW, carried state" if o == "adam" else "plain SGD")
+        ax[1].errorbar(
+            x,
+            [nan(cc["diff"]) for cc in cs],
+            yerr=[cc["half"] or 0 for cc in cs],
+            color=c,
+            marker="o",
+            capsize=3,
+            ls="none",
+            label="AdamW, carried state" if o == "adam" else "plain SGD",
+        )
     ax[1].axhline(0, color="k", lw=0.6)
     ax[1].axhspan(-margin, margin, color="tab:blue", alpha=0.08, label=f"±{margin:g}: 'similar'")
     ax[1].set_xlabel("RL step of the kept state")
@@ -185,10 +237,19 @@ def plot(plt, data):
     for sign, c in (("pos", "tab:green"), ("neg", "tab:red")):
         x = data["deltas_first_seed"].get(key, {}).get(sign) or []
         if x:
-            ax[2].hist(x, bins=edges, alpha=0.5, color=c, label=f"tokens of Â{'>' if sign == 'pos' else '<'}0 rollouts")
+            ax[2].hist(
+                x,
+                bins=edges,
+                alpha=0.5,
+                color=c,
+                label=f"tokens of Â{'>' if sign == 'pos' else '<'}0 rollouts",
+            )
     ax[2].set_xscale("symlog", linthresh=1e-8)
-    ax[2].set_xticks([-1, -1e-3, -1e-6, 0, 1e-6, 1e-3, 1], ["−1", "−1e-3", "−1e-6", "0", "1e-6", "1e-3", "1"],
-                     fontsize=8)
+    ax[2].set_xticks(
+        [-1, -1e-3, -1e-6, 0, 1e-6, 1e-3, 1],
+        ["−1", "−1e-3", "−1e-6", "0", "1e-6", "1e-3", "1"],
+        fontsize=8,
+    )
     ax[2].minorticks_off()
     for e in (-eps, eps):
         ax[2].axvline(e, color="k", lw=0.8, ls=":")
@@ -196,13 +257,16 @@ def plot(plt, data):
     ax[2].set_ylabel("tokens (count)")
     ax[2].set_title(f"Δ of one AdamW step at RL step {ps} (first seed)", fontsize=10)
     ax[2].legend(fontsize=8, loc="upper left")
-    common.caption(fig, f"Left: share of completion tokens that the next update boosts by more than ε = {eps:g} "
-                        "nats, for rollouts with positive (green) and negative (red) advantage, at states kept "
-                        "along GRPO runs; solid: the run's own AdamW step (moments carried over; at step 0 the "
-                        "optimizer is fresh), dotted: one plain-SGD step. Middle: the paired difference "
-                        "(Â>0 minus Â<0) per seed, mean with 95 % Student-t interval over seeds; shaded: the "
-                        "pre-registered 'similar' band. Right: histogram of Δ for every token of the first seed's "
-                        f"batches; dotted lines at ±ε. " + common.ci_note(n, "0 and 1"))
+    common.caption(
+        fig,
+        f"Left: share of completion tokens that the next update boosts by more than ε = {eps:g} "
+        "nats, for rollouts with positive (green) and negative (red) advantage, at states kept "
+        "along GRPO runs; solid: the run's own AdamW step (moments carried over; at step 0 the "
+        "optimizer is fresh), dotted: one plain-SGD step. Middle: the paired difference "
+        "(Â>0 minus Â<0) per seed, mean with 95 % Student-t interval over seeds; shaded: the "
+        "pre-registered 'similar' band. Right: histogram of Δ for every token of the first seed's "
+        f"batches; dotted lines at ±ε. " + common.ci_note(n, "0 and 1"),
+    )
     return fig
 
 

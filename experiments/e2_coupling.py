@@ -57,11 +57,15 @@ import probes  # noqa: E402
 import advantage  # noqa: E402
 from e1_flips import nan  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per kept state"), prompts=(8, "B: prompts per batch"),
-             steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
-             primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
-             sgd_lr=(1e-3, "plain SGD lr (also the closed form's eta)"),
-             margin=(0.10, "verdict margin around 0.7"))
+EXTRA = dict(
+    common.DIAG_FLAGS,
+    batches=(2, "rollout batches per kept state"),
+    prompts=(8, "B: prompts per batch"),
+    steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
+    primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
+    sgd_lr=(1e-3, "plain SGD lr (also the closed form's eta)"),
+    margin=(0.10, "verdict margin around 0.7"),
+)
 ROWS = ["p<.5", ".5≤p<.9", "p≥.9", "style"]
 BINS = (0.5, 0.9)
 AGREE = {"adam": "carried AdamW step", "sgd": "plain SGD step"}
@@ -90,15 +94,28 @@ def one_state(opts, seed, step, path, task, draw):
         delta = lambda new: probes.token_deltas(m64, new, b)[m]
         full = {"adam": delta(common.real_step(m64, opt, b, adv)[0]),
                 "sgd": delta(probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef))}
-        head = {"adam": delta(common.real_step(m64, opt, b, adv, params="head")[0]),
-                "sgd": delta(probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head"))}
-        rec = {"mixed": float(live.any()), "live_tokens": int(live.sum()),  # the closed form checks the head step
-               "head_vs_closed_form": probes.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None}
+        head = {
+            "adam": delta(common.real_step(m64, opt, b, adv, params="head")[0]),
+            "sgd": delta(
+                probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], coef=coef, params="head")
+            ),
+        }
+        rec = {
+            "mixed": float(live.any()),
+            "live_tokens": int(live.sum()),  # the closed form checks the head step
+            "head_vs_closed_form": (
+                probes.sign_agreement(head["sgd"], ct["pred"], live) if bool(live.any()) else None
+            ),
+        }
         for k in AGREE:
             for sel_name, sel in (("live", live), ("all", torch.ones_like(live))):
                 ok = bool(sel.any())
-                rec[f"{k}_{sel_name}"] = probes.sign_agreement(full[k], head[k], sel) if ok else None
-                rec[f"{k}_{sel_name}_w"] = probes.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
+                rec[f"{k}_{sel_name}"] = (
+                    probes.sign_agreement(full[k], head[k], sel) if ok else None
+                )
+                rec[f"{k}_{sel_name}_w"] = (
+                    probes.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
+                )
         cats = probes.token_categories(task, b["problems"], b["tokens"], m)[m]
         rows = torch.bucketize(ct["conf"], torch.tensor(BINS, dtype=ct["conf"].dtype), right=True)
         rows = torch.where(cats == probes.CATEGORIES.index("style"), len(BINS) + 1, rows)
@@ -126,11 +143,18 @@ def one_seed(item):
     opts, seed = item
     paths = common.rl_states(opts, seed, opts["steps"])
     _, task, draw, _ = common.diag_setup(opts, seed)
-    return {"seed": seed, "steps": {str(s): one_state(opts, seed, s, paths[s], task, draw) for s in opts["steps"]}}
+    return {
+        "seed": seed,
+        "steps": {str(s): one_state(opts, seed, s, paths[s], task, draw) for s in opts["steps"]},
+    }
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__, redraw=("e2_coupling", plot))  # --replot: redraw, exit
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
+    opts = common.parse(
+        argv, EXTRA, __doc__, redraw=("e2_coupling", plot)
+    )  # --replot: redraw, exit
     common.kept_steps(opts, argv)
     per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     col = lambda s, k: [r["steps"][str(s)][k] for r in per_seed]
@@ -149,25 +173,49 @@ def main(argv):
             for suffix in ("live", "live_w", "all_w"):
                 name = f"{k} step {s}: sign agreement full vs head ({suffix}) - 0.7"
                 if not (k == "adam" and s == ps and suffix == "live"):
-                    secondary[name] = common.contrast(col(s, f"{k}_{suffix}"), 0.7, "about 0", seeds)
-        secondary[f"step {s}: coupling mass share - pair share, same token, both p<0.5"] = common.contrast(
-            col(s, "mass_same_low"), col(s, "pairs_same_low"), "> 0", seeds)
+                    secondary[name] = common.contrast(
+                        col(s, f"{k}_{suffix}"), 0.7, "about 0", seeds
+                    )
+        secondary[f"step {s}: coupling mass share - pair share, same token, both p<0.5"] = (
+            common.contrast(col(s, "mass_same_low"), col(s, "pairs_same_low"), "> 0", seeds)
+        )
     seconds = time.time() - t0
-    data = {"experiment": "e2_coupling", "config": opts, "rows": ROWS, "seeds": seeds, "per_seed": per_seed,
-            "summary": summary, "primary": primary, "secondary": secondary,
-            "verdict": {k: common.verdict(c, opts["margin"]) for k, c in primary.items()},
-            "wall_s": round(seconds, 1), "rate": common.rate("e2_coupling", len(seeds), seconds, opts["jobs"], "seeds")}
+    data = {
+        "experiment": "e2_coupling",
+        "config": opts,
+        "rows": ROWS,
+        "seeds": seeds,
+        "per_seed": per_seed,
+        "summary": summary,
+        "primary": primary,
+        "secondary": secondary,
+        "verdict": {k: common.verdict(c, opts["margin"]) for k, c in primary.items()},
+        "wall_s": round(seconds, 1),
+        "rate": common.rate("e2_coupling", len(seeds), seconds, opts["jobs"], "seeds"),
+    }
     data = common.clean(data)
     common.save("e2_coupling", data, opts["out"], lambda plt: plot(plt, data))
     for s in opts["steps"]:
         sm = summary[str(s)]
-        print(f"RL step {s}: head-only SGD step vs its closed form {common.fmt(sm['head_vs_closed_form'])};  "
-              + "  ".join(f"{k} live {common.fmt(sm[f'{k}_live'])} (|Δ|-weighted {common.fmt(sm[f'{k}_live_w'])})"
-                          for k in AGREE))
-        print("  coupling mass share (same / different partner) against pair share, by row of the moved token:")
+        print(
+            f"RL step {s}: head-only SGD step vs its closed form "
+            f"{common.fmt(sm['head_vs_closed_form'])};  "
+            + "  ".join(
+                f"{k} live {common.fmt(sm[f'{k}_live'])} (|Δ|-weighted "
+                f"{common.fmt(sm[f'{k}_live_w'])})"
+                for k in AGREE
+            )
+        )
+        print(
+            "  coupling mass share (same / different partner) against pair share, by row of the "
+            "moved token:"
+        )
         for i, r in enumerate(ROWS):
-            print(f"    {r:9s} same {common.fmt(sm['mass_same'][i])} (pairs {common.fmt(sm['pairs_same'][i])})  "
-                  f"diff {common.fmt(sm['mass_diff'][i])} (pairs {common.fmt(sm['pairs_diff'][i])})")
+            print(
+                f"    {r:9s} same {common.fmt(sm['mass_same'][i])} (pairs "
+                f"{common.fmt(sm['pairs_same'][i])})  "
+                f"diff {common.fmt(sm['mass_diff'][i])} (pairs {common.fmt(sm['pairs_diff'][i])})"
+            )
     common.print_contrasts(primary)
     print("verdict:", *data["verdict"].values())
     common.print_contrasts(secondary, "secondary")
@@ -176,20 +224,42 @@ def main(argv):
 
 
 def plot(plt, data):
-    """Sign agreement over RL steps; coupling mass against pair share by row."""
+    """Sign agreement over RL steps; coupling mass against pair share by row.
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     steps, sm, n = data["config"]["steps"], data["summary"], len(data["per_seed"])
     margin, ps = data["config"]["margin"], data["config"]["primary_step"]
-    fig, ax = plt.subplots(1, 2, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1, 1.3]}, layout="constrained")
-    fig.suptitle("E2: unembedding-only against full-parameter updates, and where the coupling mass sits "
-                 "(chain, GRPO runs)", fontsize=11)
+    fig, ax = plt.subplots(
+        1, 2, figsize=(15, 4.6), gridspec_kw={"width_ratios": [1, 1.3]}, layout="constrained"
+    )
+    fig.suptitle(
+        "E2: unembedding-only against full-parameter updates, and where the coupling mass sits "
+        "(chain, GRPO runs)",
+        fontsize=11,
+    )
     w = 0.018 * max(steps + [1])
     for j, (k, c) in enumerate((("adam", "k"), ("sgd", "tab:blue"))):
         for suffix, ls, mk in (("live", "-", "o"), ("live_w", "--", "s")):
             v = [sm[str(s)][f"{k}_{suffix}"] for s in steps]
-            ax[0].errorbar([s + (j - 0.5) * w for s in steps], [nan(x[0]) for x in v], yerr=common.errbars(v, 0, 1),
-                           color=c, ls=ls, marker=mk, ms=4, capsize=3,
-                           label=f"{AGREE[k]}{', |Δ|-weighted' if suffix == 'live_w' else ''}")
-    ax[0].axhspan(0.7 - margin, 0.7 + margin, color="tab:green", alpha=0.08, label=f"[P2]: about 0.7 (±{margin:g})")
+            ax[0].errorbar(
+                [s + (j - 0.5) * w for s in steps],
+                [nan(x[0]) for x in v],
+                yerr=common.errbars(v, 0, 1),
+                color=c,
+                ls=ls,
+                marker=mk,
+                ms=4,
+                capsize=3,
+                label=f"{AGREE[k]}{', |Δ|-weighted' if suffix == 'live_w' else ''}",
+            )
+    ax[0].axhspan(
+        0.7 - margin,
+        0.7 + margin,
+        color="tab:green",
+        alpha=0.08,
+        label=f"[P2]: about 0.7 (±{margin:g})",
+    )
     ax[0].axhline(0.7, color="tab:green", lw=0.8)
     ax[0].axhline(0.5, color="0.5", ls=":", lw=0.8, label="0.5: chance")
     ax[0].set_ylim(0, 1.05)
@@ -212,17 +282,22 @@ def plot(plt, data):
     top = max(max((y[0] or 0) + (y[1] or 0) for y in sm[s][f"mass_{k}"]) for k in ("same", "diff"))
     ax[1].set_ylim(0, min(1.0, 1.25 * top + 0.02))
     ax[1].set_ylabel("share of all coupling mass Σ_{i≠j}|η c_j α_ij κ_ij|")
-    ax[1].set_title(f"Coupling mass by the moved token's confidence p(y_i) (RL step {ps})", fontsize=10)
+    ax[1].set_title(
+        f"Coupling mass by the moved token's confidence p(y_i) (RL step {ps})", fontsize=10
+    )
     ax[1].legend(fontsize=8, loc="upper right")
-    common.caption(fig, "Left: share of tokens of Â≠0 rollouts whose Δ = log π_new − log π_old has the same sign "
-                        "after a full-parameter and an unembedding-only update, at states kept along GRPO runs "
-                        "(step 0: the warm start, fresh optimizer). Solid: plain share; dashed: weighted by "
-                        "|Δ_full|. Black: the run's AdamW step with its moments; blue: one plain-SGD step. Right: "
-                        "coupling mass "
-                        "of the closed form by the row of the moved token (style: the chain's reward-irrelevant "
-                        "choices), bars for same and different partner tokens, black ticks for the share of "
-                        "(i, j) pairs in the same cell: a bar above its tick is coupling stronger than the count "
-                        "of pairs. Mean over seeds. " + common.ci_note(n, "0 and 1"))
+    common.caption(
+        fig,
+        "Left: share of tokens of Â≠0 rollouts whose Δ = log π_new − log π_old has the same sign "
+        "after a full-parameter and an unembedding-only update, at states kept along GRPO runs "
+        "(step 0: the warm start, fresh optimizer). Solid: plain share; dashed: weighted by "
+        "|Δ_full|. Black: the run's AdamW step with its moments; blue: one plain-SGD step. Right: "
+        "coupling mass "
+        "of the closed form by the row of the moved token (style: the chain's reward-irrelevant "
+        "choices), bars for same and different partner tokens, black ticks for the share of "
+        "(i, j) pairs in the same cell: a bar above its tick is coupling stronger than the count "
+        "of pairs. Mean over seeds. " + common.ci_note(n, "0 and 1"),
+    )
     return fig
 
 

@@ -1,4 +1,5 @@
-"""E3: do masked updates remove the flips? The full network and the unembedding closed form, separately.
+"""E3: do masked updates remove the flips? The full network and the unembedding closed form,
+separately.
 
 Source claim [P2, arXiv 2605.08666, abstract]: "these token coupling effects
 occur primarily between identical tokens that are both predicted with low
@@ -47,6 +48,7 @@ A > 0 token is pushed down by them).
     python experiments/e3_masked.py              # seeds 0-9, results/
     python experiments/e3_masked.py --replot     # redraw the figure from the JSON
 """
+
 import copy
 import os
 import sys
@@ -59,12 +61,22 @@ import torch  # noqa: E402
 import probes  # noqa: E402
 import advantage  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed"),
-             eps=(1e-4, "flip threshold on |Delta| (nats)"),
-             sgd_lrs=("1e-3,1e-2,1e-1", "plain-SGD learning rates of the sweep (also the closed form's eta)"),
-             primary_lr=(0.1, "the lr of the primary contrasts (P2's 1e-1); must be one of --sgd_lrs"))
+EXTRA = dict(
+    common.DIAG_FLAGS,
+    batches=(2, "rollout batches per seed"),
+    eps=(1e-4, "flip threshold on |Delta| (nats)"),
+    sgd_lrs=(
+        "1e-3,1e-2,1e-1",
+        "plain-SGD learning rates of the sweep (also the closed form's eta)",
+    ),
+    primary_lr=(0.1, "the lr of the primary contrasts (P2's 1e-1); must be one of --sgd_lrs"),
+)
 VARIANTS = ("full", "no_opposite_same_token", "positive_only")
-PRETTY = {"full": "full", "no_opposite_same_token": "no opposite same-token", "positive_only": "positive-only"}
+PRETTY = {
+    "full": "full",
+    "no_opposite_same_token": "no opposite same-token",
+    "positive_only": "positive-only",
+}
 COLORS = {"full": "tab:blue", "no_opposite_same_token": "tab:orange", "positive_only": "tab:green"}
 KEYS = ("boosted", "suppressed", "stable")
 
@@ -102,11 +114,17 @@ def one_seed(item):
         for lr, ds in probes.masked_update_deltas(m64, b, adv, lrs).items():
             for v, d in ds.items():
                 net[key(lr)][v].append(d[m])
-        coef = probes.token_coefficients(m64, b, adv)  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
+        coef = probes.token_coefficients(
+            m64, b, adv
+        )  # closed form at lr = 1: Delta(lr) = lr * Delta(1)
         cf["full"].append(probes.coupling_terms(m64, b, coef, 1.0)["pred"])
         keep = probes.opposite_same_token_keep(y, a_tok)
-        cf["no_opposite_same_token"].append(probes.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"])
-        cf["positive_only"].append(probes.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"])
+        cf["no_opposite_same_token"].append(
+            probes.coupling_terms(m64, b, coef, 1.0, keep=keep)["pred"]
+        )
+        cf["positive_only"].append(
+            probes.coupling_terms(m64, b, coef * (adv >= 0)[:, None], 1.0)["pred"]
+        )
     a = torch.cat(advs)
     rec = {"seed": seed, "tokens": int((a != 0).sum()), "net": {}, "cf": {}}
     for lr in lrs:
@@ -118,8 +136,11 @@ def one_seed(item):
     for v in VARIANTS:
         d = torch.cat(cf[v])
         z = fractions(d, a, 0.0)
-        rec["cf"][v] = {"flipped_eps0": z.pop("flipped"), **{f"{k}_eps0": x for k, x in z.items()},
-                        "flipped_by_lr": {key(lr): fractions(lr * d, a, opts["eps"])["flipped"] for lr in lrs}}
+        rec["cf"][v] = {
+            "flipped_eps0": z.pop("flipped"),
+            **{f"{k}_eps0": x for k, x in z.items()},
+            "flipped_by_lr": {key(lr): fractions(lr * d, a, opts["eps"])["flipped"] for lr in lrs},
+        }
     return rec
 
 
@@ -135,11 +156,25 @@ def plot(plt, data):
         for k, v in enumerate(VARIANTS):
             shift = [lr * 1.07 ** (k - 1) for lr in lrs]  # side by side, so bars do not overlap
             pts = [s["net"][key(lr)][v][m] for lr in lrs]
-            ax[i].errorbar(shift, [nan(p[0]) for p in pts], yerr=common.errbars(pts, 0, 1), color=COLORS[v],
-                           marker="o", capsize=3, label=f"full network: {PRETTY[v]}")
+            ax[i].errorbar(
+                shift,
+                [nan(p[0]) for p in pts],
+                yerr=common.errbars(pts, 0, 1),
+                color=COLORS[v],
+                marker="o",
+                capsize=3,
+                label=f"full network: {PRETTY[v]}",
+            )
             if m == "flipped":
                 cfv = [nan(s["cf"][v]["flipped_by_lr"][key(lr)][0]) for lr in lrs]
-                ax[i].plot(lrs, cfv, color=COLORS[v], ls="--", marker="x", label=f"closed form: {PRETTY[v]}")
+                ax[i].plot(
+                    lrs,
+                    cfv,
+                    color=COLORS[v],
+                    ls="--",
+                    marker="x",
+                    label=f"closed form: {PRETTY[v]}",
+                )
             elif s["cf"][v]["flipped_eps0"][0] is not None:
                 ax[i].axhline(s["cf"][v]["flipped_eps0"][0], color=COLORS[v], ls="--",
                               label=f"closed form: {PRETTY[v]} (lr-free)")
@@ -150,59 +185,134 @@ def plot(plt, data):
         ax[i].set_ylim(0, None)
         ax[i].set_ylabel("flipped fraction of Â ≠ 0 tokens")
     ax[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
-    common.caption(fig, "Flipped = Â>0 tokens suppressed plus Â<0 tokens boosted, over all Â≠0 tokens, after one "
-                        "plain-SGD step on the same rollouts of the chain warm start, with contributions removed: "
-                        "none ('full'), every same-token copy of the opposite sign, or all negative rollouts. "
-                        "Solid: the actual step of the whole network; dashed: the unembedding-only first-order "
-                        "closed form (linear in lr, so at ε = 0 it is one number). A mask that removed the cause "
-                        "of the flips would bring its curve well below 'full'. " + common.ci_note(n, "0 and 1")
-                        + " The closed form is drawn at its mean only.")
+    common.caption(
+        fig,
+        "Flipped = Â>0 tokens suppressed plus Â<0 tokens boosted, over all Â≠0 tokens, after one "
+        "plain-SGD step on the same rollouts of the chain warm start, with contributions removed: "
+        "none ('full'), every same-token copy of the opposite sign, or all negative rollouts. "
+        "Solid: the actual step of the whole network; dashed: the unembedding-only first-order "
+        "closed form (linear in lr, so at ε = 0 it is one number). A mask that removed the cause "
+        "of the flips would bring its curve well below 'full'. "
+        + common.ci_note(n, "0 and 1")
+        + " The closed form is drawn at its mean only.",
+    )
     return fig
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     opts = common.parse(argv, EXTRA, __doc__, redraw=("e3_masked", plot))  # --replot: redraw, exit
     if opts["primary_lr"] not in opts["sgd_lrs"]:
         raise common.CliError(f"--primary_lr={opts['primary_lr']:g} is not one of --sgd_lrs")
     per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     wall = time.time() - t0
     lrs, seeds = opts["sgd_lrs"], [r["seed"] for r in per_seed]
-    summary = {"net": {key(lr): {v: {k: common.ci([r["net"][key(lr)][v][k] for r in per_seed])
-                                     for k in per_seed[0]["net"][key(lr)][v]} for v in VARIANTS} for lr in lrs},
-               "cf": {v: {**{k: common.ci([r["cf"][v][k] for r in per_seed]) for k in per_seed[0]["cf"][v]
-                             if k != "flipped_by_lr"},
-                          "flipped_by_lr": {key(lr): common.ci([r["cf"][v]["flipped_by_lr"][key(lr)]
-                                                                for r in per_seed]) for lr in lrs}}
-                      for v in VARIANTS}}
+    summary = {
+        "net": {
+            key(lr): {
+                v: {
+                    k: common.ci([r["net"][key(lr)][v][k] for r in per_seed])
+                    for k in per_seed[0]["net"][key(lr)][v]
+                }
+                for v in VARIANTS
+            }
+            for lr in lrs
+        },
+        "cf": {
+            v: {
+                **{
+                    k: common.ci([r["cf"][v][k] for r in per_seed])
+                    for k in per_seed[0]["cf"][v]
+                    if k != "flipped_by_lr"
+                },
+                "flipped_by_lr": {
+                    key(lr): common.ci([r["cf"][v]["flipped_by_lr"][key(lr)] for r in per_seed])
+                    for lr in lrs
+                },
+            }
+            for v in VARIANTS
+        },
+    }
     net = lambda lr, v, m: [r["net"][key(lr)][v][m] for r in per_seed]
-    cf = lambda lr, v, m: [r["cf"][v][m] if lr is None else r["cf"][v]["flipped_by_lr"][key(lr)] for r in per_seed]
+    cf = lambda lr, v, m: [
+        r["cf"][v][m] if lr is None else r["cf"][v]["flipped_by_lr"][key(lr)] for r in per_seed
+    ]
     p = opts["primary_lr"]
-    primary = {f"full network, lr {p:g}: flipped full - no_opposite_same_token":
-               common.contrast(net(p, "full", "flipped"), net(p, "no_opposite_same_token", "flipped"), "> 0", seeds),
-               f"closed form, lr {p:g}: flipped full - no_opposite_same_token":
-               common.contrast(cf(p, "full", 0), cf(p, "no_opposite_same_token", 0), "> 0", seeds)}
-    secondary = {"full network, eps 0, lr %g: flipped full - no_opposite_same_token" % lr: common.contrast(
-        net(lr, "full", "flipped_eps0"), net(lr, "no_opposite_same_token", "flipped_eps0"), "> 0", seeds)
-        for lr in lrs}
-    secondary.update({"full network, lr %g: flipped full - no_opposite_same_token" % lr: common.contrast(
-        net(lr, "full", "flipped"), net(lr, "no_opposite_same_token", "flipped"), "> 0", seeds)
-        for lr in lrs if lr != p})
+    primary = {
+        f"full network, lr {p:g}: flipped full - no_opposite_same_token": common.contrast(
+            net(p, "full", "flipped"), net(p, "no_opposite_same_token", "flipped"), "> 0", seeds
+        ),
+        f"closed form, lr {p:g}: flipped full - no_opposite_same_token": common.contrast(
+            cf(p, "full", 0), cf(p, "no_opposite_same_token", 0), "> 0", seeds
+        ),
+    }
+    secondary = {
+        "full network, eps 0, lr %g: flipped full - no_opposite_same_token"
+        % lr: common.contrast(
+            net(lr, "full", "flipped_eps0"),
+            net(lr, "no_opposite_same_token", "flipped_eps0"),
+            "> 0",
+            seeds,
+        )
+        for lr in lrs
+    }
+    secondary.update(
+        {
+            "full network, lr %g: flipped full - no_opposite_same_token"
+            % lr: common.contrast(
+                net(lr, "full", "flipped"),
+                net(lr, "no_opposite_same_token", "flipped"),
+                "> 0",
+                seeds,
+            )
+            for lr in lrs
+            if lr != p
+        }
+    )
     secondary["closed form, eps 0: flipped full - no_opposite_same_token"] = common.contrast(
-        cf(None, "full", "flipped_eps0"), cf(None, "no_opposite_same_token", "flipped_eps0"), "> 0", seeds)
+        cf(None, "full", "flipped_eps0"),
+        cf(None, "no_opposite_same_token", "flipped_eps0"),
+        "> 0",
+        seeds,
+    )
     secondary[f"full network, lr {p:g}: flipped full - positive_only"] = common.contrast(
         net(p, "full", "flipped"), net(p, "positive_only", "flipped"), "> 0", seeds)
     secondary[f"closed form, lr {p:g}: flipped full - positive_only"] = common.contrast(
         cf(p, "full", 0), cf(p, "positive_only", 0), "> 0", seeds)
-    data = {"experiment": "e3_masked", "config": opts, "variants": list(VARIANTS), "per_seed": per_seed,
-            "summary": summary, "primary": primary, "secondary": secondary, "wall_s": round(wall, 1),
-            "rate": common.rate("e3_masked", len(per_seed), wall, opts["jobs"], "seeds")}
+    data = {
+        "experiment": "e3_masked",
+        "config": opts,
+        "variants": list(VARIANTS),
+        "per_seed": per_seed,
+        "summary": summary,
+        "primary": primary,
+        "secondary": secondary,
+        "wall_s": round(wall, 1),
+        "rate": common.rate("e3_masked", len(per_seed), wall, opts["jobs"], "seeds"),
+    }
     data = common.clean(data)
     common.save("e3_masked", data, opts["out"], lambda plt: plot(plt, data))
-    rows = [[f"network lr {key(lr)}", v, common.fmt(summary["net"][key(lr)][v]["flipped"]),
-             common.fmt(summary["net"][key(lr)][v]["flipped_eps0"])] for lr in lrs for v in VARIANTS]
-    rows += [[f"closed form lr {key(lr)}", v, common.fmt(summary["cf"][v]["flipped_by_lr"][key(lr)]),
-              common.fmt(summary["cf"][v]["flipped_eps0"]) if lr == lrs[0] else "(same)"]
-             for lr in lrs for v in VARIANTS]
+    rows = [
+        [
+            f"network lr {key(lr)}",
+            v,
+            common.fmt(summary["net"][key(lr)][v]["flipped"]),
+            common.fmt(summary["net"][key(lr)][v]["flipped_eps0"]),
+        ]
+        for lr in lrs
+        for v in VARIANTS
+    ]
+    rows += [
+        [
+            f"closed form lr {key(lr)}",
+            v,
+            common.fmt(summary["cf"][v]["flipped_by_lr"][key(lr)]),
+            common.fmt(summary["cf"][v]["flipped_eps0"]) if lr == lrs[0] else "(same)",
+        ]
+        for lr in lrs
+        for v in VARIANTS
+    ]
     common.table(rows, ["route", "update", f"flipped eps={opts['eps']:g}", "flipped eps=0"])
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")

@@ -52,9 +52,13 @@ import probes  # noqa: E402
 import advantage  # noqa: E402
 import loss  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, batches=(2, "rollout batches per seed and state"),
-             adam_lr=(1e-4, "AdamW lr of the RL run and of its measured step (train.py's)"),
-             sgd_lr=(1e-3, "plain SGD lr"), rl_step=(100, "GRPO RL steps before the second measured state"))
+EXTRA = dict(
+    common.DIAG_FLAGS,
+    batches=(2, "rollout batches per seed and state"),
+    adam_lr=(1e-4, "AdamW lr of the RL run and of its measured step (train.py's)"),
+    sgd_lr=(1e-3, "plain SGD lr"),
+    rl_step=(100, "GRPO RL steps before the second measured state"),
+)
 LOSSES = ("grpo", "positive_only")
 OPTS = ("adam", "sgd")
 CATS = list(probes.CATEGORIES)
@@ -110,8 +114,10 @@ def plot(plt, data):
     pretty = lambda r: r.replace("positive_only", "positive-only").replace("grpo", "GRPO").replace(
         "_adam", "\nAdamW").replace("_sgd", "\nSGD")
     fig, ax = plt.subplots(1, 2, figsize=(13, 4.6), layout="tight")
-    fig.suptitle("E4: where GRPO and positive-only training put their update, by token category (chain)",
-                 fontsize=11)
+    fig.suptitle(
+        "E4: where GRPO and positive-only training put their update, by token category (chain)",
+        fontsize=11,
+    )
     bottom = [0.0] * (len(runs) + 1)
     tok = [s["at"][S]["tokens"][c][0] or 0 for c in CATS]
     for c, t in zip(CATS, tok):
@@ -119,13 +125,21 @@ def plot(plt, data):
         ax[0].bar(range(len(runs) + 1), v, bottom=bottom, color=COLORS[c], label=c,
                   hatch=[""] * len(runs) + ["//"], edgecolor="w")
         bottom = [x + y for x, y in zip(bottom, v)]
-    ax[0].set_xticks(range(len(runs) + 1), [pretty(r) for r in runs] + ["share of\ntokens"], fontsize=8)
+    ax[0].set_xticks(
+        range(len(runs) + 1), [pretty(r) for r in runs] + ["share of\ntokens"], fontsize=8
+    )
     ax[0].set_ylabel("share of update mass Σ|Δ| (nats / nats)")
     ax[0].set_ylim(0, 1.18)
     ax[0].legend(fontsize=8, ncol=4, loc="upper center")
-    ax[0].set_title(f"Update mass by token category after {S} GRPO steps (mean over seeds)", fontsize=10)
-    arms = [("adam", S, "AdamW, step " + S), ("sgd", S, "SGD, step " + S), ("adam", "0", "AdamW, step 0 (fresh)"),
-            ("sgd", "0", "SGD, step 0")]
+    ax[0].set_title(
+        f"Update mass by token category after {S} GRPO steps (mean over seeds)", fontsize=10
+    )
+    arms = [
+        ("adam", S, "AdamW, step " + S),
+        ("sgd", S, "SGD, step " + S),
+        ("adam", "0", "AdamW, step 0 (fresh)"),
+        ("sgd", "0", "SGD, step 0"),
+    ]
     w = 0.8 / len(arms)
     for i, (o, st, label) in enumerate(arms):
         v = [s["gap"][st][o][g] for g in GROUPS]
@@ -136,50 +150,120 @@ def plot(plt, data):
     ax[1].set_ylabel("share under GRPO − share under positive-only")
     ax[1].set_title("Paired difference of the shares (same state, same rollouts)", fontsize=10)
     ax[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
-    common.caption(fig, f"Δ = log π_new − log π_old of each completion token of the chain task after one update "
-                        f"(GRPO or positive-only) on the same rollouts, from the state of a GRPO RL run at step 0 "
-                        f"or {S}: AdamW (lr {cfg['adam_lr']:g}) carrying the run's moments (at step 0 a fresh "
-                        f"optimizer, whose first step is near sign descent), or plain SGD (lr {cfg['sgd_lr']:g}). "
-                        "Left: each category's share of Σ|Δ|; hatched: the categories' share of the tokens. Right: "
-                        "GRPO minus positive-only, per seed, then averaged; P2 predicts < 0 for template+style. "
-                        + common.ci_note(n))
+    common.caption(
+        fig,
+        f"Δ = log π_new − log π_old of each completion token of the chain task after one update "
+        f"(GRPO or positive-only) on the same rollouts, from the state of a GRPO RL run at step 0 "
+        f"or {S}: AdamW (lr {cfg['adam_lr']:g}) carrying the run's moments (at step 0 a fresh "
+        f"optimizer, whose first step is near sign descent), or plain SGD (lr {cfg['sgd_lr']:g}). "
+        "Left: each category's share of Σ|Δ|; hatched: the categories' share of the tokens. Right: "
+        "GRPO minus positive-only, per seed, then averaged; P2 predicts < 0 for template+style. "
+        + common.ci_note(n),
+    )
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__, redraw=("e4_categories", plot))  # --replot: redraw, exit
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
+    opts = common.parse(
+        argv, EXTRA, __doc__, redraw=("e4_categories", plot)
+    )  # --replot: redraw, exit
     per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     wall = time.time() - t0
     seeds, steps = [r["seed"] for r in per_seed], ["0", str(opts["rl_step"])]
     runs = [f"{l}_{o}" for o in OPTS for l in LOSSES]
-    summary = {"at": {st: {**{r: {c: {k: common.ci([p["at"][st][r][c][k] for p in per_seed])
-                                      for k in ("share", "mean_abs")} for c in CATS} for r in runs},
-                           "tokens": {c: common.ci([p["at"][st]["tokens"][c] for p in per_seed]) for c in CATS}}
-                      for st in steps},
-               "gap": {st: {o: {g: common.ci([None if share(p, st, f"grpo_{o}", g) is None
-                                              or share(p, st, f"positive_only_{o}", g) is None
-                                              else share(p, st, f"grpo_{o}", g) - share(p, st, f"positive_only_{o}", g)
-                                              for p in per_seed]) for g in GROUPS} for o in OPTS} for st in steps}}
+    summary = {
+        "at": {
+            st: {
+                **{
+                    r: {
+                        c: {
+                            k: common.ci([p["at"][st][r][c][k] for p in per_seed])
+                            for k in ("share", "mean_abs")
+                        }
+                        for c in CATS
+                    }
+                    for r in runs
+                },
+                "tokens": {
+                    c: common.ci([p["at"][st]["tokens"][c] for p in per_seed]) for c in CATS
+                },
+            }
+            for st in steps
+        },
+        "gap": {
+            st: {
+                o: {
+                    g: common.ci(
+                        [
+                            (
+                                None
+                                if share(p, st, f"grpo_{o}", g) is None
+                                or share(p, st, f"positive_only_{o}", g) is None
+                                else share(p, st, f"grpo_{o}", g)
+                                - share(p, st, f"positive_only_{o}", g)
+                            )
+                            for p in per_seed
+                        ]
+                    )
+                    for g in GROUPS
+                }
+                for o in OPTS
+            }
+            for st in steps
+        },
+    }
     arm = lambda st, l, o, g: [share(p, st, f"{l}_{o}", g) for p in per_seed]
-    pair = lambda st, o, g, pred: common.contrast(arm(st, "grpo", o, g), arm(st, "positive_only", o, g), pred, seeds)
+    pair = lambda st, o, g, pred: common.contrast(
+        arm(st, "grpo", o, g), arm(st, "positive_only", o, g), pred, seeds
+    )
     S = steps[1]
-    primary = {f"{o}, step {S}: template+style share grpo - positive_only": pair(S, o, "template+style", "< 0")
-               for o in OPTS}
+    primary = {
+        f"{o}, step {S}: template+style share grpo - positive_only": pair(
+            S, o, "template+style", "< 0"
+        )
+        for o in OPTS
+    }
     predicted = {"template": "< 0", "style": "< 0", "copy": "about 0", "compute": "> 0"}
     secondary = {f"{o}, step {S}: {c} share grpo - positive_only": pair(S, o, c, predicted[c])
                  for o in OPTS for c in CATS}
-    secondary.update({f"{o}, step 0: template+style share grpo - positive_only": pair("0", o, "template+style", "< 0")
-                      for o in OPTS})
-    data = {"experiment": "e4_categories", "config": opts, "categories": CATS, "groups": list(GROUPS),
-            "per_seed": per_seed, "summary": summary, "primary": primary, "secondary": secondary,
-            "wall_s": round(wall, 1), "rate": common.rate("e4_categories", len(per_seed), wall, opts["jobs"], "seeds")}
+    secondary.update(
+        {
+            f"{o}, step 0: template+style share grpo - positive_only": pair(
+                "0", o, "template+style", "< 0"
+            )
+            for o in OPTS
+        }
+    )
+    data = {
+        "experiment": "e4_categories",
+        "config": opts,
+        "categories": CATS,
+        "groups": list(GROUPS),
+        "per_seed": per_seed,
+        "summary": summary,
+        "primary": primary,
+        "secondary": secondary,
+        "wall_s": round(wall, 1),
+        "rate": common.rate("e4_categories", len(per_seed), wall, opts["jobs"], "seeds"),
+    }
     data = common.clean(data)
     common.save("e4_categories", data, opts["out"], lambda plt: plot(plt, data))
     for st in steps:
-        print(f"state after {st} GRPO steps" + (" (AdamW fresh: its first step is near sign descent)" if st == "0"
-                                                else " (AdamW carrying the run's moments)") + ":")
+        print(
+            f"state after {st} GRPO steps"
+            + (
+                " (AdamW fresh: its first step is near sign descent)"
+                if st == "0"
+                else " (AdamW carrying the run's moments)"
+            )
+            + ":"
+        )
         rows = [[r, *(common.fmt(summary["at"][st][r][c]["share"]) for c in CATS)] for r in runs]
-        rows.append(["(token counts)", *(common.fmt(summary["at"][st]["tokens"][c], 0) for c in CATS)])
+        rows.append(
+            ["(token counts)", *(common.fmt(summary["at"][st]["tokens"][c], 0) for c in CATS)]
+        )
         common.table(rows, ["update", *(f"{c} share" for c in CATS)])
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")

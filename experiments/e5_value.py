@@ -74,7 +74,11 @@ SIGNS = ("pos", "neg")
 
 def arm_advantages(adv, group, gen):
     """The three arms' advantages on one batch."""
-    return {"grpo": adv, "positive_only": adv.clamp(min=0), "shuffled": probes.shuffled_advantages(adv, group, gen)}
+    return {
+        "grpo": adv,
+        "positive_only": adv.clamp(min=0),
+        "shuffled": probes.shuffled_advantages(adv, group, gen),
+    }
 
 
 def one_seed(item):
@@ -112,9 +116,17 @@ def one_seed(item):
     cat = lambda xs: torch.cat(xs) if xs else torch.zeros(0, dtype=torch.float64)
     v, sign = cat(pooled["v"]), cat(pooled["sign"])
     for o in OPTS:
-        rec[o] = {a: {s: probes.value_gap(v[sign == (1 if s == "pos" else -1)],
-                                     cat(pooled[o, a])[sign == (1 if s == "pos" else -1)], opts["eps"])
-                      for s in SIGNS} for a in ARMS}
+        rec[o] = {
+            a: {
+                s: probes.value_gap(
+                    v[sign == (1 if s == "pos" else -1)],
+                    cat(pooled[o, a])[sign == (1 if s == "pos" else -1)],
+                    opts["eps"],
+                )
+                for s in SIGNS
+            }
+            for a in ARMS
+        }
     rec["n_valued"] = {s: int((sign == (1 if s == "pos" else -1)).sum()) for s in SIGNS}
     return rec
 
@@ -126,63 +138,115 @@ def gaps(per_seed, o, a, s):
 def plot(plt, data):
     """Value gap (boosted - suppressed) per arm, in A>0 and A<0 rollouts, per optimizer."""
     summary, n = data["summary"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.1]})
+    fig, ax = plt.subplots(
+        1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.1]}
+    )
     ax[1].sharey(ax[0])
     colors = {"grpo": "tab:blue", "positive_only": "tab:green", "shuffled": "tab:gray"}
     for i, o in enumerate(OPTS):
         for j, a in enumerate(ARMS):
             v = [summary[o][a][s] for s in SIGNS]
             x = [k + 0.27 * (j - 1) for k in range(len(SIGNS))]
-            ax[i].bar(x, [e[0] or 0 for e in v], 0.27, yerr=common.errbars(v), capsize=3, color=colors[a],
-                      edgecolor="k", label=a.replace("_", "-"))
+            ax[i].bar(
+                x,
+                [e[0] or 0 for e in v],
+                0.27,
+                yerr=common.errbars(v),
+                capsize=3,
+                color=colors[a],
+                edgecolor="k",
+                label=a.replace("_", "-"),
+            )
         ax[i].axhline(0, color="k", lw=0.8)
-        ax[i].set_xticks(range(len(SIGNS)), ["tokens of A > 0 rollouts", "tokens of A < 0 rollouts"])
-        ax[i].set_title("one AdamW step from the RL run's state" if o == "adam" else "one plain-SGD step",
-                        fontsize=10)
+        ax[i].set_xticks(
+            range(len(SIGNS)), ["tokens of A > 0 rollouts", "tokens of A < 0 rollouts"]
+        )
+        ax[i].set_title(
+            "one AdamW step from the RL run's state" if o == "adam" else "one plain-SGD step",
+            fontsize=10,
+        )
     lo, hi = ax[0].get_ylim()  # shared by both panels: set once, after all bars
     ax[0].set_ylim(lo, hi + 0.3 * (hi - lo))  # room for the legends above the bars
     for a in ax[:2]:
         a.legend(fontsize=8, title="update", title_fontsize=8, loc="upper left", ncol=3)
     common.contrast_panel(ax[2], data["primary"], "difference in value gap (P(correct))")
-    ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
-    fig.suptitle("E5: value of boosted minus suppressed tokens, GRPO against two controls on the same batches",
-                 fontsize=11)
+    ax[0].set_ylabel(
+        "value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))"
+    )
+    fig.suptitle(
+        "E5: value of boosted minus suppressed tokens, GRPO against two controls on the same "
+        "batches",
+        fontsize=11,
+    )
     cfg = data["config"]
-    common.caption(fig, f"V of a token = mean reward of K = {cfg['K']} continuations sampled from the prefix ending "
-                        f"in it (Monte Carlo estimate of P(correct)), on a random subset of up to {cfg['tokens']} "
-                        f"tokens per rollout sign and batch ({cfg['batches']} batches of B = {cfg['prompts']} x "
-                        f"G = {cfg['group_size']} per seed, task {cfg['task']}, after {cfg['rl_step']} GRPO steps). "
-                        f"Boosted: Δ log π > {cfg['eps']:g}; suppressed: Δ < -{cfg['eps']:g}. positive-only: "
-                        "GRPO's coefficients with A < 0 set to 0; shuffled: advantages permuted inside each "
-                        "group. Right: the primary contrast, the A < 0 value gap of the AdamW step under GRPO minus under shuffled, per "
-                        "seed (dots) and its mean with a 95 % Student-t interval over the paired seeds. "
-                        + (common.ci_note(n) if n > 1 else "One seed: no error bars."))
+    common.caption(
+        fig,
+        f"V of a token = mean reward of K = {cfg['K']} continuations sampled from the prefix "
+        "ending "
+        f"in it (Monte Carlo estimate of P(correct)), on a random subset of up to {cfg['tokens']} "
+        f"tokens per rollout sign and batch ({cfg['batches']} batches of B = {cfg['prompts']} x "
+        f"G = {cfg['group_size']} per seed, task {cfg['task']}, after {cfg['rl_step']} GRPO "
+        "steps). "
+        f"Boosted: Δ log π > {cfg['eps']:g}; suppressed: Δ < -{cfg['eps']:g}. positive-only: "
+        "GRPO's coefficients with A < 0 set to 0; shuffled: advantages permuted inside each "
+        "group. Right: the primary contrast, the A < 0 value gap of the AdamW step under GRPO "
+        "minus under shuffled, per "
+        "seed (dots) and its mean with a 95 % Student-t interval over the paired seeds. "
+        + (common.ci_note(n) if n > 1 else "One seed: no error bars."),
+    )
     return fig
 
 
 def main(argv):
     opts = common.parse(argv, EXTRA, __doc__, redraw=("e5_value", plot))  # --replot: redraw, exit
     per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
-    summary = {o: {a: {s: common.ci(gaps(per_seed, o, a, s)) for s in SIGNS} for a in ARMS} for o in OPTS}
+    summary = {
+        o: {a: {s: common.ci(gaps(per_seed, o, a, s)) for s in SIGNS} for a in ARMS} for o in OPTS
+    }
     summary["ci_over"] = "seeds" if len(per_seed) > 1 else "none (one seed)"
     sgn = {"pos": ">", "neg": "<"}
     data = {"experiment": "e5_value", "config": opts, "per_seed": per_seed, "summary": summary}
-    data["primary"] = {"adam: value gap A<0, grpo - shuffled": common.contrast(
-        gaps(per_seed, "adam", "grpo", "neg"), gaps(per_seed, "adam", "shuffled", "neg"), "> 0", seeds)}
+    data["primary"] = {
+        "adam: value gap A<0, grpo - shuffled": common.contrast(
+            gaps(per_seed, "adam", "grpo", "neg"),
+            gaps(per_seed, "adam", "shuffled", "neg"),
+            "> 0",
+            seeds,
+        )
+    }
     sec = {f"{o}: value gap A{sgn[s]}0, grpo - {a}": common.contrast(
         gaps(per_seed, o, "grpo", s), gaps(per_seed, o, a, s), "> 0", seeds)
         for o in OPTS for s in SIGNS for a in ("shuffled", "positive_only")}
     sec.pop("adam: value gap A<0, grpo - shuffled")
-    sec.update({f"{o}: value gap A{sgn[s]}0, grpo - 0": common.contrast(gaps(per_seed, o, "grpo", s), 0.0, "> 0",
-                                                                        seeds) for o in OPTS for s in SIGNS})
+    sec.update(
+        {
+            f"{o}: value gap A{sgn[s]}0, grpo - 0": common.contrast(
+                gaps(per_seed, o, "grpo", s), 0.0, "> 0", seeds
+            )
+            for o in OPTS
+            for s in SIGNS
+        }
+    )
     data["secondary"] = sec
     data["wall_s"] = round(time.time() - t0, 1)
-    data["rate"] = common.rate("e5_value", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)), "seeds")
+    data["rate"] = common.rate(
+        "e5_value", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)), "seeds"
+    )
     data = common.clean(data)
     common.save("e5_value", data, opts["out"], lambda plt: plot(plt, data))
-    rows = [[o, a, s, common.fmt(summary[o][a][s]),
-             sum(r[o][a][s]["n_boosted"] for r in per_seed), sum(r[o][a][s]["n_suppressed"] for r in per_seed)]
-            for o in OPTS for a in ARMS for s in SIGNS]
+    rows = [
+        [
+            o,
+            a,
+            s,
+            common.fmt(summary[o][a][s]),
+            sum(r[o][a][s]["n_boosted"] for r in per_seed),
+            sum(r[o][a][s]["n_suppressed"] for r in per_seed),
+        ]
+        for o in OPTS
+        for a in ARMS
+        for s in SIGNS
+    ]
     common.table(rows, ["optimizer", "arm", "rollouts", "value gap", "n boosted", "n suppressed"])
     print(f"(95 % CI over {summary['ci_over']})")
     common.report("e5_value", data, opts["out"])

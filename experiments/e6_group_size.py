@@ -54,13 +54,17 @@ import torch  # noqa: E402
 import probes  # noqa: E402
 import advantage  # noqa: E402
 
-EXTRA = dict(common.DIAG_FLAGS, group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
-             prompt_counts=("16,32,64,96", "B values (at G = --group_size)"),
-             rollouts=(256, "rollouts per setting and seed (at least one batch)"),
-             K=(8, "Monte Carlo continuations per valued prefix"),
-             tokens=(192, "valued tokens per setting and seed"),
-             quantiles=(3, "value quantile bins"), eps=(1e-4, "flip threshold on |Delta| (nats)"),
-             rl_step=(20, "GRPO RL steps (at B = --prompts, G = --group_size) before the measured state"))
+EXTRA = dict(
+    common.DIAG_FLAGS,
+    group_sizes=("2,4,8,16", "G values (at B = --prompts)"),
+    prompt_counts=("16,32,64,96", "B values (at G = --group_size)"),
+    rollouts=(256, "rollouts per setting and seed (at least one batch)"),
+    K=(8, "Monte Carlo continuations per valued prefix"),
+    tokens=(192, "valued tokens per setting and seed"),
+    quantiles=(3, "value quantile bins"),
+    eps=(1e-4, "flip threshold on |Delta| (nats)"),
+    rl_step=(20, "GRPO RL steps (at B = --prompts, G = --group_size) before the measured state"),
+)
 
 
 def setting(model, opt, task, draw, gen, B, G, opts):
@@ -95,14 +99,24 @@ def setting(model, opt, task, draw, gen, B, G, opts):
             sign.append(torch.sign(adv[rows_t[:, 0]]))
     v, d, sign = (torch.cat(x) if x else torch.zeros(0) for x in (v, d, sign))
     bins = probes.value_bins(v, opts["quantiles"], gen)
-    out = {"B": B, "G": G, "batches": len(batches), "reward": sum(rewards) / len(rewards), "n_valued": len(v),
-           **probes.value_gap(v, d, opts["eps"]),
-           "gap_pos": probes.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
-           "gap_neg": probes.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
-           "gap_bins": [probes.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
-                        for q in range(opts["quantiles"])],
-           "v_bins": [float(v[bins == q].mean()) if bool((bins == q).any()) else None
-                      for q in range(opts["quantiles"])]}
+    out = {
+        "B": B,
+        "G": G,
+        "batches": len(batches),
+        "reward": sum(rewards) / len(rewards),
+        "n_valued": len(v),
+        **probes.value_gap(v, d, opts["eps"]),
+        "gap_pos": probes.value_gap(v[sign > 0], d[sign > 0], opts["eps"])["gap"],
+        "gap_neg": probes.value_gap(v[sign < 0], d[sign < 0], opts["eps"])["gap"],
+        "gap_bins": [
+            probes.value_gap(v[bins == q], d[bins == q], opts["eps"])["gap"]
+            for q in range(opts["quantiles"])
+        ],
+        "v_bins": [
+            float(v[bins == q].mean()) if bool((bins == q).any()) else None
+            for q in range(opts["quantiles"])
+        ],
+    }
     return out
 
 
@@ -131,70 +145,130 @@ def nan(x):
 
 
 def plot(plt, data):
-    """Value gap against G and against B, overall and per value quantile (missing: not drawn)."""
+    """Value gap against G and against B, overall and per value quantile (missing: not drawn).
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     summary, cfg, n = data["summary"], data["config"], len(data["per_seed"])
-    fig, ax = plt.subplots(1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.2]})
+    fig, ax = plt.subplots(
+        1, 3, figsize=(15, 4.6), layout="tight", gridspec_kw={"width_ratios": [2, 2, 1.2]}
+    )
     ax[1].sharey(ax[0])
     Q = cfg["quantiles"]
     cmap = plt.get_cmap("viridis")
-    for i, (name, fixed) in enumerate((("G", f"B = {cfg['prompts']}"), ("B", f"G = {cfg['group_size']}"))):
+    for i, (name, fixed) in enumerate(
+        (("G", f"B = {cfg['prompts']}"), ("B", f"G = {cfg['group_size']}"))
+    ):
         pts = summary[name]
         xs = [p[name] for p in pts]
         for q in range(Q):
             ys = [p["gap_bins"][q] for p in pts]
-            ax[i].errorbar([x * (1 + 0.03 * (q - Q / 2)) for x in xs], [nan(y[0]) for y in ys], common.errbars(ys),
-                           marker="s", ms=4, lw=1, capsize=2, color=cmap(q / max(Q - 1, 1) * 0.85),
-                           label=f"value quantile {q + 1} of {Q}" + (" (highest)" if q == Q - 1 else ""))
-        ax[i].errorbar(xs, [nan(p["gap"][0]) for p in pts], common.errbars([p["gap"] for p in pts]), marker="o",
-                       color="k", lw=2, capsize=3, label="all tokens of A ≠ 0 rollouts")
+            ax[i].errorbar(
+                [x * (1 + 0.03 * (q - Q / 2)) for x in xs],
+                [nan(y[0]) for y in ys],
+                common.errbars(ys),
+                marker="s",
+                ms=4,
+                lw=1,
+                capsize=2,
+                color=cmap(q / max(Q - 1, 1) * 0.85),
+                label=f"value quantile {q + 1} of {Q}" + (" (highest)" if q == Q - 1 else ""),
+            )
+        ax[i].errorbar(
+            xs,
+            [nan(p["gap"][0]) for p in pts],
+            common.errbars([p["gap"] for p in pts]),
+            marker="o",
+            color="k",
+            lw=2,
+            capsize=3,
+            label="all tokens of A ≠ 0 rollouts",
+        )
         ax[i].axhline(0, color="gray", lw=0.8, ls="--")
         ax[i].set_xscale("log", base=2)
         ax[i].set_xticks(xs, [str(x) for x in xs])
         ax[i].minorticks_off()
         ax[i].set_xlabel("G (completions per prompt)" if name == "G" else "B (prompts per batch)")
         ax[i].set_title(f"vary {name}, {fixed}", fontsize=10)
-    ax[0].set_ylabel("value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))")
+    ax[0].set_ylabel(
+        "value gap: mean V(boosted) − mean V(suppressed)\n(difference in P(correct))"
+    )
     lo, hi = ax[0].get_ylim()
     ax[0].set_ylim(lo, hi + 0.35 * (hi - lo))  # room for the legend above the data
     ax[0].legend(fontsize=7, loc="upper left", ncol=2)
     common.contrast_panel(ax[2], data["primary"], "difference in value gap (P(correct))")
     fig.suptitle("E6: value gap of one GRPO update against the sampling budget", fontsize=11)
-    common.caption(fig, f"One train.py AdamW step (the run's moments) after {cfg['rl_step']} GRPO steps, on "
-                        f"ceil({cfg['rollouts']} / (B G)) rollout batches per setting (task {cfg['task']}). V = mean "
-                        f"reward of K = {cfg['K']} continuations from the prefix ending in the token, on up to "
-                        f"{cfg['tokens']} random boosted or suppressed tokens per setting; boosted Δ log π > "
-                        f"{cfg['eps']:g}, suppressed < -{cfg['eps']:g}. Quantile bins: the valued tokens cut into "
-                        f"{Q} equal-count bins of V; the gap is taken inside each bin. Points of the bins are "
-                        "shifted sideways a little. Right: the primary contrasts, the value gap at the largest G (B) minus at "
-                        "the smallest, per seed (dots) and their mean with a 95 % Student-t interval. "
-                        + common.ci_note(n))
+    common.caption(
+        fig,
+        f"One train.py AdamW step (the run's moments) after {cfg['rl_step']} GRPO steps, on "
+        f"ceil({cfg['rollouts']} / (B G)) rollout batches per setting (task {cfg['task']}). V = "
+        "mean "
+        f"reward of K = {cfg['K']} continuations from the prefix ending in the token, on up to "
+        f"{cfg['tokens']} random boosted or suppressed tokens per setting; boosted Δ log π > "
+        f"{cfg['eps']:g}, suppressed < -{cfg['eps']:g}. Quantile bins: the valued tokens cut into "
+        f"{Q} equal-count bins of V; the gap is taken inside each bin. Points of the bins are "
+        "shifted sideways a little. Right: the primary contrasts, the value gap at the largest G "
+        "(B) minus at "
+        "the smallest, per seed (dots) and their mean with a 95 % Student-t interval. "
+        + common.ci_note(n),
+    )
     return fig
 
 
 def main(argv):
-    opts = common.parse(argv, EXTRA, __doc__, redraw=("e6_group_size", plot))  # --replot: redraw, exit
+    opts = common.parse(
+        argv, EXTRA, __doc__, redraw=("e6_group_size", plot)
+    )  # --replot: redraw, exit
     per_seed, seeds, t0 = common.over_seeds(one_seed, opts)
     Q = opts["quantiles"]
-    col = lambda name, i, k, q=None: [r[name][i][k] if q is None else r[name][i][k][q] for r in per_seed]
-    summary = {name: [{"B": B, "G": G, **{k: common.ci(col(name, i, k)) for k in ("gap", "gap_pos", "gap_neg")},
-                       "gap_bins": [common.ci(col(name, i, "gap_bins", q)) for q in range(Q)],
-                       "v_bins": [common.ci(col(name, i, "v_bins", q)) for q in range(Q)]}
-                      for i, (B, G) in enumerate(pts)] for name, pts in sweeps(opts).items()}
+    col = lambda name, i, k, q=None: [
+        r[name][i][k] if q is None else r[name][i][k][q] for r in per_seed
+    ]
+    summary = {
+        name: [
+            {
+                "B": B,
+                "G": G,
+                **{k: common.ci(col(name, i, k)) for k in ("gap", "gap_pos", "gap_neg")},
+                "gap_bins": [common.ci(col(name, i, "gap_bins", q)) for q in range(Q)],
+                "v_bins": [common.ci(col(name, i, "v_bins", q)) for q in range(Q)],
+            }
+            for i, (B, G) in enumerate(pts)
+        ]
+        for name, pts in sweeps(opts).items()
+    }
     data = {"experiment": "e6_group_size", "config": opts, "per_seed": per_seed, "summary": summary}
     ends = {name: (pts[-1][name == "G"], pts[0][name == "G"]) for name, pts in sweeps(opts).items()}
     data["primary"] = {f"value gap at {name} = {hi} - at {name} = {lo}": common.contrast(
         col(name, -1, "gap"), col(name, 0, "gap"), "> 0", seeds) for name, (hi, lo) in ends.items()}
-    data["secondary"] = {f"top value quantile: value gap at {name} = {hi} - at {name} = {lo}": common.contrast(
-        col(name, -1, "gap_bins", Q - 1), col(name, 0, "gap_bins", Q - 1), "> 0", seeds)
-        for name, (hi, lo) in ends.items()}
+    data["secondary"] = {
+        f"top value quantile: value gap at {name} = {hi} - at {name} = {lo}": common.contrast(
+            col(name, -1, "gap_bins", Q - 1), col(name, 0, "gap_bins", Q - 1), "> 0", seeds
+        )
+        for name, (hi, lo) in ends.items()
+    }
     data["wall_s"] = round(time.time() - t0, 1)
-    data["rate"] = common.rate("e6_group_size", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)),
-                               "seeds")
+    data["rate"] = common.rate(
+        "e6_group_size", len(per_seed), data["wall_s"], min(opts["jobs"], len(per_seed)), "seeds"
+    )
     data = common.clean(data)
     common.save("e6_group_size", data, opts["out"], lambda plt: plot(plt, data))
-    rows = [[name, p["B"], p["G"], common.fmt(p["gap"]), common.fmt(p["gap_pos"]), common.fmt(p["gap_neg"]),
-             " ".join(common.fmt(x) for x in p["gap_bins"])] for name in summary for p in summary[name]]
-    common.table(rows, ["sweep", "B", "G", "value gap", "A>0", "A<0", f"by value quantile (1..{Q})"])
+    rows = [
+        [
+            name,
+            p["B"],
+            p["G"],
+            common.fmt(p["gap"]),
+            common.fmt(p["gap_pos"]),
+            common.fmt(p["gap_neg"]),
+            " ".join(common.fmt(x) for x in p["gap_bins"]),
+        ]
+        for name in summary
+        for p in summary[name]
+    ]
+    common.table(
+        rows, ["sweep", "B", "G", "value gap", "A>0", "A<0", f"by value quantile (1..{Q})"]
+    )
     common.report("e6_group_size", data, opts["out"])
     return data
 

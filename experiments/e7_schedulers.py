@@ -1,4 +1,5 @@
-"""E7: does the mini-batch cut decide how far GRPO drifts where no reward asks? [P2, arXiv 2605.08666]
+"""E7: does the mini-batch cut decide how far GRPO drifts where no reward asks? [P2, arXiv
+2605.08666]
 
 Claim [P2, abstract]: "Guided by this view, we implement two batching
 interventions to encourage or preserve cancellation in critic-free RL
@@ -84,15 +85,26 @@ from config import CliError  # noqa: E402
 
 MINI = ("shuffle", "query", "balanced", "sign")  # the mini-batched arms; full is the reference
 PREDICTED = {"query": "<", "balanced": "<", "sign": ">"}  # drift and tax, against shuffle
-METRICS = ("style_drift_restate", "style_drift_signed_restate", "style_drift", "tax_interior_sum", "eval_acc")
-EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
-         "rl_steps": (40, "RL steps per run (quick: 18)"),
-         "evals": (4, "evaluations after the warm start, equally spaced (quick: 3); accuracy: mean of the last 3"),
-         "eval_size": (1024, "held-out problems for accuracy"),
-         "minibatches": (8, "M: mini-batches per rollout batch (arms other than full)"),
-         "sft_steps": (1500, "SFT steps of the chain warm start"),
-         "threads": (1, "torch threads per worker"),
-         "small": (False, "tiny model and batches, for smoke tests")}
+METRICS = (
+    "style_drift_restate",
+    "style_drift_signed_restate",
+    "style_drift",
+    "tax_interior_sum",
+    "eval_acc",
+)
+EXTRA = {
+    "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own warm start)"),
+    "rl_steps": (40, "RL steps per run (quick: 18)"),
+    "evals": (
+        4,
+        "evaluations after the warm start, equally spaced (quick: 3); accuracy: mean of the last 3",
+    ),
+    "eval_size": (1024, "held-out problems for accuracy"),
+    "minibatches": (8, "M: mini-batches per rollout batch (arms other than full)"),
+    "sft_steps": (1500, "SFT steps of the chain warm start"),
+    "threads": (1, "torch threads per worker"),
+    "small": (False, "tiny model and batches, for smoke tests"),
+}
 
 
 def settings(o):
@@ -102,7 +114,9 @@ def settings(o):
 
 def warm(o, seed):
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
-    return common.warm_start(o["out"], seed, "chain", sft_steps=o["sft_steps"], sft_flawed=0.6, **size)
+    return common.warm_start(
+        o["out"], seed, "chain", sft_steps=o["sft_steps"], sft_flawed=0.6, **size
+    )
 
 
 def unit(item):
@@ -111,18 +125,33 @@ def unit(item):
     t0, c0 = time.time(), time.process_time()
     batch = ["--prompts_per_step=8", "--group_size=2"] if o["small"] else []
     d = os.path.join(o["out"], "runs", "e7", f"chain_e{epochs}_{arm}_s{seed}")
-    ms = common.run(["--task=chain", f"--init_from={warm(o, seed)}", f"--seed={seed}",
-                     f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}",
-                     f"--eval_size={o['eval_size']}", f"--batching={arm}",
-                     f"--minibatches={1 if arm == 'full' else o['minibatches']}", f"--epochs={epochs}",
-                     "--diagnostics=true"] + batch, d)
+    ms = common.run(
+        [
+            "--task=chain",
+            f"--init_from={warm(o, seed)}",
+            f"--seed={seed}",
+            f"--rl_steps={o['rl_steps']}",
+            f"--eval_every={o['eval_every']}",
+            f"--eval_size={o['eval_size']}",
+            f"--batching={arm}",
+            f"--minibatches={1 if arm == 'full' else o['minibatches']}",
+            f"--epochs={epochs}",
+            "--diagnostics=true",
+        ]
+        + batch,
+        d,
+    )
     evals = [m for m in ms if m["phase"] == "rl" and "eval_acc" in m]
     rec = {"seed": seed, "arm": arm, "epochs": epochs, "steps": [m["step"] for m in evals]}
     for k in METRICS:
-        rec[k] = [m.get(k, 0.0 if k == "tax_interior_sum" else None) for m in evals]  # step 0: no tax yet
+        rec[k] = [
+            m.get(k, 0.0 if k == "tax_interior_sum" else None) for m in evals
+        ]  # step 0: no tax yet
     rec["acc_last3"] = last3(rec["eval_acc"])
     rec["seconds"] = round(time.time() - t0, 1)
-    rec["cpu_seconds"] = round(time.process_time() - c0, 1)  # one thread: the cost on a core of its own
+    rec["cpu_seconds"] = round(
+        time.process_time() - c0, 1
+    )  # one thread: the cost on a core of its own
     return rec
 
 
@@ -133,6 +162,8 @@ def last3(acc):
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     o = common.parse(argv, EXTRA, __doc__, redraw=("e7_schedulers", plot))  # --replot: redraw, exit
     if o["quick"]:
         o["rl_steps"], o["evals"] = min(o["rl_steps"], 18), min(o["evals"], 3)
@@ -148,33 +179,63 @@ def main(argv):
     t0 = time.time()
     plan = [(s, e, arm) for _, e, arms in settings(o) for arm in arms for s in o["seeds"]]
     plan.sort(key=lambda p: -p[1])  # the longer two-epoch runs first: better packing over workers
-    opts = {k: o[k] for k in ("out", "rl_steps", "eval_every", "eval_size", "minibatches", "sft_steps", "small")}
-    recs = common.pool(unit, [(opts, s, e, arm) for s, e, arm in plan], o["jobs"], o["threads"], desc="runs")
+    opts = {
+        k: o[k]
+        for k in ("out", "rl_steps", "eval_every", "eval_size", "minibatches", "sft_steps", "small")
+    }
+    recs = common.pool(
+        unit, [(opts, s, e, arm) for s, e, arm in plan], o["jobs"], o["threads"], desc="runs"
+    )
     seconds = time.time() - t0
-    runs = {name: {arm: sorted([r for r in recs if r["epochs"] == e and r["arm"] == arm], key=lambda r: r["seed"])
-                   for arm in arms} for name, e, arms in settings(o)}
+    runs = {
+        name: {
+            arm: sorted(
+                [r for r in recs if r["epochs"] == e and r["arm"] == arm], key=lambda r: r["seed"]
+            )
+            for arm in arms
+        }
+        for name, e, arms in settings(o)
+    }
     seeds = o["seeds"]
     last = lambda name, arm, k: [r[k][-1] for r in runs[name][arm]]
     primary, secondary, per_arm, rows = {}, {}, {}, []
     for name, e, arms in settings(o):
         for arm, sign in PREDICTED.items():
-            for k, label in (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum")):
+            for k, label in (
+                ("style_drift_restate", "|restate drift|"),
+                ("tax_interior_sum", "tax_interior_sum"),
+            ):
                 primary[f"{name}: {label} {arm} - shuffle"] = common.contrast(
                     last(name, arm, k), last(name, "shuffle", k), f"{sign} 0", seeds)
             acc = lambda a: [r["acc_last3"] for r in runs[name][a]]
             secondary[f"{name}: accuracy (last 3 evals) {arm} - shuffle"] = common.contrast(
                 acc(arm), acc("shuffle"), f"{'>' if sign == '<' else '<'} 0", seeds)
             secondary[f"{name}: signed restate drift {arm} - shuffle"] = common.contrast(
-                last(name, arm, "style_drift_signed_restate"), last(name, "shuffle", "style_drift_signed_restate"),
-                "about 0", seeds)
+                last(name, arm, "style_drift_signed_restate"),
+                last(name, "shuffle", "style_drift_signed_restate"),
+                "about 0",
+                seeds,
+            )
         per_arm[name] = {}
         for arm in arms:
             s = {k: common.ci(last(name, arm, k)) for k in METRICS}
             s["acc_last3"] = common.ci([r["acc_last3"] for r in runs[name][arm]])
             per_arm[name][arm] = s
-            rows.append([name, arm, common.fmt(s["style_drift_restate"]), common.fmt(s["style_drift_signed_restate"]),
-                         common.fmt(s["tax_interior_sum"]), common.fmt(s["acc_last3"])])
-    needed = {}  # seeds a 20 % drift / tax difference or a 3-point accuracy difference would need at the measured sd
+            rows.append(
+                [
+                    name,
+                    arm,
+                    common.fmt(s["style_drift_restate"]),
+                    common.fmt(s["style_drift_signed_restate"]),
+                    common.fmt(s["tax_interior_sum"]),
+                    common.fmt(s["acc_last3"]),
+                ]
+            )
+    needed = (
+        {}
+    # seeds a 20 % drift / tax difference or a 3-point accuracy difference would need at the
+    # measured sd
+    )
     for name in list(primary) + list(secondary):
         c = primary.get(name) or secondary[name]
         setting = name.split(":")[0]
@@ -183,22 +244,56 @@ def main(argv):
             continue
         target = 0.03 if k == "acc_last3" else 0.2 * abs(per_arm[setting]["shuffle"][k][0])
         needed[name] = {"target": target, "sd": c["sd"], "n": common.seeds_needed(c["sd"], target)}
-    common.table(rows, ["setting", "batching", "|restate drift|", "signed restate drift", "tax_interior_sum",
-                        "acc (last 3 evals)"])
+    common.table(
+        rows,
+        [
+            "setting",
+            "batching",
+            "|restate drift|",
+            "signed restate drift",
+            "tax_interior_sum",
+            "acc (last 3 evals)",
+        ],
+    )
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
     for name, x in sorted(needed.items()):
         if x["n"] is not None:
-            print(f"seeds for {name} to detect {x['target']:.3g}: {x['n']} (paired sd {x['sd']:.3g})")
+            print(
+                f"seeds for {name} to detect {x['target']:.3g}: {x['n']} (paired sd {x['sd']:.3g})"
+            )
     rate = common.rate("E7", len(recs), seconds, o["jobs"], "runs")
-    cost = {name: {arm: round(sum(r["cpu_seconds"] for r in rs) / len(rs), 1) for arm, rs in arms.items()}
-            for name, arms in runs.items()}
-    print("CPU seconds per run (one thread): " + "; ".join(
-        f"{name}: " + ", ".join(f"{a} {c:.0f}" for a, c in arms.items()) for name, arms in cost.items()))
-    data = {"experiment": "E7 schedulers", "task": "chain", "seeds": seeds, "rl_steps": o["rl_steps"],
-            "eval_every": o["eval_every"], "eval_size": o["eval_size"], "minibatches": o["minibatches"],
-            "quick": o["quick"], "seconds": round(seconds, 1), "rate": rate, "cpu_seconds_per_run": cost,
-            "primary": primary, "secondary": secondary, "seeds_needed": needed, "per_arm": per_arm, "runs": runs}
+    cost = {
+        name: {
+            arm: round(sum(r["cpu_seconds"] for r in rs) / len(rs), 1) for arm, rs in arms.items()
+        }
+        for name, arms in runs.items()
+    }
+    print(
+        "CPU seconds per run (one thread): "
+        + "; ".join(
+            f"{name}: " + ", ".join(f"{a} {c:.0f}" for a, c in arms.items())
+            for name, arms in cost.items()
+        )
+    )
+    data = {
+        "experiment": "E7 schedulers",
+        "task": "chain",
+        "seeds": seeds,
+        "rl_steps": o["rl_steps"],
+        "eval_every": o["eval_every"],
+        "eval_size": o["eval_size"],
+        "minibatches": o["minibatches"],
+        "quick": o["quick"],
+        "seconds": round(seconds, 1),
+        "rate": rate,
+        "cpu_seconds_per_run": cost,
+        "primary": primary,
+        "secondary": secondary,
+        "seeds_needed": needed,
+        "per_arm": per_arm,
+        "runs": runs,
+    }
     data = common.clean(data)
     common.save("e7_schedulers", data, o["out"], lambda plt: plot(plt, data))
     return data
@@ -206,13 +301,26 @@ def main(argv):
 
 TARGETS = (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum"),
            ("acc_last3", "accuracy"))
-COLORS = {"full": "0.45", "shuffle": "tab:blue", "query": "tab:green", "balanced": "tab:orange", "sign": "tab:red"}
-PANELS = (("style_drift_restate", "|restate drift| (nats)"), ("tax_interior_sum", "tax_interior_sum (nats)"),
-          ("eval_acc", "held-out greedy accuracy"))
+COLORS = {
+    "full": "0.45",
+    "shuffle": "tab:blue",
+    "query": "tab:green",
+    "balanced": "tab:orange",
+    "sign": "tab:red",
+}
+PANELS = (
+    ("style_drift_restate", "|restate drift| (nats)"),
+    ("tax_interior_sum", "tax_interior_sum (nats)"),
+    ("eval_acc", "held-out greedy accuracy"),
+)
 
 
 def plot(plt, data):
-    """Rows 1-2: curves per setting (mean over seeds, 95 % t band); row 3: paired contrasts against shuffle."""
+    """Rows 1-2: curves per setting (mean over seeds, 95 % t band); row 3: paired contrasts
+    against shuffle.
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     names = list(data["runs"])
     fig, axes = plt.subplots(len(names) + 1, 3, figsize=(15, 4.0 * (len(names) + 1)))
     fig.subplots_adjust(hspace=0.55, wspace=0.3, top=0.9, bottom=0.08)
@@ -222,36 +330,72 @@ def plot(plt, data):
             for arm, runs in data["runs"][name].items():
                 steps = runs[0]["steps"]
                 zero = k != "eval_acc"  # drift and tax are 0 at the warm start by definition
-                cols = [[0.0 if zero and not i else r[k][i] for r in runs if r[k][i] is not None or zero and not i]
-                        for i in range(len(steps))]
+                cols = [
+                    [
+                        0.0 if zero and not i else r[k][i]
+                        for r in runs
+                        if r[k][i] is not None or zero and not i
+                    ]
+                    for i in range(len(steps))
+                ]
                 pts = [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]
-                xs, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0.0 for p in pts]
+                xs, mean, half = (
+                    [p[0] for p in pts],
+                    [p[1] for p in pts],
+                    [p[2] or 0.0 for p in pts],
+                )
                 ax.plot(xs, mean, marker="o", ms=3, color=COLORS[arm], label=arm)
                 if n > 1:
-                    ax.fill_between(xs, [a - b for a, b in zip(mean, half)], [a + b for a, b in zip(mean, half)],
-                                    color=COLORS[arm], alpha=0.12, lw=0)
+                    ax.fill_between(
+                        xs,
+                        [a - b for a, b in zip(mean, half)],
+                        [a + b for a, b in zip(mean, half)],
+                        color=COLORS[arm],
+                        alpha=0.12,
+                        lw=0,
+                    )
             if k == "eval_acc":
                 start = data["runs"][name]["shuffle"]
-                ax.axhline(sum(r["eval_acc"][0] for r in start) / len(start), color="k", ls=":", lw=1,
-                           label="warm start")
+                ax.axhline(
+                    sum(r["eval_acc"][0] for r in start) / len(start),
+                    color="k",
+                    ls=":",
+                    lw=1,
+                    label="warm start",
+                )
             else:
                 ax.axhline(0, color="k", lw=0.6)
             ax.set_xlabel("RL step")
             ax.set_ylabel(ylabel)
             ax.set_title(f"{name}, M = {data['minibatches']}: {ylabel.split(' (')[0]}", fontsize=10)
             ax.grid(alpha=0.3)
-    for ax, (k, label, unit) in zip(axes[-1], (("|restate drift|", "|restate drift|", "nats"),
-                                               ("tax_interior_sum", "tax_interior_sum", "nats"),
-                                               ("accuracy", "accuracy (last 3 evals)", "fraction"))):
+    for ax, (k, label, unit) in zip(
+        axes[-1],
+        (
+            ("|restate drift|", "|restate drift|", "nats"),
+            ("tax_interior_sum", "tax_interior_sum", "nats"),
+            ("accuracy", "accuracy (last 3 evals)", "fraction"),
+        ),
+    ):
         table = data["primary"] if k != "accuracy" else data["secondary"]
         xs, labels = 0, []
         for j, name in enumerate(names):
             for arm in PREDICTED:
-                key = next(c for c in table if c.startswith(f"{name}: {k}") and c.endswith(f"{arm} - shuffle"))
+                key = next(
+                    c
+                    for c in table
+                    if c.startswith(f"{name}: {k}") and c.endswith(f"{arm} - shuffle")
+                )
                 c = table[key]
                 if c["diff"] is not None:
-                    ax.errorbar([xs], [c["diff"]], yerr=[[c["half"] or 0.0], [c["half"] or 0.0]], fmt="o",
-                                color=COLORS[arm], capsize=4)
+                    ax.errorbar(
+                        [xs],
+                        [c["diff"]],
+                        yerr=[[c["half"] or 0.0], [c["half"] or 0.0]],
+                        fmt="o",
+                        color=COLORS[arm],
+                        capsize=4,
+                    )
                 labels.append(f"{arm}\n{name}")
                 xs += 1
         ax.axhline(0, color="k", lw=0.8)
@@ -264,17 +408,30 @@ def plot(plt, data):
     handles, labels = axes[0][2].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False,
                bbox_to_anchor=(0.5, 0.965), title="--batching", title_fontsize=9)
-    fig.suptitle(f"E7: mini-batch schedulers on the chain testbed, GRPO, {data['rl_steps']} RL steps, "
-                 f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}", fontsize=12, y=0.99)
-    band = (f"Lines: mean over {n} seeds; bands and bars: 95 % Student-t interval over seeds (t with {n - 1} "
-            "degrees of freedom), paired by seed in the bottom row." if n > 1 else
-            "One seed: no bands or bars.")
-    common.caption(fig, "Each seed's arms start from the same chain warm start with the same seed. "
-                        "|restate drift|: mean over 256 held-out problems of |change of the log-odds of no "
-                        "restatement against '(' since the warm start|. tax_interior_sum: running sum over RL steps "
-                        "of KL(pi_new || pi_old) at histories before a group's divergence point. Accuracy: "
-                        f"greedy, {data['eval_size']} held-out problems; dotted: the warm start. full (grey): one "
-                        "optimizer step per batch, the on-policy reference, in no contrast. " + band, width=190)
+    fig.suptitle(
+        f"E7: mini-batch schedulers on the chain testbed, GRPO, {data['rl_steps']} RL steps, "
+        f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}",
+        fontsize=12,
+        y=0.99,
+    )
+    band = (
+        f"Lines: mean over {n} seeds; bands and bars: 95 % Student-t interval over seeds (t with "
+        f"{n - 1} "
+        "degrees of freedom), paired by seed in the bottom row."
+        if n > 1
+        else "One seed: no bands or bars."
+    )
+    common.caption(
+        fig,
+        "Each seed's arms start from the same chain warm start with the same seed. "
+        "|restate drift|: mean over 256 held-out problems of |change of the log-odds of no "
+        "restatement against '(' since the warm start|. tax_interior_sum: running sum over RL "
+        "steps "
+        "of KL(pi_new || pi_old) at histories before a group's divergence point. Accuracy: "
+        f"greedy, {data['eval_size']} held-out problems; dotted: the warm start. full (grey): one "
+        "optimizer step per batch, the on-policy reference, in no contrast. " + band,
+        width=190,
+    )
     return fig
 
 

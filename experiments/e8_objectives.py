@@ -57,13 +57,13 @@ PPO-style objectives against DFPO; ``clip_frac`` is logged.
 
 Arms and the factor each pair isolates (loss.py's table; c = coefficient):
 
-| pair                      | same                              | differs in                         |
-|---------------------------|-----------------------------------|------------------------------------|
-| dapo - grpo               | sigma-normalised A, token ratio   | 1/L_i against 1/sum L (aggregation)|
-| dr_grpo - dapo            | constant aggregation, token ratio | 1/sigma_g (a per-group scale)      |
-| dfpo_min - dr_grpo        | A = r - mu, 1/(N L_max)           | token ratio rho against min_j w_j  |
-| dfpo_orth - dr_grpo       | A = r - mu, 1/(N L_max)           | token ratio rho against w - proj_A |
-| grpo clip-higher - grpo   | everything but the clip           | clip 1-0.2 / 1+0.28 against 1+-0.2 |
+| pair                    | same                              | differs in                     |
+|-------------------------|-----------------------------------|--------------------------------|
+| dapo - grpo             | sigma-normalised A, token ratio   | 1/L_i vs 1/sum L (aggregation) |
+| dr_grpo - dapo          | constant aggregation, token ratio | 1/sigma_g (a per-group scale)  |
+| dfpo_min - dr_grpo      | A = r - mu, 1/(N L_max)           | token ratio rho vs min_j w_j   |
+| dfpo_orth - dr_grpo     | A = r - mu, 1/(N L_max)           | token ratio rho vs w - proj_A  |
+| grpo clip-higher - grpo | everything but the clip           | clip 1-0.2 / 1+0.28 vs 1+-0.2  |
 
 grpo against dr_grpo changes two factors at once (sigma and 1/L_i); dapo sits
 between them. On-policy dr_grpo, dfpo_min and dfpo_orth coincide; here, with
@@ -109,8 +109,8 @@ at lr 1e-4: 0.32 s per RL step at B = 4 and 0.59 s at B = 8, one evaluation
 with diagnostics 3.8 s; B = 8 would give each arm a less noisy step but
 halve the arms that fit.)
 
-    python experiments/e8_objectives.py --quick     # seed 0, the primary arms, 100 RL steps (out/quick/)
-    python experiments/e8_objectives.py             # seeds 0-9, the primary arms, 600 RL steps (results/)
+    python experiments/e8_objectives.py --quick  # seed 0, primary arms, 100 RL steps (out/quick/)
+    python experiments/e8_objectives.py          # seeds 0-9, primary arms, 600 RL steps (results/)
     python experiments/e8_objectives.py --arm_set=all   # seeds 0-9, six arms (about 86 min)
     python experiments/e8_objectives.py --replot    # redraw results/e8_objectives.png from its JSON
 """
@@ -122,43 +122,78 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
-ARMS = {"grpo": ("grpo", None), "dapo": ("dapo", None), "dr_grpo": ("dr_grpo", None),  # None: the run's --clip
-        "dfpo_min": ("dfpo_min", None), "dfpo_orth": ("dfpo_orth", None),
-        "grpo clip-higher": ("grpo", "higher")}
-ARM_SETS = {"budget": ("grpo", "dr_grpo", "dfpo_min"),
-            "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"),  # fits 60 min on 2 cores (docstring)
-            "all": tuple(ARMS)}
+ARMS = {
+    "grpo": ("grpo", None),
+    "dapo": ("dapo", None),
+    "dr_grpo": ("dr_grpo", None),  # None: the run's --clip
+    "dfpo_min": ("dfpo_min", None),
+    "dfpo_orth": ("dfpo_orth", None),
+    "grpo clip-higher": ("grpo", "higher"),
+}
+ARM_SETS = {
+    "budget": ("grpo", "dr_grpo", "dfpo_min"),
+    "primary": ("grpo", "dr_grpo", "dfpo_min", "dfpo_orth"),  # fits 60 min on 2 cores (docstring)
+    "all": tuple(ARMS),
+}
 PRIMARY = "style_drift_restate"
-FACTORS = {("dapo", "grpo"): "1/L_i vs 1/sum L", ("dr_grpo", "dapo"): "sigma_g",
-           ("dfpo_min", "dr_grpo"): "token ratio vs min-replace", ("dfpo_orth", "dr_grpo"): "token ratio vs orth",
-           ("grpo clip-higher", "grpo"): "clip-higher"}
+FACTORS = {
+    ("dapo", "grpo"): "1/L_i vs 1/sum L",
+    ("dr_grpo", "dapo"): "sigma_g",
+    ("dfpo_min", "dr_grpo"): "token ratio vs min-replace",
+    ("dfpo_orth", "dr_grpo"): "token ratio vs orth",
+    ("grpo clip-higher", "grpo"): "clip-higher",
+}
 SECONDARY = {"style_entropy_restate": "> 0", "entropy": "> 0", "tax_interior_sum": "< 0",
              "style_drift_sep": "< 0", "acc_last3": "none"}
-CURVES = ("style_drift_restate", "style_drift_signed_restate", "style_drift_sep", "style_entropy_restate",
-          "style_entropy_sep", "entropy", "eval_acc")
-EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own cached warm start)"),
-         "rl_steps": (600, "RL steps per run (quick: 100)"),
-         "eval_every": (100, "RL steps between evaluations"),
-         "prompts_per_step": (4, "B: prompts per rollout batch"), "group_size": (8, "G: completions per prompt"),
-         "minibatches": (2, "M: optimizer steps per rollout batch and epoch"),
-         "epochs": (2, "passes over each rollout batch"),
-         "clip": ("sym", "ratio clip of every arm but 'grpo clip-higher': none | sym (1 +- 0.2)"),
-         "lr": (3e-5, "RL learning rate (AdamW), the same for every arm"),
-         "sft_steps": (1500, "SFT steps of the chain warm start"),
-         "arm_set": ("primary", "primary (grpo, dr_grpo, dfpo_min, dfpo_orth) | budget (no dfpo_orth) | all "
-                                "(+ dapo, grpo clip-higher)"),
-         "small": (False, "tiny model and batches, for smoke tests")}
+CURVES = (
+    "style_drift_restate",
+    "style_drift_signed_restate",
+    "style_drift_sep",
+    "style_entropy_restate",
+    "style_entropy_sep",
+    "entropy",
+    "eval_acc",
+)
+EXTRA = {
+    "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (each its own cached warm start)"),
+    "rl_steps": (600, "RL steps per run (quick: 100)"),
+    "eval_every": (100, "RL steps between evaluations"),
+    "prompts_per_step": (4, "B: prompts per rollout batch"),
+    "group_size": (8, "G: completions per prompt"),
+    "minibatches": (2, "M: optimizer steps per rollout batch and epoch"),
+    "epochs": (2, "passes over each rollout batch"),
+    "clip": ("sym", "ratio clip of every arm but 'grpo clip-higher': none | sym (1 +- 0.2)"),
+    "lr": (3e-5, "RL learning rate (AdamW), the same for every arm"),
+    "sft_steps": (1500, "SFT steps of the chain warm start"),
+    "arm_set": (
+        "primary",
+        "primary (grpo, dr_grpo, dfpo_min, dfpo_orth) | budget (no dfpo_orth) | all "
+        "(+ dapo, grpo clip-higher)",
+    ),
+    "small": (False, "tiny model and batches, for smoke tests"),
+}
 
 
 def run_flags(o, seed, arm, warm):
     """train.py's flags for one (seed, arm) run."""
     loss, clip = ARMS[arm]
     clip = clip or o["clip"]
-    flags = ["--task=chain", f"--init_from={warm}", f"--seed={seed}", f"--loss={loss}", f"--clip={clip}",
-             f"--lr={o['lr']}",
-             f"--rl_steps={o['rl_steps']}", f"--eval_every={o['eval_every']}", "--batching=query",
-             f"--minibatches={o['minibatches']}", f"--epochs={o['epochs']}", "--diagnostics=true",
-             f"--prompts_per_step={o['prompts_per_step']}", f"--group_size={o['group_size']}"]
+    flags = [
+        "--task=chain",
+        f"--init_from={warm}",
+        f"--seed={seed}",
+        f"--loss={loss}",
+        f"--clip={clip}",
+        f"--lr={o['lr']}",
+        f"--rl_steps={o['rl_steps']}",
+        f"--eval_every={o['eval_every']}",
+        "--batching=query",
+        f"--minibatches={o['minibatches']}",
+        f"--epochs={o['epochs']}",
+        "--diagnostics=true",
+        f"--prompts_per_step={o['prompts_per_step']}",
+        f"--group_size={o['group_size']}",
+    ]
     if clip == "higher":
         flags += ["--clip_low=0.2", "--clip_high=0.28"]
     return flags + (["--eval_size=16"] if o["small"] else [])
@@ -210,12 +245,21 @@ def secondary(runs):
     out = {}
     for (a, b), factor in FACTORS.items():
         if a in runs and b in runs:
-            out[f"{PRIMARY} {a} - {b} ({factor})"] = paired(runs, a, b, PRIMARY, "< 0" if b != "grpo clip-higher"
-                                                            and a != "grpo clip-higher" else "> 0")
+            out[f"{PRIMARY} {a} - {b} ({factor})"] = paired(
+                runs,
+                a,
+                b,
+                PRIMARY,
+                "< 0" if b != "grpo clip-higher" and a != "grpo clip-higher" else "> 0",
+            )
     for k, sign in SECONDARY.items():
         for a in runs:
             if a != "grpo" and "grpo" in runs:
-                pred = sign if a != "grpo clip-higher" else {"> 0": "< 0", "< 0": "> 0"}.get(sign, sign)
+                pred = (
+                    sign
+                    if a != "grpo clip-higher"
+                    else {"> 0": "< 0", "< 0": "> 0"}.get(sign, sign)
+                )
                 out[f"{k} {a} - grpo"] = paired(runs, a, "grpo", k, pred)
     return out
 
@@ -223,22 +267,37 @@ def secondary(runs):
 def band(runs, k):
     """Per evaluation step: (step, mean, t half-width) over the seeds that have a value."""
     steps = runs[0]["steps"]
-    cols = [[r[k][i] for r in runs if i < len(r[k]) and r[k][i] is not None] for i in range(len(steps))]
+    cols = [
+        [r[k][i] for r in runs if i < len(r[k]) and r[k][i] is not None] for i in range(len(steps))
+    ]
     return [(s, *common.ci(c)) for s, c in zip(steps, cols) if c]
 
 
 def plot(plt, data):
-    """Curves per arm (mean, 95 % t band over seeds) and the paired contrasts against grpo."""
+    """Curves per arm (mean, 95 % t band over seeds) and the paired contrasts against grpo.
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     runs, n = data["runs"], len(data["seeds"])
     fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
     fig.subplots_adjust(hspace=0.45, wspace=0.32)
-    fig.suptitle(f"E8 on the chain task: objectives under off-policy reuse (M={data['minibatches']}, "
-                 f"E={data['epochs']}), {data['rl_steps']} RL steps, {n} seed{'s' if n > 1 else ''}", fontsize=12)
+    fig.suptitle(
+        f"E8 on the chain task: objectives under off-policy reuse (M={data['minibatches']}, "
+        f"E={data['epochs']}), {data['rl_steps']} RL steps, {n} seed{'s' if n > 1 else ''}",
+        fontsize=12,
+    )
     colors = {a: f"C{i}" for i, a in enumerate(ARMS)}
-    curves = [("style_drift_restate", "|restate drift| since the warm start", "mean |Δ log-odds| (nats)"),
-              ("style_entropy_restate", "entropy over the two restate forms", "entropy (nats; ln 2 = 0.69 max)"),
-              ("entropy", "token entropy of greedy completions", "mean entropy per token (nats)"),
-              ("eval_acc", "greedy accuracy (256 held-out problems)", "accuracy (fraction correct)")]
+    curves = [
+        ("style_drift_restate", "|restate drift| since the warm start",
+         "mean |Δ log-odds| (nats)"),
+        (
+            "style_entropy_restate",
+            "entropy over the two restate forms",
+            "entropy (nats; ln 2 = 0.69 max)",
+        ),
+        ("entropy", "token entropy of greedy completions", "mean entropy per token (nats)"),
+        ("eval_acc", "greedy accuracy (256 held-out problems)", "accuracy (fraction correct)"),
+    ]
     for ax, (k, title, ylabel) in zip(axes[0], curves):
         for arm, rs in runs.items():
             pts = band(rs, k)
@@ -256,10 +315,12 @@ def plot(plt, data):
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8, loc="upper left")
-    panels = [("style_drift_restate", "|restate drift|, arm - grpo (nats)"),
-              ("style_entropy_restate", "restate-form entropy, arm - grpo (nats)"),
-              ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)"),
-              ("acc_last3", "accuracy (fraction correct), mean of the last 3 evaluations, arm - grpo")]
+    panels = [
+        ("style_drift_restate", "|restate drift|, arm - grpo (nats)"),
+        ("style_entropy_restate", "restate-form entropy, arm - grpo (nats)"),
+        ("tax_interior_sum", "learning tax before divergence, arm - grpo (Σ KL, nats)"),
+        ("acc_last3", "accuracy (fraction correct), mean of the last 3 evaluations, arm - grpo"),
+    ]
     contrasts = {**data["primary"], **data["secondary"]}
     others = [a for a in runs if a != "grpo"]
     for ax, (k, xlabel) in zip(axes[1], panels):
@@ -272,36 +333,71 @@ def plot(plt, data):
         ax.set_ylim(-0.7, len(rows) - 0.3)
         ax.axvline(0, color="k", lw=0.8)
         ax.set_xlabel(xlabel, fontsize=9)
-        ax.set_title({"tax_interior_sum": "paired by seed, whole run", "acc_last3": "paired by seed, last 3 "
-                      "evaluations"}.get(k, "paired by seed, last evaluation"), fontsize=10)
+        ax.set_title(
+            {
+                "tax_interior_sum": "paired by seed, whole run",
+                "acc_last3": "paired by seed, last 3 " "evaluations",
+            }.get(k, "paired by seed, last evaluation"),
+            fontsize=10,
+        )
         ax.grid(axis="x", alpha=0.3)
-    bands = (f"band: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)" if n > 1
-             else "one seed: no bands or intervals")
-    common.caption(fig, f"Top: mean over seeds at each evaluation (256 held-out problems), {bands}. "
-                        "Restate drift = mean over problems of |change since the warm start of log π(no "
-                        "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
-                        "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
-                        "line at zero. A DFPO residual of 0 holds by construction and is not shown as evidence.",
-                   width=230)
+    bands = (
+        f"band: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
+        if n > 1
+        else "one seed: no bands or intervals"
+    )
+    common.caption(
+        fig,
+        f"Top: mean over seeds at each evaluation (256 held-out problems), {bands}. "
+        "Restate drift = mean over problems of |change since the warm start of log π(no "
+        "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
+        "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
+        "line at zero. A DFPO residual of 0 holds by construction and is not shown as evidence.",
+        width=230,
+    )
     return fig
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     o = common.parse(argv, EXTRA, __doc__, redraw=("e8_objectives", plot))  # --replot: redraw, exit
     if o["quick"]:
         o["rl_steps"], o["eval_every"] = min(o["rl_steps"], 100), min(o["eval_every"], 25)
     if o["arm_set"] not in ARM_SETS:
-        raise common.CliError(f"--arm_set: unknown set {o['arm_set']!r}; choose one of {', '.join(ARM_SETS)}")
+        raise common.CliError(
+            f"--arm_set: unknown set {o['arm_set']!r}; choose one of {', '.join(ARM_SETS)}"
+        )
     if o["clip"] not in ("none", "sym"):
         raise common.CliError(f"--clip: {o['clip']!r} is not none or sym")
     arms = ARM_SETS[o["arm_set"]]
-    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96, "sft_flawed": 0.6}
+    size = (
+        {"n_layer": 1, "n_embd": 32, "n_head": 2}
+        if o["small"]
+        else {"n_embd": 96, "sft_flawed": 0.6}
+    )
     if o["small"]:
         o.update(prompts_per_step=4, group_size=4)
     t0 = time.time()
-    warm = {s: common.warm_start(o["out"], s, "chain", sft_steps=o["sft_steps"], **size) for s in o["seeds"]}
-    keep = {k: o[k] for k in ("out", "rl_steps", "eval_every", "prompts_per_step", "group_size", "minibatches",
-                              "epochs", "clip", "lr", "small")}
+    warm = {
+        s: common.warm_start(o["out"], s, "chain", sft_steps=o["sft_steps"], **size)
+        for s in o["seeds"]
+    }
+    keep = {
+        k: o[k]
+        for k in (
+            "out",
+            "rl_steps",
+            "eval_every",
+            "prompts_per_step",
+            "group_size",
+            "minibatches",
+            "epochs",
+            "clip",
+            "lr",
+            "small",
+        )
+    }
     items = [(keep, s, a, warm[s]) for s in o["seeds"] for a in arms]
     t1 = time.time()
     recs = common.pool(one_run, items, o["jobs"], o["threads"], desc="runs")
@@ -311,12 +407,24 @@ def main(argv):
             "quick": o["quick"], **{k: o[k] for k in keep if k not in ("out", "small")},
             "runs": runs, "rate": rate}
     data["primary"], data["secondary"] = primary(runs), secondary(runs)
-    data["per_arm"] = {a: {k: common.ci([final(r, k) for r in runs[a]]) for k in (PRIMARY, *SECONDARY)}
-                       for a in arms}
+    data["per_arm"] = {
+        a: {k: common.ci([final(r, k) for r in runs[a]]) for k in (PRIMARY, *SECONDARY)}
+        for a in arms
+    }
     data["seconds"] = round(time.time() - t0, 1)
     rows = [[a] + [common.fmt(data["per_arm"][a][k]) for k in (PRIMARY, *SECONDARY)] for a in arms]
-    common.table(rows, ["arm", "|restate drift|", "restate entropy", "token entropy", "tax interior sum",
-                        "|sep drift|", "acc (last 3)"])
+    common.table(
+        rows,
+        [
+            "arm",
+            "|restate drift|",
+            "restate entropy",
+            "token entropy",
+            "tax interior sum",
+            "|sep drift|",
+            "acc (last 3)",
+        ],
+    )
     common.print_contrasts(data["primary"])
     common.print_contrasts(data["secondary"], "secondary")
     print(f"E8 took {data['seconds']:.0f}s")

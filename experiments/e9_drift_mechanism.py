@@ -89,10 +89,11 @@ adamw's, interpolated in log-log between the tried lrs around it. It looks at
 the KL only.
 
     python experiments/e9_drift_mechanism.py --quick       # seed 0, 40 RL steps (out/quick/)
-    python experiments/e9_drift_mechanism.py --calibrate   # the SGD lr (results/e9_calibration.json)
+    python experiments/e9_drift_mechanism.py --calibrate  # the SGD lr (results/e9_calibration.json)
     python experiments/e9_drift_mechanism.py --jobs=2      # seeds 0-9 (results/)
     python experiments/e9_drift_mechanism.py --replot
 """
+
 import contextlib
 import json
 import math
@@ -113,28 +114,42 @@ import toy_tasks  # noqa: E402
 from model import rl_optimizer  # noqa: E402
 from sampler import evaluate, rollouts  # noqa: E402
 
-ARMS = {"adamw": {"loss": "dr_grpo"},
-        "sgd": {"loss": "dr_grpo", "optimizer": "sgd"},
-        "permuted": {"loss": "dr_grpo", "permute_rewards": True},
-        "dr_grpo_reuse": {"loss": "dr_grpo", "minibatches": 2, "epochs": 2},
-        "dfpo_min_reuse": {"loss": "dfpo_min", "minibatches": 2, "epochs": 2},
-        "grpo": {"loss": "grpo"},
-        "teacher60": {"loss": "dr_grpo"},
-        "sgd_kl": {"loss": "dr_grpo", "optimizer": "sgd"}}  # the amendment: lr per seed, kl_matched_lr
-TEACHER = {"teacher60": 0.6}  # the restate rate of an arm's warm-start teacher (else the task's 0.4)
-PRIMARY = (("sgd", "adamw", "< 0"), ("permuted", "adamw", "< 0"), ("dfpo_min_reuse", "dr_grpo_reuse", "< 0"),
-           ("dr_grpo_reuse", "adamw", "none"), ("grpo", "adamw", "< 0"), ("teacher60", "adamw", "< 0"))
-KL_SLOPE = 1.21  # d log KL / d log lr of SGD, least squares over results/e9_calibration.json (tested)
+ARMS = {
+    "adamw": {"loss": "dr_grpo"},
+    "sgd": {"loss": "dr_grpo", "optimizer": "sgd"},
+    "permuted": {"loss": "dr_grpo", "permute_rewards": True},
+    "dr_grpo_reuse": {"loss": "dr_grpo", "minibatches": 2, "epochs": 2},
+    "dfpo_min_reuse": {"loss": "dfpo_min", "minibatches": 2, "epochs": 2},
+    "grpo": {"loss": "grpo"},
+    "teacher60": {"loss": "dr_grpo"},
+    "sgd_kl": {"loss": "dr_grpo", "optimizer": "sgd"},
+}  # the amendment: lr per seed, kl_matched_lr
+TEACHER = {
+    "teacher60": 0.6
+}  # the restate rate of an arm's warm-start teacher (else the task's 0.4)
+PRIMARY = (
+    ("sgd", "adamw", "< 0"),
+    ("permuted", "adamw", "< 0"),
+    ("dfpo_min_reuse", "dr_grpo_reuse", "< 0"),
+    ("dr_grpo_reuse", "adamw", "none"),
+    ("grpo", "adamw", "< 0"),
+    ("teacher60", "adamw", "< 0"),
+)
+KL_SLOPE = (
+    1.21  # d log KL / d log lr of SGD, least squares over results/e9_calibration.json (tested)
+)
 PARTS = ("measured", "direct", "coupled", "carried", "carried_direct", "carried_coupled", "exact")
 PER_STEP = PARTS + ("kl", "entropy", "credit_gap", "credit_cov", "restated", "reward")
-EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
-         "rl_steps": (200, "RL steps per arm (quick: 40)"),
-         "sgd_lr": (0.0175, "the sgd arm's learning rate (from --calibrate)"),
-         "calibrate": (False, "fix --sgd_lr: KL-match SGD to adamw on seed 100, print it, exit"),
-         "calib_lrs": ("0.03,0.06,0.12", "SGD learning rates --calibrate tries"),
-         "calib_steps": (200, "RL steps of each --calibrate run (the full run's length)"),
-         "threads": (0, "torch threads (0: all cores in one process, 1 per worker with --jobs > 1)"),
-         "small": (False, "tiny model and batches, for smoke tests")}
+EXTRA = {
+    "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
+    "rl_steps": (200, "RL steps per arm (quick: 40)"),
+    "sgd_lr": (0.0175, "the sgd arm's learning rate (from --calibrate)"),
+    "calibrate": (False, "fix --sgd_lr: KL-match SGD to adamw on seed 100, print it, exit"),
+    "calib_lrs": ("0.03,0.06,0.12", "SGD learning rates --calibrate tries"),
+    "calib_steps": (200, "RL steps of each --calibrate run (the full run's length)"),
+    "threads": (0, "torch threads (0: all cores in one process, 1 per worker with --jobs > 1)"),
+    "small": (False, "tiny model and batches, for smoke tests"),
+}
 
 
 @contextlib.contextmanager
@@ -152,7 +167,11 @@ def chain_teacher(p_restate):
 
 def warm(opts, seed, arm):
     """The warm start of ``arm`` and ``seed`` (trained once by train.py, reused)."""
-    size = {"n_layer": 1, "n_embd": 32, "n_head": 2, "sft_steps": 50} if opts["small"] else {"n_embd": 96}
+    size = (
+        {"n_layer": 1, "n_embd": 32, "n_head": 2, "sft_steps": 50}
+        if opts["small"]
+        else {"n_embd": 96}
+    )
     sft = size.pop("sft_steps", 1500)
     p = TEACHER.get(arm)
     with chain_teacher(p) if p else contextlib.nullcontext():
@@ -172,8 +191,13 @@ def run_arm(opts, seed, arm, rl_steps, lr=None):
     spec = dict(ARMS[arm])
     small = {"prompts_per_step": 4, "group_size": 4, "eval_size": 16} if opts["small"] else {}
     sgd = spec.get("optimizer") == "sgd"
-    cfg = common.Config(task="chain", seed=seed, lr=lr or (opts["sgd_lr"] if sgd else common.Config.lr),
-                        **spec, **small)
+    cfg = common.Config(
+        task="chain",
+        seed=seed,
+        lr=lr or (opts["sgd_lr"] if sgd else common.Config.lr),
+        **spec,
+        **small,
+    )
     model, _ = checkpoint.load_checkpoint(warm(opts, seed, arm))
     task = toy_tasks.make_task("chain")
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, seed)
@@ -193,21 +217,35 @@ def run_arm(opts, seed, arm, rl_steps, lr=None):
         step.update(DP.credit(batch, adv), reward=float(batch["rewards"].mean()), entropy=None)
         n = 0
         for _ in range(cfg.epochs):
-            for mb in batching.make_minibatches(cfg.batching, batch["group"], adv, lens, cfg.minibatches, gen):
-                out = DP.split_step(model, opt, rows_of(batch, mb), adv[mb], cfg, task, held_out, memo)
+            for mb in batching.make_minibatches(
+                cfg.batching, batch["group"], adv, lens, cfg.minibatches, gen
+            ):
+                out = DP.split_step(
+                    model, opt, rows_of(batch, mb), adv[mb], cfg, task, held_out, memo
+                )
                 n += 1
                 step["entropy"] = out["entropy"] if step["entropy"] is None else step["entropy"]
                 for k in PARTS + ("kl",):
                     step[k] += out[k]
         step["kl"] /= n  # the mean over the RL step's optimizer steps
         if not all(math.isfinite(v) for v in (step["measured"], step["kl"])):
-            raise FloatingPointError(f"E9 {arm} seed {seed}: the run diverged (try a smaller learning rate)")
+            raise FloatingPointError(
+                f"E9 {arm} seed {seed}: the run diverged (try a smaller learning rate)"
+            )
         for k in PER_STEP:
             rec[k].append(step[k])
     with torch.no_grad():
         ell_end, h_end = DP.choice(model, task, held_out)
-    return {"seed": seed, "lr": cfg.lr, "acc0": acc0, "acc": evaluate(model, task, held_out, cfg, "cpu"),
-            "drift": sum(rec["measured"]), "entropy_end": h_end, "ell_end": float(ell_end), **rec}
+    return {
+        "seed": seed,
+        "lr": cfg.lr,
+        "acc0": acc0,
+        "acc": evaluate(model, task, held_out, cfg, "cpu"),
+        "drift": sum(rec["measured"]),
+        "entropy_end": h_end,
+        "ell_end": float(ell_end),
+        **rec,
+    }
 
 
 def warm_credit(opts, seed, arm="adamw", prompts=256, group_size=8):
@@ -215,19 +253,31 @@ def warm_credit(opts, seed, arm="adamw", prompts=256, group_size=8):
     training problems x 8 rollouts, temperature 1, its own sampling stream."""
     model, _ = checkpoint.load_checkpoint(warm(opts, seed, arm))
     task = toy_tasks.make_task("chain")
-    draw = toy_tasks.train_sampler(task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 5000 + seed)
+    draw = toy_tasks.train_sampler(
+        task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 5000 + seed
+    )
     n = 8 if opts["small"] else prompts
     with torch.no_grad():
-        b = common.rollout_batch(model, task, draw, n, group_size, torch.Generator().manual_seed(5000 + seed))
+        b = common.rollout_batch(
+            model, task, draw, n, group_size, torch.Generator().manual_seed(5000 + seed)
+        )
     x, r = DP.restated(b), b["rewards"]
     acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
-    return {"rollouts": len(r), "restated": int(x.sum()), "acc_restated": acc(x), "acc_not": acc(~x)}
+    return {
+        "rollouts": len(r),
+        "restated": int(x.sum()),
+        "acc_restated": acc(x),
+        "acc_not": acc(~x),
+    }
 
 
 def one_seed(args):
     """Every arm of one seed (each arm's record cached in <out>/runs/e9/, reused)."""
     opts, seed = args
-    runs = {"warm_credit": {a: warm_credit(opts, seed, a) for a in ("adamw", "teacher60")}, "fresh": 0}
+    runs = {
+        "warm_credit": {a: warm_credit(opts, seed, a) for a in ("adamw", "teacher60")},
+        "fresh": 0,
+    }
     for arm in ARMS:
         lr = opts["sgd_lr"] if ARMS[arm].get("optimizer") == "sgd" else common.Config.lr
         lr = kl_matched_lr(lr, runs["adamw"]["kl"], runs["sgd"]["kl"]) if arm == "sgd_kl" else lr
@@ -237,7 +287,9 @@ def one_seed(args):
             runs[arm] = json.load(open(path))
             continue
         t = time.time()
-        runs[arm] = dict(run_arm(opts, seed, arm, opts["rl_steps"], lr), seconds=round(time.time() - t, 1))
+        runs[arm] = dict(
+            run_arm(opts, seed, arm, opts["rl_steps"], lr), seconds=round(time.time() - t, 1)
+        )
         runs["fresh"] += 1  # run now, not read from the cache
         os.makedirs(os.path.dirname(path), exist_ok=True)
         checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(runs[arm]), f))
@@ -260,12 +312,20 @@ def calibrate(opts):
     old = json.load(open(path)) if os.path.exists(path) else {}
     kls = {float(k): v for k, v in old.get("sgd_kl", {}).items()} if old.get("steps") == n else {}
     target = old["adamw_kl"] if kls else sum(run_arm(opts, seed, "adamw", n)["kl"]) / n
-    kls.update({lr: sum(run_arm(opts, seed, "sgd", n, lr=lr)["kl"]) / n for lr in opts["calib_lrs"] if lr not in kls})
+    kls.update(
+        {
+            lr: sum(run_arm(opts, seed, "sgd", n, lr=lr)["kl"]) / n
+            for lr in opts["calib_lrs"]
+            if lr not in kls
+        }
+    )
     print(f"adamw: mean per-step KL {target:.3g}")
     for lr, k in kls.items():
         print(f"sgd lr {lr:g}: mean per-step KL {k:.3g}")
     if not target > 0 or not all(k > 0 for k in kls.values()):
-        raise common.CliError("--calibrate: a run did not move (KL 0): its warm start earns no reward to learn from")
+        raise common.CliError(
+            "--calibrate: a run did not move (KL 0): its warm start earns no reward to learn from"
+        )
     lr = match_lr(kls, target)
     print(f"--sgd_lr={lr:.3g}")
     data = {"experiment": "e9_calibration", "seed": seed, "steps": n, "adamw_kl": target,
@@ -278,11 +338,15 @@ def match_lr(kls, target):
     """The lr at which log KL, interpolated linearly in log lr between the two
     neighbouring tried lrs whose KLs lie closest around ``target``, equals log target."""
     pts = sorted((math.log(lr), math.log(k)) for lr, k in kls.items())
-    (x0, y0), (x1, y1) = min(zip(pts, pts[1:]), key=lambda p: abs((p[0][1] + p[1][1]) / 2 - math.log(target)))
+    (x0, y0), (x1, y1) = min(
+        zip(pts, pts[1:]), key=lambda p: abs((p[0][1] + p[1][1]) / 2 - math.log(target))
+    )
     return math.exp(x0 + (math.log(target) - y0) * (x1 - x0) / (y1 - y0))
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     o = common.parse(argv, EXTRA, __doc__, redraw=("e9_drift_mechanism", plot))
     if o["calibrate"]:
         return calibrate(o)
@@ -293,41 +357,86 @@ def main(argv):
     runs = {arm: [r[arm] for r in results] for arm in ARMS}
     warm_acc = {a: [r["warm_credit"][a] for r in results] for a in ("adamw", "teacher60")}
     per_seed = lambda arm, k: [r[k] for r in runs[arm]]
-    primary = {f"drift {a} - {b}": stats.contrast(per_seed(a, "drift"), per_seed(b, "drift"), pred, seeds)
-               for a, b, pred in PRIMARY}
+    primary = {
+        f"drift {a} - {b}": stats.contrast(per_seed(a, "drift"), per_seed(b, "drift"), pred, seeds)
+        for a, b, pred in PRIMARY
+    }
     ps = [stats.p_value(c) for c in primary.values()]
     holm = {n: {"p": p, "p_holm": a} for n, p, a in zip(primary, ps, stats.holm(ps))}
     cum = lambda arm, k: [sum(r[k]) for r in runs[arm]]
-    secondary = {f"drift {a} vs 0": stats.contrast(per_seed(a, "drift"), 0.0, "none", seeds) for a in ARMS}
+    secondary = {
+        f"drift {a} vs 0": stats.contrast(per_seed(a, "drift"), 0.0, "none", seeds) for a in ARMS
+    }
     secondary.update({f"cumulative {k}, adamw": stats.contrast(cum("adamw", k), 0.0, "none", seeds)
                       for k in ("direct", "coupled", "carried")})
     both = lambda k: [sum(r[k]) + sum(r["carried_" + k]) for r in runs["adamw"]]
-    secondary.update({f"cumulative {k} incl. its momentum, adamw": stats.contrast(both(k), 0.0, "none", seeds)
-                      for k in ("direct", "coupled")})
-    secondary.update({f"cumulative credit_cov, {a}": stats.contrast(cum(a, "credit_cov"), 0.0, "none", seeds)
-                      for a in ARMS})
+    secondary.update(
+        {
+            f"cumulative {k} incl. its momentum, adamw": stats.contrast(both(k), 0.0, "none", seeds)
+            for k in ("direct", "coupled")
+        }
+    )
+    secondary.update(
+        {
+            f"cumulative credit_cov, {a}": stats.contrast(cum(a, "credit_cov"), 0.0, "none", seeds)
+            for a in ARMS
+        }
+    )
     kl = {a: [sum(r["kl"]) / len(r["kl"]) for r in runs[a]] for a in ARMS}
     for a in ("sgd", "sgd_kl"):
         secondary[f"log mean per-step KL, {a} - adamw"] = stats.contrast(
-            [math.log(x) if x > 0 else None for x in kl[a]], [math.log(x) if x > 0 else None for x in kl["adamw"]],
-            "about 0", seeds)
-    secondary["drift sgd_kl - adamw (amendment)"] = stats.contrast(per_seed("sgd_kl", "drift"),
-                                                                   per_seed("adamw", "drift"), "none", seeds)
+            [math.log(x) if x > 0 else None for x in kl[a]],
+            [math.log(x) if x > 0 else None for x in kl["adamw"]],
+            "about 0",
+            seeds,
+        )
+    secondary["drift sgd_kl - adamw (amendment)"] = stats.contrast(
+        per_seed("sgd_kl", "drift"), per_seed("adamw", "drift"), "none", seeds
+    )
     for a in list(ARMS)[1:]:
-        secondary[f"final accuracy, {a} - adamw"] = stats.contrast(per_seed(a, "acc"), per_seed("adamw", "acc"),
-                                                                   "none", seeds)
+        secondary[f"final accuracy, {a} - adamw"] = stats.contrast(
+            per_seed(a, "acc"), per_seed("adamw", "acc"), "none", seeds
+        )
     tracking = {a: track(runs[a]) for a in ARMS}
-    # added after the full run was seen, not registered: across seeds, does the drift go with the credit?
+    # added after the full run was seen, not registered: across seeds, does the drift go with the
+    # credit?
     credit_drift_r = {a: stats.pearson(per_seed(a, "drift"), cum(a, "credit_cov")) for a in ARMS}
     per_arm = {a: summary(runs[a]) for a in ARMS}
-    warm_gap = {a: stats.contrast([w["acc_restated"] for w in warm_acc[a]], [w["acc_not"] for w in warm_acc[a]],
-                                  "none", seeds) for a in warm_acc}
-    data = {"experiment": "e9_drift_mechanism", "seeds": seeds, "rl_steps": o["rl_steps"], "quick": o["quick"],
-            "sgd_lr": o["sgd_lr"], "arms": ARMS, "primary": primary, "holm": holm, "secondary": secondary,
-            "tracking": tracking, "warm_credit": warm_acc, "warm_credit_gap": warm_gap, "per_arm": per_arm, "credit_drift_r": credit_drift_r, "mean_kl": {a: stats.ci(v) for a, v in kl.items()}, "runs": runs,
-            "seconds": round(time.time() - t0, 1), "jobs": o["jobs"],
-            "cpu_s": round(sum(r["seconds"] for a in ARMS for r in runs[a]), 1)}  # every run's own time, 1 thread
-    sci = lambda mh: "n/a" if mh[0] is None else f"{mh[0]:.2e}" + (f" ± {mh[1]:.1e}" if mh[1] is not None else "")
+    warm_gap = {
+        a: stats.contrast(
+            [w["acc_restated"] for w in warm_acc[a]],
+            [w["acc_not"] for w in warm_acc[a]],
+            "none",
+            seeds,
+        )
+        for a in warm_acc
+    }
+    data = {
+        "experiment": "e9_drift_mechanism",
+        "seeds": seeds,
+        "rl_steps": o["rl_steps"],
+        "quick": o["quick"],
+        "sgd_lr": o["sgd_lr"],
+        "arms": ARMS,
+        "primary": primary,
+        "holm": holm,
+        "secondary": secondary,
+        "tracking": tracking,
+        "warm_credit": warm_acc,
+        "warm_credit_gap": warm_gap,
+        "per_arm": per_arm,
+        "credit_drift_r": credit_drift_r,
+        "mean_kl": {a: stats.ci(v) for a, v in kl.items()},
+        "runs": runs,
+        "seconds": round(time.time() - t0, 1),
+        "jobs": o["jobs"],
+        "cpu_s": round(sum(r["seconds"] for a in ARMS for r in runs[a]), 1),
+    }  # every run's own time, 1 thread
+    sci = lambda mh: (
+        "n/a"
+        if mh[0] is None
+        else f"{mh[0]:.2e}" + (f" ± {mh[1]:.1e}" if mh[1] is not None else "")
+    )
     common.table([[a] + [sci(v[k]) if k in ("kl", "lr") else stats.fmt(v[k]) for k in SUMMARY]
                   for a, v in per_arm.items()], ["arm"] + list(SUMMARY))
     common.print_contrasts(primary)
@@ -337,16 +446,30 @@ def main(argv):
     common.print_contrasts(secondary, "secondary")
     for a, t in tracking.items():
         print(f"{a}: sum of the parts / measured drift {t['ratio']}, per-step r {t['r']}")
-    # throughput of the runs made now (cached ones cost nothing; warm starts trained now are included)
+    # throughput of the runs made now (cached ones cost nothing; warm starts trained now are
+    # included)
     data["rate"] = common.rate("E9", sum(r["fresh"] for r in results), data["seconds"],
                                min(o["jobs"], len(seeds)), "runs")
-    print(f"E9: {data['cpu_s']:.0f} CPU seconds in the {len(ARMS) * len(seeds)} runs, one thread each")
+    print(
+        f"E9: {data['cpu_s']:.0f} CPU seconds in the {len(ARMS) * len(seeds)} runs, one thread each"
+    )
     data = common.clean(data)
     common.save("e9_drift_mechanism", data, o["out"], lambda plt: plot(plt, data))
     return data
 
 
-SUMMARY = ("drift", "positive", "credit_cov", "credit_gap", "kl", "acc0", "acc", "entropy0", "entropy_end", "lr")
+SUMMARY = (
+    "drift",
+    "positive",
+    "credit_cov",
+    "credit_gap",
+    "kl",
+    "acc0",
+    "acc",
+    "entropy0",
+    "entropy_end",
+    "lr",
+)
 
 
 def summary(runs):
@@ -356,11 +479,18 @@ def summary(runs):
     start and at the end, the choice's entropy at the first step and at the end,
     and the learning rate."""
     mean = lambda xs: sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs))
-    per = {"drift": [r["drift"] for r in runs], "positive": [float(r["drift"] > 0) for r in runs],
-           "credit_cov": [sum(r["credit_cov"]) for r in runs], "credit_gap": [mean(r["credit_gap"]) for r in runs],
-           "kl": [sum(r["kl"]) / len(r["kl"]) for r in runs], "acc0": [r["acc0"] for r in runs],
-           "acc": [r["acc"] for r in runs], "entropy0": [r["entropy"][0] for r in runs],
-           "entropy_end": [r["entropy_end"] for r in runs], "lr": [r["lr"] for r in runs]}
+    per = {
+        "drift": [r["drift"] for r in runs],
+        "positive": [float(r["drift"] > 0) for r in runs],
+        "credit_cov": [sum(r["credit_cov"]) for r in runs],
+        "credit_gap": [mean(r["credit_gap"]) for r in runs],
+        "kl": [sum(r["kl"]) / len(r["kl"]) for r in runs],
+        "acc0": [r["acc0"] for r in runs],
+        "acc": [r["acc"] for r in runs],
+        "entropy0": [r["entropy"][0] for r in runs],
+        "entropy_end": [r["entropy_end"] for r in runs],
+        "lr": [r["lr"] for r in runs],
+    }
     return {k: stats.ci(v) for k, v in per.items()}
 
 
@@ -370,8 +500,11 @@ def track(runs):
     (pooled over seeds)."""
     pred = [p for r in runs for p in (sum(x) for x in zip(r["direct"], r["coupled"], r["carried"]))]
     meas = [m for r in runs for m in r["measured"]]
-    ratios = [sum(d + c + k for d, c, k in zip(r["direct"], r["coupled"], r["carried"])) / r["drift"]
-              for r in runs if r["drift"]]
+    ratios = [
+        sum(d + c + k for d, c, k in zip(r["direct"], r["coupled"], r["carried"])) / r["drift"]
+        for r in runs
+        if r["drift"]
+    ]
     r = stats.pearson(pred, meas)
     return {"ratio": stats.ci(ratios) if ratios else None, "r": None if r is None else round(r, 4),
             "n_steps": len(pred)}
@@ -380,13 +513,32 @@ def track(runs):
 def plot(plt, data):
     """Top: signed drift per arm, and adamw's drift split into direct, coupled and
     carried (mean and 95 % t band). Bottom: the primary contrasts, and each arm's
-    cumulative credit (within-group covariance of restating with the advantage)."""
+    cumulative credit (within-group covariance of restating with the advantage).
+
+    Long because: it draws one figure panel by panel; split, one figure's layout would be
+    scattered over several functions."""
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
     fig.subplots_adjust(wspace=0.3, hspace=0.5, top=0.93, bottom=0.12)
-    fig.suptitle(f"E9: what drives the restate drift on chain ({data['rl_steps']} RL steps from the warm start)",
-                 fontsize=12)
-    colors = dict(zip(ARMS, ("tab:blue", "tab:orange", "tab:gray", "tab:cyan", "tab:green", "tab:red",
-                             "tab:purple", "tab:olive")))
+    fig.suptitle(
+        f"E9: what drives the restate drift on chain ({data['rl_steps']} RL steps from the warm "
+        "start)",
+        fontsize=12,
+    )
+    colors = dict(
+        zip(
+            ARMS,
+            (
+                "tab:blue",
+                "tab:orange",
+                "tab:gray",
+                "tab:cyan",
+                "tab:green",
+                "tab:red",
+                "tab:purple",
+                "tab:olive",
+            ),
+        )
+    )
     cumsum = lambda xs: [sum(xs[:i + 1]) for i in range(len(xs))]
 
     def band(ax, curves, color, label, style="-"):
@@ -394,7 +546,9 @@ def plot(plt, data):
         m = [common.ci(list(c)) for c in cols]
         xs = range(1, len(cols) + 1)
         ax.plot(xs, [a for a, _ in m], style, color=color, label=label, lw=1.5)
-        ax.fill_between(xs, [a - (b or 0) for a, b in m], [a + (b or 0) for a, b in m], color=color, alpha=0.12)
+        ax.fill_between(
+            xs, [a - (b or 0) for a, b in m], [a + (b or 0) for a, b in m], color=color, alpha=0.12
+        )
     (drift, split), (contrasts, credit) = axes
     for arm, runs in data["runs"].items():
         band(drift, [cumsum(r["measured"]) for r in runs], colors[arm], arm)
@@ -405,10 +559,15 @@ def plot(plt, data):
         band(split, [cumsum([a + b for a, b in zip(r[k], r["carried_" + k])]) for r in runs], c,
              f"{k}, incl. its momentum", "--")
         band(split, [cumsum(r[k]) for r in runs], c, f"{k}, this step's gradient only", ":")
-    for ax, title in ((drift, "signed restate drift, every arm"), (split, "adamw: the drift split, first order")):
+    for ax, title in (
+        (drift, "signed restate drift, every arm"),
+        (split, "adamw: the drift split, first order"),
+    ):
         ax.set_ylabel("Δ restate log-odds since warm start (nats)\n> 0: away from restating")
         ax.set_title(title, fontsize=11)
-    credit.set_ylabel("cumulative credit_cov (units of the arm's Â)\n> 0: the advantage favours restating")
+    credit.set_ylabel(
+        "cumulative credit_cov (units of the arm's Â)\n> 0: the advantage favours restating"
+    )
     credit.set_title("real credit: Σ over steps of cov(restated, Â) within groups", fontsize=11)
     for ax in (drift, split, credit):
         ax.axhline(0, color="k", lw=0.6)
@@ -423,18 +582,21 @@ def plot(plt, data):
     contrasts.set_title("primary contrasts, paired by seed\n(predicted < 0; no prediction for "
                         "dr_grpo_reuse − adamw)", fontsize=11)
     n = len(data["seeds"])
-    common.caption(fig, "Top and bottom right: cumulative change over RL steps; ell = log pi(unrestated first "
-                        "token) - log pi('(') averaged over 256 held-out problems. Lines: mean over "
-                        f"{n} seed{'s' if n > 1 else ''}; bands: 95 % Student-t interval over seeds"
-                        + (f" (t with {n - 1} degrees of freedom)." if n > 1 else " (none with one seed).")
-                        + " Top right: the first-order parts of each step's change (direct: the first-token "
-                        "copies; coupled: every other token), each with AdamW's momentum of the same origin "
-                        "from earlier steps (dashed) and without it (dotted). "
-                        "Bottom left: paired differences per seed (grey dots) and their mean with a 95 % t "
-                        "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report). "
-                        "Bottom right: in units of each arm's own advantage (grpo's is divided by the "
-                        "group's standard deviation, so its scale is larger).",
-                   width=140)
+    common.caption(
+        fig,
+        "Top and bottom right: cumulative change over RL steps; ell = log pi(unrestated first "
+        "token) - log pi('(') averaged over 256 held-out problems. Lines: mean over "
+        f"{n} seed{'s' if n > 1 else ''}; bands: 95 % Student-t interval over seeds"
+        + (f" (t with {n - 1} degrees of freedom)." if n > 1 else " (none with one seed).")
+        + " Top right: the first-order parts of each step's change (direct: the first-token "
+        "copies; coupled: every other token), each with AdamW's momentum of the same origin "
+        "from earlier steps (dashed) and without it (dotted). "
+        "Bottom left: paired differences per seed (grey dots) and their mean with a 95 % t "
+        "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report). "
+        "Bottom right: in units of each arm's own advantage (grpo's is divided by the "
+        "group's standard deviation, so its scale is larger).",
+        width=140,
+    )
     return fig
 
 

@@ -40,15 +40,30 @@ def family(contrasts):
     out = {}
     for n, p, a in zip(names, ps, adj):
         c = contrasts[n]
-        out[n] = {"diff": c["diff"], "half": c["half"], "n": c["n"], "mde": c["mde"], "p": p, "p_holm": a,
-                  "clear_of_zero": p is not None and p < 0.05, "survives_holm": a is not None and a < 0.05,
-                  "predicted": c.get("predicted"), "per_seed": c.get("per_seed")}
+        out[n] = {
+            "diff": c["diff"],
+            "half": c["half"],
+            "n": c["n"],
+            "mde": c["mde"],
+            "p": p,
+            "p_holm": a,
+            "clear_of_zero": p is not None and p < 0.05,
+            "survives_holm": a is not None and a < 0.05,
+            "predicted": c.get("predicted"),
+            "per_seed": c.get("per_seed"),
+        }
     return out
 
 
 def main(argv):
-    o = common.parse(argv, {"results": ("results", "folder of the experiments' JSON files")}, __doc__)
-    folder = o["results"] if os.path.isabs(o["results"]) else os.path.join(common.ROOT, o["results"])
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
+    o = common.parse(
+        argv, {"results": ("results", "folder of the experiments' JSON files")}, __doc__
+    )
+    folder = (
+        o["results"] if os.path.isabs(o["results"]) else os.path.join(common.ROOT, o["results"])
+    )
     if not os.path.isdir(folder):
         raise common.CliError(f"--results={o['results']}: no such folder")
     out_dir = o["out"] or folder
@@ -62,28 +77,65 @@ def main(argv):
         if not isinstance(data, dict) or not isinstance(data.get("primary"), dict):
             continue
         name = os.path.basename(path)[:-5]
-        report[name] = {"primary": family(data["primary"]), "secondary": family(data.get("secondary") or {})}
+        report[name] = {
+            "primary": family(data["primary"]),
+            "secondary": family(data.get("secondary") or {}),
+        }
     num = lambda x, d=3: "n/a" if x is None or x != x else f"{x:.{d}g}"
     rows = []
     for exp, fam in report.items():
         for kind in ("primary", "secondary"):
             for n, r in fam[kind].items():
-                rows.append([exp, kind, n[:48], f"{num(r['diff'])} ± {num(r['half'])}", r["n"], num(r["mde"]),
-                             num(r["p"]), num(r["p_holm"]),
-                             ("yes" if r["survives_holm"] else "no") if kind == "primary" else "exploratory"])
-    common.table(rows, ["experiment", "kind", "contrast", "diff ± 95% t", "n", "detectable", "p", "p (Holm)",
-                        "survives Holm"])
+                rows.append(
+                    [
+                        exp,
+                        kind,
+                        n[:48],
+                        f"{num(r['diff'])} ± {num(r['half'])}",
+                        r["n"],
+                        num(r["mde"]),
+                        num(r["p"]),
+                        num(r["p_holm"]),
+                        (
+                            ("yes" if r["survives_holm"] else "no")
+                            if kind == "primary"
+                            else "exploratory"
+                        ),
+                    ]
+                )
+    common.table(
+        rows,
+        [
+            "experiment",
+            "kind",
+            "contrast",
+            "diff ± 95% t",
+            "n",
+            "detectable",
+            "p",
+            "p (Holm)",
+            "survives Holm",
+        ],
+    )
     counts = {e: {k: len(f[k]) for k in ("primary", "secondary")} for e, f in report.items()}
     n_p = sum(c["primary"] for c in counts.values())
     n_s = sum(c["secondary"] for c in counts.values())
     lost = [(e, n) for e, f in report.items() for n, r in f["primary"].items()
             if r["clear_of_zero"] and not r["survives_holm"]]
-    print(f"multiplicity: {len(report)} experiments, {n_p} primary and {n_s} secondary contrasts; "
-          f"{len(lost)} primaries clear of zero before Holm but not after" + "".join(f"; {e}: {n}" for e, n in lost)
-          + f" [{time.time() - t0:.1f}s]")
-    data = {"experiment": "multiplicity", "counts": counts, "families": report, "rule": "Holm within each "
-            "experiment's primaries at 0.05; secondaries exploratory (Holm within them shown)",
-            "wall_s": round(time.time() - t0, 2)}
+    print(
+        f"multiplicity: {len(report)} experiments, {n_p} primary and {n_s} secondary contrasts; "
+        f"{len(lost)} primaries clear of zero before Holm but not after"
+        + "".join(f"; {e}: {n}" for e, n in lost)
+        + f" [{time.time() - t0:.1f}s]"
+    )
+    data = {
+        "experiment": "multiplicity",
+        "counts": counts,
+        "families": report,
+        "rule": "Holm within each "
+        "experiment's primaries at 0.05; secondaries exploratory (Holm within them shown)",
+        "wall_s": round(time.time() - t0, 2),
+    }
     common.save("multiplicity", data, out_dir)
     return data
 

@@ -42,8 +42,10 @@ def ci_note(n, cut=None):
     (e.g. "0 and 1" for a share) at which the bars are cut, if any."""
     if n < 2:
         return "One seed: no error bars."
-    return (f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
-            + (f", cut at {cut} where the quantity cannot go beyond it." if cut else "."))
+    return (
+        f"Error bars: 95 % Student-t interval over {n} seeds (t with {n - 1} degrees of freedom)"
+        + (f", cut at {cut} where the quantity cannot go beyond it." if cut else ".")
+    )
 
 
 def replot(name, out, plot):
@@ -112,11 +114,27 @@ def contrast_panel(ax, contrasts, ylabel):
     import textwrap
     for k, (name, c) in enumerate(contrasts.items()):
         per = c.get("per_seed") or []
-        ax.scatter([k + 0.12 * ((i % 5) - 2) / 2 for i in range(len(per))], per, s=14, color="0.55", zorder=2,
-                   label="one seed" if k == 0 else None)
+        ax.scatter(
+            [k + 0.12 * ((i % 5) - 2) / 2 for i in range(len(per))],
+            per,
+            s=14,
+            color="0.55",
+            zorder=2,
+            label="one seed" if k == 0 else None,
+        )
         if c["diff"] is not None:
-            ax.errorbar([k], [c["diff"]], [[c["half"] or 0.0], [c["half"] or 0.0]], fmt="D", color="k", ms=6,
-                        capsize=5, lw=2, zorder=3, label="mean, 95 % t interval" if k == 0 else None)
+            ax.errorbar(
+                [k],
+                [c["diff"]],
+                [[c["half"] or 0.0], [c["half"] or 0.0]],
+                fmt="D",
+                color="k",
+                ms=6,
+                capsize=5,
+                lw=2,
+                zorder=3,
+                label="mean, 95 % t interval" if k == 0 else None,
+            )
     ax.axhline(0, color="tab:red", lw=1, ls="--", label="no difference")
     ax.set_xticks(range(len(contrasts)), [textwrap.fill(n, 22) for n in contrasts], fontsize=8)
     ax.set_xlim(-0.6, len(contrasts) - 0.4)

@@ -54,7 +54,12 @@ from model import completion_logprobs
 from sampler import sample
 from toy_tasks import PAD
 
-CATEGORIES = ("template", "copy", "compute", "style")  # style: reward-irrelevant choices (task chain)
+CATEGORIES = (
+    "template",
+    "copy",
+    "compute",
+    "style",
+)  # style: reward-irrelevant choices (task chain)
 
 
 # ----------------------------------------------------------------------------- one update
@@ -71,12 +76,16 @@ def token_coefficients(model, batch, adv, objective="grpo"):
         logp = logp_of(model, batch)
     new = logp.clone().requires_grad_(True)
     counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
-    value, _ = loss.policy_loss(loss.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
-                                loss.LossSettings(objective, clip="none"))
+    value, _ = loss.policy_loss(
+        loss.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
+        loss.LossSettings(objective, clip="none"),
+    )
     return loss.coefficients(value, new).detach() * batch["mask"]
 
 
-def one_update(model, batch, adv, optimizer="sgd", lr=1.0, objective="grpo", coef=None, params="all"):
+def one_update(
+    model, batch, adv, optimizer="sgd", lr=1.0, objective="grpo", coef=None, params="all"
+):
     """One optimizer step on a deep copy of ``model``; returns the copy.
 
     The step minimises -sum c_{i,t} log pi(y_{i,t}), whose gradient is that of
@@ -121,7 +130,9 @@ def flip_table(delta, mask, adv, eps):
                      "stable": frac(d.abs() <= eps), "n": n}
         out[f"delta_{name}"] = d.tolist()
     n = out["pos"]["n"] + out["neg"]["n"]
-    wrong = sum((out[s][k] or 0) * out[s]["n"] for s, k in (("pos", "suppressed"), ("neg", "boosted")))
+    wrong = sum(
+        (out[s][k] or 0) * out[s]["n"] for s, k in (("pos", "suppressed"), ("neg", "boosted"))
+    )
     out["flipped"] = wrong / n if n else None
     return out
 
@@ -276,7 +287,11 @@ def masked_update_deltas(model, batch, adv, lr, objective="grpo", params="all"):
             for (v, s) in classes:
                 cls = mask & (tok == v) & (sgn == s)
                 nost[cls] = delta(lr_, [a - b for a, b in zip(G, classes[v, -s])])[cls]
-            out[lr_] = {"full": full, "positive_only": delta(lr_, G_pos), "no_opposite_same_token": nost}
+            out[lr_] = {
+                "full": full,
+                "positive_only": delta(lr_, G_pos),
+                "no_opposite_same_token": nost,
+            }
     return out if isinstance(lr, (list, tuple)) else out[lrs[0]]
 
 
@@ -333,7 +348,9 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
         keys = {}
         for i in range(N):
             if t < lens[i] and (at is None or bool(at[i, t])):
-                keys.setdefault((tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []).append(i)
+                keys.setdefault(
+                    (tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []
+                ).append(i)
         if not keys:
             continue
         prefixes = [list(a) + list(b) for a, b in keys]
@@ -341,7 +358,10 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
         cont = out["tokens"].tolist()
         for k, ((_, pre), rows) in enumerate(keys.items()):
             p = problems[rows[0]]
-            V[rows, t] = sum(task.reward(p, toy_tasks.decode(list(pre) + cont[k * K + j])) for j in range(K)) / K
+            V[rows, t] = (
+                sum(task.reward(p, toy_tasks.decode(list(pre) + cont[k * K + j])) for j in range(K))
+                / K
+            )
     return V
 
 

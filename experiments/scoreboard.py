@@ -50,7 +50,7 @@ tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
-    python experiments/scoreboard.py            # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
+    python experiments/scoreboard.py          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
     python experiments/scoreboard.py --quick    # 3 groups, seed 0: out/quick/ (CI)
 """
 
@@ -84,16 +84,48 @@ def clip_of(objective):
 # Switch rows: name -> (loss, switches, regimes where copies keep equal weights, what breaks it)
 SWITCHES = {
     "dapo + dual_clip=1.3": ("dapo", {"dual_clip": 1.3}, ALL, "rho = 1.42 > C: every copy cut"),
-    "dapo + dual_clip=2": ("dapo", {"dual_clip": 2.0}, ALL - {"clip binds"}, "1.28 < rho = 1.42 < C"),
-    **{f"dapo + beta=0.04, {k}": ("dapo", {"beta": 0.04, "kl_loss_type": k}, ALL - {"clip binds"},
-                                  "the same k on every copy") for k in ("k1", "k2", "k3", "abs", "k3+")},
-    "dapo + entropy_coef=0.01": ("dapo", {"entropy_coef": 0.01}, ALL - {"clip binds"}, "clip (H is not in c)"),
-    "dapo + top_entropy_quantile=0.5": ("dapo", {"top_entropy_quantile": 0.5}, ALL - {"clip binds"},
-                                        "clip; two thresholds in a split step"),
-    "dapo + off_policy_mask_threshold=0.02": ("dapo", {"off_policy_mask_threshold": 0.02},
-                                              ALL - {"clip binds"}, "clip; dropped A<0 sequences"),
-    **{f"grpo + agg={m}": ("grpo", {"agg": m}, set() if m == "seq-mean-token-mean" else ALL - {"clip binds"},
-                           "1/L_i" if m == "seq-mean-token-mean" else "clip by sign") for m in loss.AGGS},
+    "dapo + dual_clip=2": (
+        "dapo",
+        {"dual_clip": 2.0},
+        ALL - {"clip binds"},
+        "1.28 < rho = 1.42 < C",
+    ),
+    **{
+        f"dapo + beta=0.04, {k}": (
+            "dapo",
+            {"beta": 0.04, "kl_loss_type": k},
+            ALL - {"clip binds"},
+            "the same k on every copy",
+        )
+        for k in ("k1", "k2", "k3", "abs", "k3+")
+    },
+    "dapo + entropy_coef=0.01": (
+        "dapo",
+        {"entropy_coef": 0.01},
+        ALL - {"clip binds"},
+        "clip (H is not in c)",
+    ),
+    "dapo + top_entropy_quantile=0.5": (
+        "dapo",
+        {"top_entropy_quantile": 0.5},
+        ALL - {"clip binds"},
+        "clip; two thresholds in a split step",
+    ),
+    "dapo + off_policy_mask_threshold=0.02": (
+        "dapo",
+        {"off_policy_mask_threshold": 0.02},
+        ALL - {"clip binds"},
+        "clip; dropped A<0 sequences",
+    ),
+    **{
+        f"grpo + agg={m}": (
+            "grpo",
+            {"agg": m},
+            set() if m == "seq-mean-token-mean" else ALL - {"clip binds"},
+            "1/L_i" if m == "seq-mean-token-mean" else "clip by sign",
+        )
+        for m in loss.AGGS
+    },
 }
 
 
@@ -104,7 +136,7 @@ def make_batch(regime, n_groups, G=6, seed=0):
     lens = torch.randint(2, T + 1, (N,), generator=g)
     mask = torch.arange(T)[None] < lens[:, None]
     tokens = torch.randint(0, 3, (N, T), generator=g) * mask
-    tokens[:, 0] = 7                                      # the first token: shared by the whole group
+    tokens[:, 0] = 7  # the first token: shared by the whole group
     group = torch.arange(n_groups).repeat_interleave(G)
     rewards = torch.zeros(N)
     for k in range(n_groups):                             # mixed rewards in every group
@@ -119,7 +151,7 @@ def make_batch(regime, n_groups, G=6, seed=0):
     ref = new + at(per_set(-0.3, 0.3))
     logr = torch.zeros(N, T) if regime == "on-policy" else at(per_set(-0.15, 0.15))
     ent = at(per_set(0.1, 2.0))
-    ent[:, 0] = 3.0                                       # the shared first token: the highest entropy
+    ent[:, 0] = 3.0  # the shared first token: the highest entropy
     baseline = (torch.rand(n_groups, generator=g) < 0.5).float().repeat_interleave(G)
     if regime == "clip binds":
         logr[:, 0], new[:, 0] = 0.35, torch.tensor(0.9).log()
@@ -127,8 +159,19 @@ def make_batch(regime, n_groups, G=6, seed=0):
     if regime == "split step":  # every group split; the halves get unequal token counts
         parts = [torch.arange(0, N, 2), torch.arange(1, N, 2)]
     d = lambda x: x.double()  # float64, so that "zero" means zero up to 1e-6, not float32 rounding
-    return {"tokens": tokens, "mask": mask, "group": group, "rewards": rewards, "new": d(new),
-            "old": d(new - logr), "ref": d(ref), "ent": d(ent), "ids": ids, "parts": parts, "baseline": baseline}
+    return {
+        "tokens": tokens,
+        "mask": mask,
+        "group": group,
+        "rewards": rewards,
+        "new": d(new),
+        "old": d(new - logr),
+        "ref": d(ref),
+        "ent": d(ent),
+        "ids": ids,
+        "parts": parts,
+        "baseline": baseline,
+    }
 
 
 def row_setup(name):
@@ -154,16 +197,26 @@ def coefficients(b, name):
     """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
     objective, est, sw = row_setup(name)
     clip, lo, hi = clip_of(objective)
-    adv = advantage.advantages(b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"])
-    counts = loss.step_counts(b["mask"], adv, max_len=b["mask"].shape[1], micro_batches=len(b["parts"]))
+    adv = advantage.advantages(
+        b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"]
+    )
+    counts = loss.step_counts(
+        b["mask"], adv, max_len=b["mask"].shape[1], micro_batches=len(b["parts"])
+    )
     new = b["new"].clone().requires_grad_(True)
     ent = b["ent"].clone().requires_grad_(True)  # c does not see the entropy term
-    kw = {k: v for k, v in sw.items() if k not in ("top_entropy_quantile", "off_policy_mask_threshold")}
+    kw = {
+        k: v
+        for k, v in sw.items()
+        if k not in ("top_entropy_quantile", "off_policy_mask_threshold")
+    }
     for idx in b["parts"]:
         batch = loss.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
                             counts=counts, ref_logprobs=b["ref"][idx], entropy=ent[idx],
                             keep=keeps(b, sw, adv, idx))
-        total, _ = loss.policy_loss(batch, loss.LossSettings(objective, clip, lo, hi, cov_ratio=COV_RATIO, **kw))
+        total, _ = loss.policy_loss(
+            batch, loss.LossSettings(objective, clip, lo, hi, cov_ratio=COV_RATIO, **kw)
+        )
         total.backward()
     return -new.grad, adv
 
@@ -203,19 +256,37 @@ def data_hits(b, name, adv):
             m, new, a = b["mask"][idx], b["new"][idx], adv[idx]
             lr = (new - b["old"][idx]) * m
             if objective == "clip_cov":
-                _, clipped = loss.ppo_term(lr.exp(), a[:, None], loss.clip_bounds("higher", 0.2, 0.28))
-                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO, loss_engines.COV["lb"], loss_engines.COV["ub"], exclude=clipped)
+                _, clipped = loss.ppo_term(
+                    lr.exp(), a[:, None], loss.clip_bounds("higher", 0.2, 0.28)
+                )
+                full[idx] = loss_engines.cov_select(
+                    a,
+                    new,
+                    m,
+                    COV_RATIO,
+                    loss_engines.COV["lb"],
+                    loss_engines.COV["ub"],
+                    exclude=clipped,
+                )
             else:
-                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO) & (lr != 0)  # |log rho| has no gradient at 0
+                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO) & (
+                    lr != 0
+                )  # |log rho| has no gradient at 0
         if objective == "clip_cov":
             return cut_sets(b, full), cut_sets(b, full)
-        # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A has
+        # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A
+        # has
         # the set's one sign into wbar; it sees one on a copy with A = 0, or in a set of both signs.
         a = adv[:, None].expand_as(b["ids"]).flatten()
         f = full.flatten()
-        return {s for s, w in _sets(b).items() if bool(f[w].any()) and (
-            bool((a[w][f[w]] == 0).any()) or (bool((a[w] > 0).any()) and bool((a[w] < 0).any())))}, \
-            cut_sets(b, full, at_all=True)
+        return {
+            s
+            for s, w in _sets(b).items()
+            if bool(f[w].any())
+            and (
+                bool((a[w][f[w]] == 0).any()) or (bool((a[w] > 0).any()) and bool((a[w] < 0).any()))
+            )
+        }, cut_sets(b, full, at_all=True)
     if "top_entropy_quantile" in sw or "off_policy_mask_threshold" in sw:
         for idx in b["parts"]:
             full[idx] = keeps(b, sw, adv, idx)
@@ -235,13 +306,21 @@ def predict(b, name, regime, adv):
     tables' verdicts and the batch's advantages and masks (never from c)."""
     objective, est, sw = row_setup(name)
     cancels = SWITCHES[name][2] if name in SWITCHES else loss.OBJECTIVES[objective].cancels
-    if objective == "dfpo_orth":  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
-        unequal = not advantage.ESTIMATORS[est].centred or regime != "on-policy"  # w~ = w - (A.w/|A|^2) A
+    if (
+        objective == "dfpo_orth"
+    ):  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
+        unequal = (
+            not advantage.ESTIMATORS[est].centred or regime != "on-policy"
+        )  # w~ = w - (A.w/|A|^2) A
         return ("0", "0", "bc") if one_signed(b, adv) or not unequal else (">0", "0", "bc")
     hits, seen = data_hits(b, name, adv)
     additive = loss.OBJECTIVES[objective].additive or "beta" in sw
     if not additive and one_signed(b, adv):
-        return "0", ">0", "bc"  # no set has both signs: nothing to cancel, and the group pushes one way
+        return (
+            "0",
+            ">0",
+            "bc",
+        )  # no set has both signs: nothing to cancel, and the group pushes one way
     if "beta" in sw or (objective == "dro" and regime != "on-policy"):
         hits = seen = set(_sets(b))  # the added term reaches every copy of every set
     exch = "0" if regime in cancels and not hits - blind_sets(b, adv) else ">0"
@@ -249,7 +328,11 @@ def predict(b, name, regime, adv):
     if name == "dapo + dual_clip=1.3" and regime == "clip binds":
         note = "vacuous"
     first = set(b["ids"][:, 0].tolist())
-    whole = "0" if regime in cancels and advantage.ESTIMATORS[est].centred and not seen & first else ">0"
+    whole = (
+        "0"
+        if regime in cancels and advantage.ESTIMATORS[est].centred and not seen & first
+        else ">0"
+    )
     return exch, whole, note
 
 
@@ -264,16 +347,28 @@ def score(names, n_groups, seeds=(0,)):
                 c, adv = coefficients(b, name)
                 ex.append(loss.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
                 c0 = c[:, 0]
-                wh.append(loss.first_token_residual(c, b["group"]) if float(c0.abs().sum()) > 1e-12 else None)
+                wh.append(
+                    loss.first_token_residual(c, b["group"])
+                    if float(c0.abs().sum()) > 1e-12
+                    else None
+                )
                 preds.add(predict(b, name, regime, adv))
             pe = "0" if all(p[0] == "0" for p in preds) else ">0"
             pw = "0" if all(p[1] == "0" for p in preds) else ">0"
             note = "/".join(sorted({p[2] for p in preds if p[2]}))
-            e, w = max(ex), None if all(v is None for v in wh) else max(v for v in wh if v is not None)
-            out[name][regime] = {"exch_predicted": pe, "exch_residual": e, "exch_match": (e < 1e-6) == (pe == "0"),
-                                 "whole_predicted": pw, "whole_group": w, "note": note,
-                                 "whole_match": w is None or (w < 1e-6) == (pw == "0"),
-                                 "per_seed": {"exch_residual": ex, "whole_group": wh}}
+            e, w = max(ex), (
+                None if all(v is None for v in wh) else max(v for v in wh if v is not None)
+            )
+            out[name][regime] = {
+                "exch_predicted": pe,
+                "exch_residual": e,
+                "exch_match": (e < 1e-6) == (pe == "0"),
+                "whole_predicted": pw,
+                "whole_group": w,
+                "note": note,
+                "whole_match": w is None or (w < 1e-6) == (pw == "0"),
+                "per_seed": {"exch_residual": ex, "whole_group": wh},
+            }
     return out
 
 
@@ -288,6 +383,8 @@ def code(cells, key, match):
 
 
 def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
     o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__)
     explicit = any(a.startswith("--out=") for a in argv)
     out_dir = o["out"] if explicit or not o["quick"] else os.path.join(common.ROOT, "out", "quick")
@@ -295,27 +392,69 @@ def main(argv):
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
-    grid = [f"{objective} · {est}" for objective in loss.OBJECTIVES for est in advantage.ESTIMATORS]
+    grid = [f"{name} · {est}" for name in loss.OBJECTIVES for est in advantage.ESTIMATORS]
     board = score(grid + list(SWITCHES), n_groups, seeds)
     for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
                               ("whole_group", "whole_match", "whole-group residual")):
-        print(f"{title}: rows --loss, columns --adv; per regime ({SHORT}) 0 = zero, + = above zero, "
-              f". = n/a, ! = disagrees with the prediction")
-        rows = [[objective] + [code([board[f"{objective} · {e}"][r] for r in REGIMES], key, match) for e in advantage.ESTIMATORS]
-                for objective in loss.OBJECTIVES]
+        print(
+            f"{title}: rows --loss, columns --adv; per regime ({SHORT}) 0 = zero, + = above zero, "
+            f". = n/a, ! = disagrees with the prediction"
+        )
+        rows = [
+            [objective]
+            + [
+                code([board[f"{objective} · {e}"][r] for r in REGIMES], key, match)
+                for e in advantage.ESTIMATORS
+            ]
+            for objective in loss.OBJECTIVES
+        ]
         common.table(rows, ["loss \\ adv"] + [e[:14] for e in advantage.ESTIMATORS])
-    common.table([[n, *(f"{board[n][r]['exch_predicted']} | {board[n][r]['exch_residual']:.3f}"
-                        + ("" if board[n][r]["exch_match"] else " (!)") for r in REGIMES), SWITCHES[n][3]]
-                  for n in SWITCHES], ["switch row"] + [f"{r}: pred. | exch" for r in REGIMES] + ["what breaks it"])
-    mism = [(n, r, k) for n in board for r in REGIMES for k in ("exch", "whole") if not board[n][r][f"{k}_match"]]
-    print(f"scoreboard: {len(board)} rows x {len(REGIMES)} regimes x 2 measures, {len(mism)} mismatches"
-          + "".join(f"; {n} / {r} / {k}" for n, r, k in mism) + f" [{time.time() - t0:.1f}s]")
-    data = {"experiment": "scoreboard", "config": {"groups": n_groups, "group_size": 6, "seeds": list(seeds),
-                                                  "cov_ratio": COV_RATIO, "quick": o["quick"]},
-            "regimes": list(REGIMES), "losses": list(loss.OBJECTIVES), "estimators": list(advantage.ESTIMATORS),
-            "switches": {n: SWITCHES[n][3] for n in SWITCHES},
-            "why": {n: o.why for n, o in loss.OBJECTIVES.items() if o.why}, "summary": board,
-            "mismatches": [list(m) for m in mism], "wall_s": round(time.time() - t0, 2)}
+    common.table(
+        [
+            [
+                n,
+                *(
+                    f"{board[n][r]['exch_predicted']} | {board[n][r]['exch_residual']:.3f}"
+                    + ("" if board[n][r]["exch_match"] else " (!)")
+                    for r in REGIMES
+                ),
+                SWITCHES[n][3],
+            ]
+            for n in SWITCHES
+        ],
+        ["switch row"] + [f"{r}: pred. | exch" for r in REGIMES] + ["what breaks it"],
+    )
+    mism = [
+        (n, r, k)
+        for n in board
+        for r in REGIMES
+        for k in ("exch", "whole")
+        if not board[n][r][f"{k}_match"]
+    ]
+    print(
+        f"scoreboard: {len(board)} rows x {len(REGIMES)} regimes x 2 measures, {len(mism)} "
+        "mismatches"
+        + "".join(f"; {n} / {r} / {k}" for n, r, k in mism)
+        + f" [{time.time() - t0:.1f}s]"
+    )
+    data = {
+        "experiment": "scoreboard",
+        "config": {
+            "groups": n_groups,
+            "group_size": 6,
+            "seeds": list(seeds),
+            "cov_ratio": COV_RATIO,
+            "quick": o["quick"],
+        },
+        "regimes": list(REGIMES),
+        "losses": list(loss.OBJECTIVES),
+        "estimators": list(advantage.ESTIMATORS),
+        "switches": {n: SWITCHES[n][3] for n in SWITCHES},
+        "why": {n: o.why for n, o in loss.OBJECTIVES.items() if o.why},
+        "summary": board,
+        "mismatches": [list(m) for m in mism],
+        "wall_s": round(time.time() - t0, 2),
+    }
     common.save("scoreboard", data, out_dir, lambda plt: plot(plt, board))
     return data
 
@@ -329,7 +468,9 @@ def plot(plt, board):
     for i, objective in enumerate(loss.OBJECTIVES):
         for j, est in enumerate(advantage.ESTIMATORS):
             cells = [board[f"{objective} · {est}"][r] for r in REGIMES]
-            vals[i, j] = sum(1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6)
+            vals[i, j] = sum(
+                1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6
+            )
             txt = code(cells, "whole_group", "whole_match")
             ax.text(j, i, txt, ha="center", va="center", fontsize=8, family="monospace",
                     color="white" if vals[i, j] >= 3 else "black")
@@ -340,10 +481,16 @@ def plot(plt, board):
     ax.set_yticklabels(list(loss.OBJECTIVES), fontsize=9)
     ax.set_xlabel("advantage estimator (--adv)")
     ax.set_ylabel("objective (--loss)")
-    ax.set_title("Does the token every rollout of a group shares cancel? (synthetic groups, max over seeds)\n"
-                 f"text: one character per regime ({SHORT}): 0 cancels, + does not, . nothing to measure,"
-                 " ! disagrees with the tables", fontsize=10)
-    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label("regimes (of 4) where it cancels", fontsize=9)
+    ax.set_title(
+        "Does the token every rollout of a group shares cancel? (synthetic groups, max over "
+        "seeds)\n"
+        f"text: one character per regime ({SHORT}): 0 cancels, + does not, . nothing to measure,"
+        " ! disagrees with the tables",
+        fontsize=10,
+    )
+    fig.colorbar(im, ax=ax, fraction=0.03, pad=0.02).set_label(
+        "regimes (of 4) where it cancels", fontsize=9
+    )
     fig.tight_layout()
     return fig
 

@@ -43,7 +43,13 @@ def t_cdf(t, df):
     def ibeta(a, b, x):  # regularised incomplete beta I_x(a, b)
         if x <= 0 or x >= 1:
             return float(x >= 1)
-        lbt = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log(1 - x)
+        lbt = (
+            math.lgamma(a + b)
+            - math.lgamma(a)
+            - math.lgamma(b)
+            + a * math.log(x)
+            + b * math.log(1 - x)
+        )
         if x < (a + 1) / (a + b + 2):
             return math.exp(lbt) * betacf(a, b, x) / a
         return 1.0 - math.exp(lbt) * betacf(b, a, 1 - x) / b
@@ -147,7 +153,9 @@ def contrast(a, b, predicted, seeds=None):
     if not isinstance(b, (list, tuple)):
         b = [b] * len(a)
     if not len(seeds) == len(a) == len(b):
-        raise ValueError(f"contrast needs one value per seed: {len(seeds)} seeds, {len(a)} and {len(b)} values")
+        raise ValueError(
+            f"contrast needs one value per seed: {len(seeds)} seeds, {len(a)} and {len(b)} values"
+        )
     ok = lambda x: x is not None and x == x
     keep = [(s, x, y) for s, x, y in zip(seeds, a, b) if ok(x) and ok(y)]
     if not keep:

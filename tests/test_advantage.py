@@ -86,8 +86,8 @@ def test_one_signed_estimators_are_never_negative():
 
 def test_auto_keeps_every_loss_on_its_own_estimator():
     """The loss table's advantage column is the start of the estimator row --adv=auto picks."""
-    est = rows(objective_block(advantage.__doc__, "estimators"))
-    for name, (adv_cell, _, _) in rows(objective_block(loss.__doc__)).items():
+    est = rows(advantage.table())
+    for name, (adv_cell, _, _) in rows(loss.table()).items():
         chosen = loss.own_estimator(name)
         assert est[chosen][0].startswith(adv_cell), (name, chosen)
         assert parse_args([f"--loss={name}"] + (["--dro_beta=0.1"] if name == "dro" else [])).adv == chosen

@@ -113,3 +113,53 @@ def test_train_reads_top_to_bottom():
         for call in ast.walk(fn):
             if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in defs:
                 assert defs[call.func.id] < fn.lineno, f"{fn.name} calls {call.func.id}, defined later"
+
+
+def source_files(include_tests=False):
+    """Every tracked-looking .py file of the project (no venv, caches or runs)."""
+    for dirpath, dirs, files in os.walk(ROOT):
+        dirs[:] = [x for x in dirs if not x.startswith(".") and x not in (
+            "__pycache__", "venv", "out") and not x.startswith("out-")]
+        rel = os.path.relpath(dirpath, ROOT)
+        if not include_tests and (rel == "tests" or rel.startswith("tests" + os.sep)):
+            continue
+        for f in files:
+            if f.endswith(".py"):
+                yield os.path.join(dirpath, f)
+
+
+MAX_LINE = 100
+MAX_FUNCTION = 60
+WHY_LONG = "Long because"  # a function over MAX_FUNCTION lines says why in its docstring
+
+
+def test_no_line_of_non_test_python_over_100_characters():
+    long = [f"{os.path.relpath(p, ROOT)}:{i}" for p in source_files()
+            for i, line in enumerate(open(p, encoding="utf-8").read().split("\n"), 1)
+            if len(line) > MAX_LINE]
+    assert not long, long
+
+
+def long_functions(path):
+    """(name, lines) of the functions of a file over MAX_FUNCTION lines whose
+    docstring does not say why (a sentence starting with WHY_LONG)."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            n = node.end_lineno - node.lineno + 1
+            if n > MAX_FUNCTION and WHY_LONG not in (ast.get_docstring(node) or ""):
+                out.append((node.name, n))
+    return out
+
+
+def test_long_function_finder_is_not_vacuous(tmp_path):
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION))
+    (tmp_path / "a.py").write_text(f"def f():\n{body}\n\n\ndef g():\n    '''{WHY_LONG}: a test.'''\n"
+                                   f"{body}\n")
+    assert long_functions(tmp_path / "a.py") == [("f", MAX_FUNCTION + 1)]
+
+
+def test_no_function_over_60_lines_unless_its_docstring_says_why():
+    found = {os.path.relpath(p, ROOT): long_functions(p) for p in source_files()}
+    assert not {k: v for k, v in found.items() if v}

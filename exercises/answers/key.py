@@ -51,7 +51,10 @@ def main(argv):
         print(f"note: the sheet says STUDENT = {sheet.STUDENT!r}", file=sys.stderr)
     for ex in ("ex1", "ex4", "ex7"):
         for what, why in check.run(ex, {"sheet": sheet}):
-            print(f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}" + ("" if why is None else f": {why}"))
+            print(
+                f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}"
+                + ("" if why is None else f": {why}")
+            )
     return 0
 
 
