@@ -64,12 +64,13 @@ import time
 
 import torch
 
-import dist_utils
+from plumbing import dist_utils
 import advantage
 import loss
 import toy_tasks
 import train
-from config import CliError, Config, check_out_dir, fail
+from plumbing.config import Config, check_out_dir
+from plumbing.errors import CliError, fail
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD

@@ -19,7 +19,7 @@ between the two forms of a reward-irrelevant choice (``style_drift``,
 ``eval_diagnostics`` gathers what train.py logs at an evaluation.
 
 The probes that only experiments E1-E6 use (flips, coupling, masked updates,
-token values) live in experiments/probes.py.
+token values) live in probes.py.
 """
 
 import math

@@ -29,7 +29,7 @@ An objective is one ``Objective`` record in ``OBJECTIVES``: its per-token
 term, its aggregation weight agg_i, its own advantage estimator, what its clip
 bounds, which switches it allows, and its exchangeability verdict per regime.
 Everything else reads the records: ``policy_loss`` dispatches through them,
-config.py's checks and ``--help``, the scoreboard's predictions, and the
+plumbing/config.py's checks and ``--help``, the scoreboard's predictions, and the
 objective table of README.md (``table()``; tests/test_docs.py checks the copy
 and ``python tests/test_docs.py`` rewrites it). To add an objective, write its
 term and ``register`` one record. The records, near the end of this file, are

@@ -27,7 +27,8 @@ import json
 import os
 import sys
 
-from config import FIGURE_TYPES, CliError, check_out_file, fail
+from plumbing.config import FIGURE_TYPES, check_out_file
+from plumbing.errors import CliError, fail
 
 SMOOTH = 10  # RL steps in the running mean drawn over per-step quantities
 

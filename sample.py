@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import torch
 
 import toy_tasks
-from config import CliError, _f, fail, parse_args
+from plumbing.config import _f, parse_args
+from plumbing.errors import CliError, fail
 from sampler import sample
-from checkpoint import load_checkpoint
+from plumbing.checkpoint import load_checkpoint
 
 
 @dataclass

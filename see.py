@@ -32,7 +32,6 @@ Without matplotlib it prints the same information as text.
 """
 
 import copy
-import os
 import random
 import sys
 from dataclasses import dataclass
@@ -42,21 +41,11 @@ import torch
 import advantage
 import loss
 import toy_tasks
-from checkpoint import load_checkpoint
-from config import (
-    FIGURE_TYPES,
-    CliError,
-    Config,
-    _f,
-    check_numbers,
-    check_out_file,
-    fail,
-    parse_args,
-)
+import probes  # one update, its Deltas and coefficients
+from plumbing.checkpoint import load_checkpoint
+from plumbing.config import FIGURE_TYPES, Config, _f, check_numbers, check_out_file, parse_args
+from plumbing.errors import CliError, fail
 from sampler import rollouts
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "experiments"))
-import probes  # noqa: E402  (experiments/probes.py: one update, its Deltas and coefficients)
 
 
 @dataclass

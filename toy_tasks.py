@@ -443,7 +443,7 @@ def train_sampler(task, held_out, seed):
             p = task.sample(rng)
             if p not in banned:
                 return p
-    draw.rng = rng  # the stream's state, saved in a resumable checkpoint (checkpoint.py)
+    draw.rng = rng  # the stream's state, saved in a resumable checkpoint (plumbing/checkpoint.py)
     return draw
 
 

@@ -19,8 +19,8 @@ Phase 2, RL (THEORY.md section 1). Each step:
      mini-batch and one epoch: on-policy). Each step logs the coefficients
      c_{i,t} = -d loss / d log pi(y_{i,t}) summarised as residuals (loss.py).
 
-Micro-batches, torchrun: dist_utils.py; the run folder, its lock, --resume: rundir.py,
-checkpoint.py;
+Micro-batches, torchrun: plumbing/dist_utils.py; the run folder, its lock, --resume:
+plumbing/rundir.py and plumbing/checkpoint.py;
 --diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``: every flag) or
 ``torchrun --standalone --nproc_per_node=N train.py ...``."""
 
@@ -35,15 +35,16 @@ from tqdm import tqdm
 
 import advantage
 import batching
-import checkpoint
+from plumbing import checkpoint
 import diagnostics
-import dist_utils
+from plumbing import dist_utils
 import loss
 import loss_engines
-import rundir
+from plumbing import rundir
 import toy_tasks
-from config import Config, CliError, parse_args, fail
-from console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
+from plumbing.config import Config, parse_args
+from plumbing.errors import CliError, fail
+from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer, token_entropy
 from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD

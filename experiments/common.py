@@ -28,9 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import checkpoint  # noqa: E402
-import config  # noqa: E402
-from console import progress  # noqa: E402
+from plumbing import checkpoint  # noqa: E402
+from plumbing import config  # noqa: E402
+from plumbing.console import progress  # noqa: E402
 import train  # noqa: E402
 from model import completion_logprobs  # noqa: E402
 from toy_tasks import PAD  # noqa: E402
@@ -45,7 +45,8 @@ from stats import (
     t_quantile,
     verdict,
 )
-from config import CliError, Config, check_out_dir, fail, parse_args  # noqa: E402
+from plumbing.config import Config, check_out_dir, parse_args  # noqa: E402
+from plumbing.errors import CliError, fail
 from output import (
     caption,
     ci_note,
@@ -119,7 +120,8 @@ def parse(argv, extra=None, doc="", redraw=None):
             opts[key] = int_list(key, v, 0 if key in ("seeds", "steps") else 1)
     if "digits" in opts and not 1 <= opts["digits"] <= 20:
         raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
-    if "task" in opts:  # model and warm-start flags not given take the task's defaults (config.py)
+    # model and warm-start flags not given take the task's defaults (plumbing/config.py)
+    if "task" in opts:
         for key in TASK_SIZED:
             if key in opts and key not in given:
                 opts[key] = config.default_of(key, opts["task"])
@@ -351,7 +353,7 @@ def rl_states(opts, seed, steps, lr=None):
     after ``step`` RL steps, each {"model": weights, "optimizer": AdamW state}.
     Step 0 is the warm start with a fresh optimizer. Cached in
     <out>/ckpt/<warm start>/grpo_rl/ (written atomically) and reused."""
-    import checkpoint
+    from plumbing import checkpoint
     model, task, draw, gen = diag_setup(opts, seed)
     cfg = Config(task=opts["task"], seed=seed, **({"lr": lr} if lr else {}))
     folder = os.path.join(os.path.dirname(warm_path(opts, seed)),

@@ -81,7 +81,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
-from config import CliError  # noqa: E402
+from plumbing.errors import CliError  # noqa: E402
 
 MINI = ("shuffle", "query", "balanced", "sign")  # the mini-batched arms; full is the reference
 PREDICTED = {"query": "<", "balanced": "<", "sign": ">"}  # drift and tax, against shuffle

@@ -108,7 +108,7 @@ import common  # noqa: E402
 import drift_probes as DP  # noqa: E402
 import advantage  # noqa: E402
 import batching  # noqa: E402
-import checkpoint  # noqa: E402
+from plumbing import checkpoint  # noqa: E402
 import stats  # noqa: E402
 import toy_tasks  # noqa: E402
 from model import rl_optimizer  # noqa: E402

@@ -14,7 +14,7 @@ import json
 import math
 import os
 
-from config import fail
+from plumbing.errors import fail
 from stats import print_contrasts
 
 

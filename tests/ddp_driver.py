@@ -28,7 +28,7 @@ torch.set_num_threads(1)
 import loss  # noqa: E402
 import toy_tasks  # noqa: E402
 import train  # noqa: E402
-from config import Config  # noqa: E402
+from plumbing.config import Config  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 
 B, G = 4, 4  # groups, rollouts per group
@@ -110,8 +110,8 @@ if __name__ == "__main__":
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import dist_utils
-    from config import parse_args
+    from plumbing import dist_utils
+    from plumbing.config import parse_args
     mode, rank = sys.argv[1], int(os.environ["RANK"])
     if mode == "train":  # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
         import dataclasses

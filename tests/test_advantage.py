@@ -10,7 +10,8 @@ import torch
 import advantage
 import loss
 import train
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 from tests.test_docs import objective_block, rows
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])

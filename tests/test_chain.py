@@ -10,7 +10,8 @@ import torch.nn as nn
 
 import diagnostics
 import toy_tasks
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 
 TASK = toy_tasks.make_task("chain")
 

@@ -16,12 +16,13 @@ import sys
 import pytest
 import torch
 
-import dist_utils
+from plumbing import dist_utils
 import loss
 import toy_tasks
-import checkpoint
+from plumbing import checkpoint
 import train
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 from ddp_driver import (CASES, INVARIANT, MAIN_FLAGS, fixed_batch, fixed_rollouts, one_update, step_config,
                         tiny_model)
 from model import completion_logprobs

@@ -96,7 +96,7 @@ def flags_reference():
     import importlib
     sys.path.insert(0, os.path.join(ROOT, "experiments"))
     import bench
-    import config
+    from plumbing import config
     import plot
     import sample
     import see
@@ -130,7 +130,7 @@ def test_reference_names_every_metric_key_train_py_writes(tmp_path):
     docs/REFERENCE.md (as `key`)."""
     import json
     import train
-    from config import parse_args
+    from plumbing.config import parse_args
     cfg = parse_args(["--task=chain", "--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2",
                       "--sft_batch=8", "--rl_steps=2", "--prompts_per_step=2", "--group_size=4",
                       "--eval_size=8", "--eval_every=1", "--diagnostics", "--device=cpu",

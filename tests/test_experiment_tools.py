@@ -86,7 +86,7 @@ def test_pool_keeps_order_with_workers():
 
 def test_kept_steps_rules():
     import pytest
-    from config import CliError
+    from plumbing.errors import CliError
     o = common.kept_steps({"quick": True, "steps": [0, 100, 200], "primary_step": 100}, [])
     assert o["steps"] == [0, 20] and o["primary_step"] == 20  # quick: its own steps, the last is primary
     o = common.kept_steps({"quick": True, "steps": [2, 0, 2], "primary_step": 100}, ["--steps=2,0,2"])

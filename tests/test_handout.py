@@ -11,11 +11,12 @@ import sys
 
 import pytest
 
-import config
+from plumbing import config
 import plot
 import toy_tasks
 import train
-from config import CliError, Config, parse_args
+from plumbing.config import Config, parse_args
+from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HAS_MPL = importlib.util.find_spec("matplotlib") is not None

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-import config
-from config import Config
+from plumbing import config
+from plumbing.config import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXPERIMENTS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))

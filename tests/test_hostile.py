@@ -13,10 +13,11 @@ import sys
 import pytest
 import torch
 
-import checkpoint
-import rundir
+from plumbing import checkpoint
+from plumbing import rundir
 import train
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--sft_steps=4", "--sft_batch=4", "--rl_steps=3",
@@ -206,7 +207,7 @@ def test_memory_estimate_by_hand():
     """n_layer=2, n_embd=8, B*G=3*4=12, eval_size=5, --diagnostics --pass_k=1 (128 rows):
     params 12*2*64 + 8*(64+64) = 2560 -> 16 B each = 40960; activations 12*64*2*8*20*4 = 983040;
     KV of the largest sampling call, 128 rows held twice: 2*128*64*2*8*2*4 = 2097152."""
-    from config import memory_estimate
+    from plumbing.config import memory_estimate
     cfg = parse_args(["--n_layer=2", "--n_head=2", "--n_embd=8", "--prompts_per_step=3", "--group_size=4",
                       "--eval_size=5", "--diagnostics", "--pass_k=1"], check=False)
     assert memory_estimate(cfg) == 40960 + 983040 + 2097152

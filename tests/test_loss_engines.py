@@ -332,7 +332,8 @@ def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
     (["--entropy_coef=-1"], "--entropy_coef must be 0"),
 ])
 def test_bad_switches_are_one_line_errors(argv, msg):
-    from config import CliError, parse_args
+    from plumbing.config import parse_args
+    from plumbing.errors import CliError
     with pytest.raises(CliError, match=msg):
         parse_args(argv)
     parse_args(["--loss=sapo", "--clip=none", "--beta=0.04", "--entropy_coef=0.01"])
@@ -341,7 +342,7 @@ def test_bad_switches_are_one_line_errors(argv, msg):
 
 @pytest.mark.parametrize("name", [n for n, o in loss.OBJECTIVES.items() if o.clip == "none"])
 def test_objectives_without_a_ratio_clip_default_to_clip_none(name):
-    from config import parse_args
+    from plumbing.config import parse_args
     extra = ["--dro_beta=0.1"] if name == "dro" else []
     assert parse_args([f"--loss={name}"] + extra).clip == "none"
     assert parse_args(["--loss=grpo"]).clip == "sym"

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import toy_tasks
-import checkpoint
+from plumbing import checkpoint
 import train
 from model import GPT, GPTConfig, completion_logprobs, left_pad
 from sampler import sample
@@ -125,7 +125,7 @@ def test_sft_steps_lower_the_loss():
 
 
 def test_checkpoint_round_trip_and_atomic_write(tmp_path):
-    from config import Config
+    from plumbing.config import Config
     m = tiny(7)
     cfg = Config()
     path = os.path.join(tmp_path, "c.pt")
@@ -140,7 +140,8 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
 
 
 def test_bad_checkpoints_raise_one_line(tmp_path):
-    from config import CliError, Config
+    from plumbing.config import Config
+    from plumbing.errors import CliError
     with pytest.raises(CliError, match="does not exist"):
         checkpoint.load_checkpoint(os.path.join(tmp_path, "nope.pt"))
     path = os.path.join(tmp_path, "c.pt")

@@ -8,7 +8,7 @@ import pytest
 
 import plot
 import train
-from config import parse_args
+from plumbing.config import parse_args
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=3", "--sft_batch=8", "--rl_steps=3",
         "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--eval_every=1", "--diagnostics",

@@ -1,4 +1,4 @@
-"""experiments/probes.py (the E1-E6 measurements): each against a hand value or an independent route."""
+"""probes.py (the E1-E6 measurements): each against a hand value or an independent route."""
 import dataclasses
 
 import pytest

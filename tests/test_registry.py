@@ -14,7 +14,8 @@ import advantage
 import batching
 import loss
 import train
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,7 +93,7 @@ def test_a_record_that_contradicts_the_registry_is_refused():
 
 def test_every_name_list_is_its_registry():
     """The choices config.py offers and checks are the registries' keys."""
-    from config import Config, help_text
+    from plumbing.config import Config, help_text
     from dataclasses import fields
     helps = {f.name: help_text(f) for f in fields(Config)}
     for flag, names in (("loss", loss.OBJECTIVES), ("adv", advantage.ESTIMATORS),

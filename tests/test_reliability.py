@@ -12,10 +12,11 @@ import sys
 import pytest
 import torch
 
-import checkpoint
+from plumbing import checkpoint
 import toy_tasks
 import train
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SFT, RL, EVERY = 8, 6, 3
@@ -34,7 +35,8 @@ import torch; torch.set_num_threads(1)
 import toy_tasks
 make = toy_tasks.make_task
 toy_tasks.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
-import checkpoint, train
+import train
+from plumbing import checkpoint
 where, k = sys.argv[1], int(sys.argv[2])
 calls = {"n": 0}
 def kill():

@@ -6,7 +6,8 @@ import torch
 
 import see
 import toy_tasks
-from config import CliError, parse_args
+from plumbing.config import parse_args
+from plumbing.errors import CliError
 from model import GPT, GPTConfig
 
 TASK = toy_tasks.make_task("chain")

@@ -8,7 +8,8 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = ("", "experiments", "exercises")  # tests/ may import anything
+FOLDERS = ("", "plumbing", "experiments", "exercises")  # tests/ may import anything
+PACKAGES = ("plumbing",)  # imported as a package: `from plumbing import config`
 SCRIPTS = {"train", "plot", "see", "sample", "bench"}  # entry points at the top level
 LIBRARY = {"model", "sampler", "toy_tasks", "loss", "loss_engines", "batching", "config", "checkpoint",
            "dist_utils", "diagnostics"}
@@ -37,11 +38,15 @@ def imports(path, known):
         if isinstance(node, ast.Import):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            parts = node.module.split(".")
+            if parts[0] in PACKAGES:  # the module itself: plumbing.config, or plumbing's config
+                found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+            else:
+                found.add(parts[0])
     return found & set(known)
 
 
-def graph(folders=("",)):
+def graph(folders=("", "plumbing")):
     mods = modules()
     g = {}
     for name, paths in mods.items():
@@ -89,14 +94,14 @@ def test_no_import_cycle_among_the_top_level_modules():
 
 
 def test_no_import_cycle_with_the_experiments_and_exercises():
-    g = graph(("", "experiments", "exercises"))
+    g = graph(("", "plumbing", "experiments", "exercises"))
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
 @pytest.mark.parametrize("name", sorted(LIBRARY))
 def test_library_modules_import_no_script_and_no_experiment(name):
-    g = graph(("", "experiments", "exercises"))
-    below = set(graph())  # top-level modules
+    g = graph(("", "plumbing", "experiments", "exercises"))
+    below = set(graph())  # top-level and plumbing modules
     up = g[name] - (below - SCRIPTS)
     assert not up, f"{name}.py imports {sorted(up)}"
 
@@ -163,3 +168,24 @@ def test_long_function_finder_is_not_vacuous(tmp_path):
 def test_no_function_over_60_lines_unless_its_docstring_says_why():
     found = {os.path.relpath(p, ROOT): long_functions(p) for p in source_files()}
     assert not {k: v for k, v in found.items() if v}
+
+
+LESSON = {"model", "sampler", "toy_tasks", "advantage", "loss", "loss_engines", "batching", "train",
+          "diagnostics", "probes"}
+
+
+def test_the_top_level_is_the_lesson_and_the_scripts():
+    """What a student reads to learn the method, and the scripts a user runs; the
+    run plumbing lives in plumbing/."""
+    top = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
+    assert top == LESSON | SCRIPTS, sorted(top ^ (LESSON | SCRIPTS))
+
+
+def test_no_top_level_or_plumbing_module_edits_sys_path():
+    """Imports are what they say: nothing at the top level or in plumbing/ reaches
+    up or sideways by putting a folder on sys.path."""
+    for folder in ("", "plumbing"):
+        d = os.path.join(ROOT, folder)
+        for f in sorted(os.listdir(d)):
+            if f.endswith(".py"):
+                assert "sys.path" not in open(os.path.join(d, f), encoding="utf-8").read(), f

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 import loss
-import checkpoint
+from plumbing import checkpoint
 import train
-from config import CliError, Config, parse_args
+from plumbing.config import Config, parse_args
+from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=3", "--sft_batch=8",

@@ -46,7 +46,7 @@ from typing import Callable
 import torch
 
 import toy_tasks
-from config import CliError
+from plumbing.errors import CliError
 from model import GPT, GPTConfig
 
 KINDS = ("warm_start", "sft", "rl")

@@ -16,15 +16,7 @@ import loss
 import loss_engines
 import model
 import toy_tasks
-
-
-class CliError(Exception):
-    """A user error: reported as one line, no traceback."""
-
-
-def fail(msg, code=2):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(code)
+from plumbing.errors import CliError
 
 
 def _f(default, help, choices=None):

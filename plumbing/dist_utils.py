@@ -57,7 +57,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batching
-from config import CliError
+from plumbing.errors import CliError
 from toy_tasks import PAD
 
 TIMEOUT = datetime.timedelta(seconds=600)  # a rank that waits longer on a peer fails, not hangs

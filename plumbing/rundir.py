@@ -28,10 +28,11 @@ import os
 import sys
 from dataclasses import fields, replace
 
-import checkpoint
-import dist_utils
-from config import CliError, Config, default_of
-from config import validate as validate_config
+from plumbing import checkpoint
+from plumbing import dist_utils
+from plumbing.config import Config, default_of
+from plumbing.errors import CliError
+from plumbing.config import validate as validate_config
 
 # ----------------------------------------------------------------------------- runs in an --out_dir
 
