@@ -278,8 +278,9 @@ def bench_hf(model, P, device, size):
 
 def bench_update(model, batch, P, peak, device):
     N, T = batch["tokens"].shape[0], len(batch["prompts"][0]) + batch["tokens"].shape[1] - 1
+    # a sampled batch as a rollout batch: its log-probs become the old ones, rewards alternate
     batch = dict(batch, rewards=(torch.arange(N, device=device) % 2).float(),
-                 max_len=batch["tokens"].shape[1])
+                 max_len=batch["tokens"].shape[1], old_logprobs=batch["logprobs"])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()

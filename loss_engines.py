@@ -232,11 +232,11 @@ def dro(new_logp, log_ratio, mask, adv, agg, bounds, opts):
 KL_TYPES = ("k1", "k2", "k3", "abs", "k1+", "k3+", "abs+")
 
 
-def kl_penalty(logp, ref_logp, kind="k3"):
+def kl_penalty(logp, ref_logprobs, kind="k3"):
     """verl ``kl_penalty``: per-token estimate of KL(pi || pi_ref) from d = log pi - log pi_ref:
     k1 = d, k2 = d^2/2, k3 = e^-d + d - 1 (low_var_kl), abs = |d|. A ``+`` keeps the
     value and takes k2's gradient d (straight-through)."""
-    d = logp - ref_logp
+    d = logp - ref_logprobs
     base = kind.rstrip("+")
     val = {"k1": d, "k2": 0.5 * d ** 2, "k3": (-d).exp() + d - 1, "abs": d.abs()}[base]
     if kind.endswith("+") and base != "k2":

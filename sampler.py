@@ -160,6 +160,8 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
             [float(task.reward(p, toy_tasks.decode(t))) for p, t in zip(problems, greedy)],
             device=device,
         ).repeat_interleave(cfg.group_size)
+    # the log-probs recorded now are the "old" policy's of every later optimizer step
+    out["old_logprobs"] = out.pop("logprobs")
     return out
 
 

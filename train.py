@@ -29,25 +29,47 @@ import os
 import random
 import sys
 import time
+from dataclasses import dataclass, field
 
 import torch
 from tqdm import tqdm
 
 import advantage
 import batching
-from plumbing import checkpoint
 import diagnostics
-from plumbing import dist_utils
 import loss
 import loss_engines
-from plumbing import rundir
 import toy_tasks
-from plumbing.config import Config, parse_args
-from plumbing.errors import CliError, fail
-from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer, token_entropy
+from plumbing import checkpoint, dist_utils, rundir
+from plumbing.config import Config, parse_args
+from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
+from plumbing.errors import CliError, fail
 from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD
+
+
+# ----------------------------------------------------------------------------- one run
+
+@dataclass
+class Run:
+    """What every phase of one run shares, made once by ``run``: the flags, the
+    models, the task, the resumable state, the run folder and this process's place."""
+    cfg: Config
+    model: torch.nn.Module       # what backward runs through: DDP-wrapped under torchrun
+    raw: GPT                     # the plain module: sampling, evaluation, checkpoints
+    task: object
+    held_out: list               # evaluation problems, disjoint from training
+    state: checkpoint.RunState   # step, random streams, running sums: what resume restores
+    out: rundir.RunDir           # metrics.jsonl and checkpoints (rank 0 writes)
+    device: str
+    rank: int
+    world: int
+    t0: float = field(default_factory=time.time)
+
+    @property
+    def master(self):  # rank 0 evaluates, logs and writes
+        return self.rank == 0
 
 
 # ----------------------------------------------------------------------------- the model
@@ -57,16 +79,11 @@ def initial_model(cfg, device):
     if cfg.init_from:
         model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
         return rundir.init_from_checks(cfg, model, ck), model
-    return cfg, GPT(
-        GPTConfig(
-            vocab_size=toy_tasks.VOCAB_SIZE,
-            n_out=toy_tasks.N_OUT,
-            n_layer=cfg.n_layer,
-            n_head=cfg.n_head,
-            n_embd=cfg.n_embd,
-            block_size=64,
-        )
-    ).to(device)
+    # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
+    # the coupling of two tokens through it can be measured (probes.py, THEORY.md 4)
+    gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
+                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
+    return cfg, GPT(gpt).to(device)
 
 
 # ----------------------------------------------------------------------------- phase 1: SFT
@@ -76,11 +93,11 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
     A fraction ``flawed`` of the solutions come from the task's flawed teacher."""
     probs = [draw() for _ in range(n)]
     prompts = [toy_tasks.encode(task.prompt(p)) for p in probs]
-    sols = [
-        toy_tasks.encode(task.flawed(p, rng) if rng.random() < flawed else task.solution(p, rng))
-        + [EOS]
-        for p in probs
-    ]
+    # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
+    # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
+    sols = [toy_tasks.encode(task.flawed(p, rng) if rng.random() < flawed
+                             else task.solution(p, rng)) + [EOS] for p in probs]
+    # completions are right-padded; PAD positions are masked out of the loss
     T = max(len(s) for s in sols)
     tokens = torch.full((n, T), PAD, dtype=torch.long, device=device)
     for i, s in enumerate(sols):
@@ -88,24 +105,22 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
     return prompts, tokens, tokens != PAD
 
 
-def sft(model, task, cfg, state, out, device, master):
+def sft(run):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
-    if state.saved:
-        state.restore(opt, dist_utils.rank_world()[0])
-    world, n_sft = dist_utils.rank_world()[1], len(
-        dist_utils.shard(torch.arange(cfg.sft_batch), *dist_utils.rank_world())
-    )  # rank's share
-    bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", master)
+    cfg, state = run.cfg, run.state
+    opt = torch.optim.AdamW(run.model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
+    if state.saved:  # resumed inside SFT: the optimizer's moments continue too
+        state.restore(opt, run.rank)
+    # each rank takes its share of the batch; the loss below is the token mean over all ranks
+    n_sft = len(dist_utils.shard(torch.arange(cfg.sft_batch), run.rank, run.world))
+    bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
     for step in bar:
-        prompts, tokens, mask = sft_batch(
-            task, state.draw, n_sft, state.sol_rng, device, cfg.sft_flawed
-        )
-        with amp(cfg, device):
-            logp = completion_logprobs(model, prompts, tokens, mask, PAD)
-        sft_loss = (
-            -(logp.sum() / dist_utils.all_reduce_sum(mask.sum())) * world
-        )  # all ranks' token mean; x world: DDP
+        prompts, tokens, mask = sft_batch(run.task, state.draw, n_sft, state.sol_rng, run.device,
+                                          cfg.sft_flawed)
+        with amp(cfg, run.device):
+            logp = completion_logprobs(run.model, prompts, tokens, mask, PAD)
+        # all ranks' token mean; times world because DDP averages the ranks' gradients
+        sft_loss = -(logp.sum() / dist_utils.all_reduce_sum(mask.sum())) * run.world
         if not torch.isfinite(sft_loss):
             raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
                                      f"(try a smaller --sft_lr)")
@@ -113,14 +128,14 @@ def sft(model, task, cfg, state, out, device, master):
         sft_loss.backward()
         opt.step()
         bar.set_postfix(loss=f"{sft_loss.item():.3f}")
-        if bar.disable and master and step % max(1, cfg.sft_steps // 4) == 0:  # a log file: 4 lines
-            print(f"sft step {step}: loss {sft_loss.item():.3f}", flush=True)
-        out.log({"phase": "sft", "step": step, "loss": sft_loss.item()})
+        if bar.disable and run.master and step % max(1, cfg.sft_steps // 4) == 0:
+            print(f"sft step {step}: loss {sft_loss.item():.3f}", flush=True)  # a log file: 4 lines
+        run.out.log({"phase": "sft", "step": step, "loss": sft_loss.item()})
         state.step = step
-        if step == cfg.sft_steps:
-            out.warm_start(step)
+        if step == cfg.sft_steps:  # the warm start: --beta's reference, and E1-E9's start
+            run.out.warm_start(step)
         if step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
-            out.checkpoint(state, opt)
+            run.out.checkpoint(state, opt)
     bar.close()
 
 
@@ -128,6 +143,7 @@ def sft(model, task, cfg, state, out, device, master):
 
 def logprobs_of(net, batch, rows, cfg, hidden=False):
     """log pi(y_t | s_t) of the batch's ``rows`` under ``net``, tempered as at sampling."""
+    # the same temperature as the sampler's, so that an on-policy ratio is exactly 1
     with amp(cfg, batch["mask"].device.type):
         return completion_logprobs(net, [batch["prompts"][i] for i in rows.tolist()],
                                    batch["tokens"][rows], batch["mask"][rows], PAD,
@@ -140,14 +156,17 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
     (a no-grad pass over every part, summed over ranks), or the copies of a shared
     token in different parts get different weights."""
     world = dist_utils.rank_world()[1]
+    # a step in one part sees every row of every group: policy_loss computes w~ itself
     split = world > 1 or len(parts) > 1
     if not (loss.OBJECTIVES[cfg.loss].group_transform and cfg.norm == "global" and split):
         return None  # one part: policy_loss computes w~ from the rows it sees
-    mask, old = batch["mask"], batch["logprobs"]
-    with torch.no_grad():
+    mask, old = batch["mask"], batch["old_logprobs"]
+    with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
         ratio = torch.cat([loss.sequence_ratio(logprobs_of(plain, batch, mb[p], cfg), old[mb[p]],
                                                mask[mb[p]]) for p in parts])
+    # every rank computed its own rows; the sum over ranks fills in the whole step
     ratio = dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb))
+    # --clip on a dfpo loss truncates w before the transform
     bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
     return loss.dfpo_weights(ratio, adv[mb], batch["group"][mb], cfg.loss, bounds)
 
@@ -155,11 +174,12 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
 def step_metrics(acc, coef, batch, adv, mb):
     """The step's logged numbers: the stats summed over parts and ranks (row-weighted
     means, the loss a sum), and the residuals of every coefficient of the step."""
-    keys = sorted(acc)
+    keys = sorted(acc)  # the same order on every rank, for one all-reduce
     total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
     out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
     coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
     group, mask = batch["group"][mb], batch["mask"][mb]
+    # how far the copies of a shared token were from cancelling in this step (loss.py)
     out["first_token_residual"] = loss.first_token_residual(coef, group)
     out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask, group)
     return out
@@ -171,9 +191,12 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     the step's denominators and DFPO weights (the same update however the step is
     split); --norm=local: each uses its own."""
     rank, world = dist_utils.rank_world()
-    mask, group, old = batch["mask"], batch["group"], batch["logprobs"]
-    mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)  # positions in mb
+    mask, group, old = batch["mask"], batch["group"], batch["old_logprobs"]
+    # this rank's rows of the mini-batch, cut into micro-batches (positions in mb)
+    mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)
     parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
+    # --norm=global: every part divides by the whole step's counts, so splitting a step
+    # changes no copy's weight; --norm=local shows what per-part denominators break
     glob, plain = cfg.norm == "global", getattr(model, "module", model)
     settings = loss.LossSettings.from_config(cfg)
 
@@ -182,6 +205,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
 
     counts = counts_of(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
     weights = whole_step_weights(plain, batch, adv, mb, parts, cfg)
+    # gradients accumulate over the parts: one optimizer step, one zero_grad
     opt.zero_grad(set_to_none=True)
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
     for j, p in enumerate(parts):
@@ -190,6 +214,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
         no_sync = getattr(model, "no_sync", contextlib.nullcontext)
         with contextlib.nullcontext() if j == len(parts) - 1 else no_sync():
             new_logp, h = logprobs_of(model, batch, rows, cfg, hidden=True)
+            # token entropies only where a switch reads them (--entropy_coef, selection)
             entropy = token_entropy(plain, h, cfg.temperature) if loss_engines.needs_entropy(cfg) \
                 else None
             # the tokens whose policy term keeps its gradient (None: every token)
@@ -200,13 +225,15 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                 weights=None if weights is None else weights[p],
                 ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
                 entropy=entropy, keep=keep), settings)
-            if not torch.isfinite(value):
+            if not torch.isfinite(value):  # stop before a NaN reaches the weights
                 raise FloatingPointError("loss is not finite")
             term = value if glob else value / (len(parts) * world)  # this part's share of the loss
+            # c_{i,t} = -d loss / d log pi: what each copy of a token receives
             coef[p] = loss.coefficients(term, new_logp).detach().float()
             (term * world).backward()  # DDP averages over ranks: x world makes it the sum
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
+    # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     return step_metrics(acc, coef, batch, adv, mb)
@@ -217,189 +244,210 @@ def rl_update(model, opt, batch, cfg, gen):
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
     lens = mask.sum(1)
-    adv = advantage.advantages(
-        rewards, group, cfg.adv, lengths=lens, baseline=batch.get("baseline")
-    )
+    # 3. one advantage per completion, from its own group (or batch) of rewards; fixed for
+    # every epoch: the data are reused, the credit is not recomputed
+    adv = advantage.advantages(rewards, group, cfg.adv, lengths=lens,
+                               baseline=batch.get("baseline"))
     logs = []
     for _ in range(cfg.epochs):
-        cut = dist_utils.rank_world()[0] == 0  # every rank must see rank 0's cut
-        mbs = dist_utils.broadcast_cut(batching.make_minibatches(cfg.batching, group, adv, lens,
-                                                        cfg.minibatches, gen) if cut else None)
-        for mb in mbs:
+        # 4. the scheduler decides which rollouts meet in one step, and so whether the
+        # copies of a shared token are applied together (batching.py); a new cut each
+        # epoch, made on rank 0 and sent to every rank so that all take the same steps
+        cut = dist_utils.rank_world()[0] == 0
+        mbs = dist_utils.broadcast_cut(batching.make_minibatches(
+            cfg.batching, group, adv, lens, cfg.minibatches, gen) if cut else None)
+        for mb in mbs:  # one optimizer step per mini-batch; off-policy after the first
             logs.append(optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg))
+    # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    # how the last epoch's cut split the groups and the signs (logged every step)
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
     out["steps"] = logs  # per optimizer step, in order
     return out
 
 
-def rl_step(model, raw, opt, ref_model, task, held_out, cfg, state, device, master, t0):
+def evaluate_step(run, rec):
+    """Held-out greedy accuracy (and, with --diagnostics, drift, entropy, pass@k) into
+    the step's metrics line, and one printed line."""
+    sums, cfg = run.state.sums, run.cfg
+    sums["acc"] = rec["eval_acc"] = evaluate(run.raw, run.task, run.held_out, cfg, run.device)
+    if cfg.diagnostics:  # drift is measured against the warm start's answers (diag_ref)
+        d = diagnostics.eval_diagnostics(run.raw, run.task, run.held_out, cfg, sums["diag_ref"])
+        d.pop("_ref")
+        rec.update(d)
+    tqdm.write(f"rl step {rec['step']}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
+               f"mixed {rec['mixed']:.2f}  exch_residual {rec['exch_residual']:.1e}  "
+               f"[{time.time() - run.t0:.0f}s]")
+
+
+def rl_step(run, opt, ref_model):
     """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
-    step, sums = state.step, state.sums
-    model.train()
-    batch = rollouts(
-        raw,
-        task,
-        state.draw,
-        cfg,
-        state.gen,
-        device,
-        cfg.prompts_per_step // dist_utils.rank_world()[1],
-    )
-    batch["max_len"] = task.max_new_tokens
-    batch = dist_utils.gather_rollouts(batch)  # every rank: the whole batch, rank 0's groups first
-    if ref_model is not None:
-        with torch.no_grad(), amp(cfg, device):
+    cfg, state, sums, step = run.cfg, run.state, run.state.sums, run.state.step
+    run.model.train()
+    # 1-2. each rank samples its share of the groups and rewards them; then every rank
+    # holds the whole batch, so advantages, the cut and the denominators are global
+    batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
+                     cfg.prompts_per_step // run.world)
+    batch["max_len"] = run.task.max_new_tokens
+    batch = dist_utils.gather_rollouts(batch)  # rank 0's groups first
+    if ref_model is not None:  # --beta: the frozen reference's log-probs of the same tokens
+        with torch.no_grad(), amp(cfg, run.device):
             batch["ref_logprobs"] = completion_logprobs(
                 ref_model, batch["prompts"], batch["tokens"], batch["mask"], PAD, cfg.temperature
             ).float()
-    zero_var = advantage.zero_variance_fraction(batch["rewards"], batch["group"])
-    diag = cfg.diagnostics and master
-    before = (
-        diagnostics.tax_before(raw, batch) if diag else None
-    )  # the learning tax: KL at shared histories
-    stats = rl_update(model, opt, batch, cfg, state.gen)
-    checkpoint.check_finite(raw, "after the update")
+    # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
+    mixed = 1.0 - advantage.zero_variance_fraction(batch["rewards"], batch["group"])
+    diag = cfg.diagnostics and run.master
+    # the learning tax is a KL at the histories a group shares: take them before the update
+    before = diagnostics.tax_before(run.raw, batch) if diag else None
+    # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
+    stats = rl_update(run.model, opt, batch, cfg, state.gen)
+    checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
     if diag:
-        stats["tax"], stats["tax_interior"] = diagnostics.learning_tax(raw, batch, before)
+        stats["tax"], stats["tax_interior"] = diagnostics.learning_tax(run.raw, batch, before)
         sums["tax_sum"] += stats["tax"]
         sums["tax_interior_sum"] += stats["tax_interior"]
         stats["tax_sum"], stats["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
-    rec = {
-        "phase": "rl",
-        "step": step,
-        "reward": float(batch["rewards"].mean()),
-        "mixed": 1.0 - zero_var,
-        "zero_var": zero_var,
-        **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-        **stats["mb_stats"],
-    }
+    rec = {"phase": "rl", "step": step, "reward": float(batch["rewards"].mean()), "mixed": mixed,
+           **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
+           **stats["mb_stats"]}
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] += rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
     sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
-    if step == 1 and master and (hint := weak_start_hint(rec["mixed"], cfg)):
+    if step == 1 and run.master and (hint := weak_start_hint(rec["mixed"], cfg)):
         tqdm.write(hint)
-    if master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
-        sums["acc"] = rec["eval_acc"] = evaluate(raw, task, held_out, cfg, device)
-        if cfg.diagnostics:
-            d = diagnostics.eval_diagnostics(raw, task, held_out, cfg, sums["diag_ref"])
-            d.pop("_ref")
-            rec.update(d)
-        tqdm.write(f"rl step {step}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
-                   f"mixed {rec['mixed']:.2f}  exch_residual {rec['exch_residual']:.1e}  "
-                   f"[{time.time() - t0:.0f}s]")
+    if run.master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
+        evaluate_step(run, rec)
     return rec
 
 
 # ----------------------------------------------------------------------------- phase 2: the RL loop
 
-def reference_model(raw, cfg, state, device):
+def reference_model(run):
     """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
-    ref = GPT(raw.cfg).to(device)
-    ref.load_state_dict(raw.state_dict() if state.phase != "rl" else checkpoint.load_checkpoint(
-        cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device)[0].state_dict())
+    cfg = run.cfg
+    ref = GPT(run.raw.cfg).to(run.device)
+    # resumed in RL, the model has moved on: the reference comes back from its file
+    if run.state.phase == "rl":
+        path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
+        ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
+    else:
+        ref.load_state_dict(run.raw.state_dict())
     return ref.eval().requires_grad_(False)
 
 
-def rl(model, raw, task, held_out, cfg, state, out, device, master, t0):
+def evaluate_warm_start(run, opt):
+    """RL step 0: the warm start's accuracy (and diagnostics), before any update."""
+    cfg, state = run.cfg, run.state
+    state.phase, state.step = "rl", 0
+    if cfg.sft_steps == 0 and not cfg.init_from:
+        run.out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
+    if run.master:
+        try:
+            acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device)
+            diag0 = diagnostics.eval_diagnostics(run.raw, run.task, run.held_out, cfg) \
+                if cfg.diagnostics else {"_ref": None}
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
+        state.sums["diag_ref"] = diag0.pop("_ref")
+        run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
+        state.sums.update(acc0=acc0, acc=acc0)
+        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
+    if cfg.rl_steps == 0:
+        run.out.checkpoint(state, opt)
+
+
+def rl(run):
     """Evaluate the warm start, then --rl_steps RL steps, evaluating every --eval_every."""
-    opt = rl_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
-    ref_model = reference_model(raw, cfg, state, device) if cfg.beta else None
-    if state.phase == "rl":  # resumed in RL
-        state.restore(opt, dist_utils.rank_world()[0])
+    cfg, state = run.cfg, run.state
+    opt = rl_optimizer(run.model.parameters(), cfg.optimizer, cfg.lr)
+    ref_model = reference_model(run) if cfg.beta else None
+    if state.phase == "rl":  # resumed in RL: the optimizer's moments continue
+        state.restore(opt, run.rank)
     else:
-        state.phase, state.step = "rl", 0
-        if cfg.sft_steps == 0 and not cfg.init_from:
-            out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
-        if master:
-            try:
-                acc0 = evaluate(raw, task, held_out, cfg, device)
-                diag0 = diagnostics.eval_diagnostics(raw, task, held_out, cfg) if cfg.diagnostics \
-                    else {"_ref": None}
-            except FloatingPointError as e:
-                raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
-            state.sums["diag_ref"] = diag0.pop("_ref")
-            out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
-            state.sums.update(acc0=acc0, acc=acc0)
-            print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - t0:.0f}s]")
-        if cfg.rl_steps == 0:
-            out.checkpoint(state, opt)
-    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", master)
+        evaluate_warm_start(run, opt)
+    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
     for step in bar:
         state.step = step
         try:
-            rec = rl_step(
-                model, raw, opt, ref_model, task, held_out, cfg, state, device, master, t0
-            )
+            rec = rl_step(run, opt, ref_model)
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
                                      f"the last good checkpoint is kept") from None
-        out.log(rec)
+        run.out.log(rec)
+        # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
         if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
-            out.checkpoint(state, opt)
-        if master:
+            run.out.checkpoint(state, opt)
+        if run.master:
             bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{state.sums['acc']:.2f}")
     bar.close()
 
 
 # ----------------------------------------------------------------------------- main
 
-def run(cfg, model, task, found, saved, rank, local_rank, world, device, master):
-    """After every check: join the process group, write the config, SFT, RL, the summary."""
-    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
-    sft_steps = 0 if cfg.init_from else cfg.sft_steps
-    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
-                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
-    if master:
-        rundir.start_writing(cfg, found, resolved, saved)
-    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    state = checkpoint.RunState(
-        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),  # streams per rank
-        sol_rng=random.Random(cfg.seed + 1 + rank),
-        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
-        saved=saved,
-    )
-    out = rundir.RunDir(cfg, raw, master)
-    t0 = time.time()
-    if state.phase == "sft" and sft_steps > 0:
-        sft(model, task, cfg, state, out, device, master)
-    rl(model, raw, task, held_out, cfg, state, out, device, master, t0)
-    if not master:
-        return {}
-    s, mixed = state.sums, state.sums["mixed_at_start"]  # no mixed fraction without an RL step
+def summarise(run):
+    """The summary line of metrics.jsonl and the last printed lines."""
+    cfg, s = run.cfg, run.state.sums
+    mixed = s["mixed_at_start"]  # no mixed fraction without an RL step
     summary = {
         "warm_start_acc": s["acc0"],
         **({} if mixed is None else {"mixed_at_start": mixed}),
         "final_acc": s["acc"],
         "gain": s["acc"] - s["acc0"],
-        "seconds": round(time.time() - t0, 1),
+        "seconds": round(time.time() - run.t0, 1),
         **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {}),
     }
-    out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
-    out.close()
+    run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
+    run.out.close()
     print(summary_line(summary, cfg))
     print(f"plot the curves: python plot.py {cfg.out_dir}")
     return summary
 
 
+def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
+    """After every check: join the process group, write the config, SFT, RL, the summary."""
+    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
+    sft_steps = 0 if cfg.init_from else cfg.sft_steps
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
+                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
+    if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
+        rundir.start_writing(cfg, found, resolved, saved)
+    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
+    # every rank draws its own problems and samples: its own streams, seeded by rank
+    state = checkpoint.RunState(
+        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
+        sol_rng=random.Random(cfg.seed + 1 + rank),
+        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
+        saved=saved,
+    )
+    run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
+              rank, world)
+    if state.phase == "sft" and sft_steps > 0:
+        sft(run)
+    rl(run)
+    return summarise(run) if run.master else {}
+
+
 def main(cfg):
-    rank, local_rank, world = dist_utils.env_world()  # torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
+    """One run of train.py: the checks, then the phases; returns the summary (rank 0)."""
+    # one process, or one of torchrun's: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
+    rank, local_rank, world = dist_utils.env_world()
     dist_utils.check_world(cfg, world)
     device = dist_utils.resolve_device(cfg.device)
-    master = rank == 0  # evaluates, logs, writes metrics and checkpoints
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    cfg, found, model, saved = rundir.open_run(
-        cfg, device, world
-    )  # every check before anything is written
-    torch.manual_seed(cfg.seed)  # the same initial model on every rank
+    # every check before anything is written; on --resume, the saved config and model
+    cfg, found, model, saved = rundir.open_run(cfg, device, world)
+    # the same initial model on every rank: DDP assumes the replicas start equal
+    torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     if model is None:  # else it is ckpt.pt's (--resume)
         cfg, model = initial_model(cfg, device)
-    lock = rundir.lock_run(cfg, found) if master else None  # the last check: one writer per folder
+    # the last check: one writer per folder (rank 0 writes)
+    lock = rundir.lock_run(cfg, found) if rank == 0 else None
     summary = None
     try:
-        summary = run(cfg, model, task, found, saved, rank, local_rank, world, device, master)
+        summary = run_phases(cfg, model, task, found, saved, rank, local_rank, world, device)
     finally:  # every exit path leaves the process group (a barrier first only after a clean run)
         rundir.unlock(lock)
         dist_utils.teardown(clean=summary is not None)
@@ -410,6 +458,7 @@ def cli(argv):
     """The command line: bad input gets one 'error: ...' line and exit status 2.
     Under torchrun only local rank 0 prints it (one line per node)."""
     quiet = os.environ.get("LOCAL_RANK", "0") != "0"
+    # every failure a user can cause or meet ends in one line, never a traceback
     try:
         return main(parse_args(argv, Config, doc=__doc__))
     except CliError as e:  # the other ranks give local rank 0 the time to print, then exit

@@ -450,7 +450,8 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)
-    train.optimizer_step(new, new_opt, {**batch, "logprobs": old}, adv, torch.arange(len(adv)), cfg)
+    rows = torch.arange(len(adv))
+    train.optimizer_step(new, new_opt, {**batch, "old_logprobs": old}, adv, rows, cfg)
     for p in new.parameters():
         p.requires_grad_(True)
     return new, new_opt

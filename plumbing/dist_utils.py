@@ -191,7 +191,7 @@ def gather_rollouts(batch):
         offset += int(p["group"].max()) + 1
     out["tokens"] = torch.cat([pad(p["tokens"], PAD) for p in parts]).to(device)
     out["mask"] = torch.cat([pad(p["mask"], False) for p in parts]).to(device)
-    out["logprobs"] = torch.cat([pad(p["logprobs"], 0.0) for p in parts]).to(device)
+    out["old_logprobs"] = torch.cat([pad(p["old_logprobs"], 0.0) for p in parts]).to(device)
     out["rewards"] = torch.cat([p["rewards"] for p in parts]).to(device)
     if "baseline" in batch:  # --adv=remax: each row's greedy reward
         out["baseline"] = torch.cat([p["baseline"] for p in parts]).to(device)

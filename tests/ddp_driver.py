@@ -58,7 +58,7 @@ def fixed_batch(dtype=torch.float64, seed=0):
     with torch.no_grad():
         logp = completion_logprobs(tiny_model(dtype), prompts, tokens, mask, toy_tasks.PAD)
     old = (logp - (torch.rand(N, Tm, generator=g, dtype=dtype) - 0.5) * 0.6) * mask
-    return {"prompts": prompts, "tokens": tokens, "mask": mask, "logprobs": old,
+    return {"prompts": prompts, "tokens": tokens, "mask": mask, "old_logprobs": old,
             "rewards": rewards, "group": torch.arange(B).repeat_interleave(G), "max_len": Tm}
 
 

@@ -111,7 +111,7 @@ def shared_group():
     prompts = [toy_tasks.encode("12+34=")] * 4
     with torch.no_grad():
         logp = completion_logprobs(tiny_model(), prompts, tokens, mask, toy_tasks.PAD)
-    return {"prompts": prompts, "tokens": tokens, "mask": mask, "logprobs": logp,
+    return {"prompts": prompts, "tokens": tokens, "mask": mask, "old_logprobs": logp,
             "rewards": torch.tensor([1.0, 1, 0, 0]), "group": torch.zeros(4, dtype=torch.long),
             "max_len": 4}
 

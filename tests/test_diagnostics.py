@@ -34,7 +34,7 @@ def hand_batch(seed=0, groups=4, G=4, T=4):
     rewards = torch.tensor([float(i % 2 == (i // G) % 2) for i in range(N)])
     return {"prompts": prompts, "tokens": tokens, "mask": tokens != PAD,
             "group": torch.arange(groups).repeat_interleave(G), "rewards": rewards,
-            "logprobs": torch.zeros(N, T)}
+            "old_logprobs": torch.zeros(N, T)}
 
 
 def shared_batch():
@@ -43,7 +43,7 @@ def shared_batch():
     tok = torch.tensor(rows)
     return {"prompts": [encode("12+34=")] * 2 + [encode("5+6=")] * 2 + [encode("99=")] * 2,
             "tokens": tok, "mask": tok != PAD, "group": torch.tensor([0, 0, 1, 1, 2, 2]),
-            "rewards": torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]), "logprobs": torch.zeros(6, 4)}
+            "rewards": torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]), "old_logprobs": torch.zeros(6, 4)}
 
 
 def test_shared_histories_hand_made():

@@ -98,7 +98,7 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
     batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(12)])
     adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv)
     with torch.no_grad():
-        batch["logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
+        batch["old_logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
     if offpolicy:  # one step first, so that the ratio is not 1 and the clip binds for some tokens
         train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg)
     twin = copy.deepcopy(model)

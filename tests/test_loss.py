@@ -22,10 +22,10 @@ A_CEN = torch.tensor([2 / 3, -1 / 3, -1 / 3])
 
 
 def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
-            ref_logp=None, entropy=None, keep=None, **settings):
+            ref_logprobs=None, entropy=None, keep=None, **settings):
     """loss.policy_loss with the step's data and the settings given as keywords."""
     batch = loss.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
-                        ref_logprobs=ref_logp, entropy=entropy, keep=keep)
+                        ref_logprobs=ref_logprobs, entropy=entropy, keep=keep)
     return loss.policy_loss(batch, loss.LossSettings(objective, clip, **settings))
 
 

@@ -29,10 +29,10 @@ RHO = LOGR.exp() * MASK
 
 
 def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
-            ref_logp=None, entropy=None, keep=None, **settings):
+            ref_logprobs=None, entropy=None, keep=None, **settings):
     """loss.policy_loss with the step's data and the settings given as keywords."""
     batch = loss.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
-                        ref_logprobs=ref_logp, entropy=entropy, keep=keep)
+                        ref_logprobs=ref_logprobs, entropy=entropy, keep=keep)
     return loss.policy_loss(batch, loss.LossSettings(objective, clip, **settings))
 
 
@@ -172,7 +172,7 @@ def test_dual_clip_by_hand():
 def test_k3_kl_by_hand():
     ref = ON - torch.tensor([[0.2, -0.1, 0, 0], [0.0, 0.3, -0.2, 0], [0.1, 0.1, 0.1, -0.4]]) * MASK
     base, _ = coef("dapo", ON, OLD, A)
-    c, st = coef("dapo", ON, OLD, A, beta=0.1, ref_logp=ref)
+    c, st = coef("dapo", ON, OLD, A, beta=0.1, ref_logprobs=ref)
     # d/dlog pi of pi_ref/pi - log(pi_ref/pi) - 1 = 1 - pi_ref/pi
     torch.testing.assert_close(c - base, -0.1 * (1 - (ref - ON).exp()) * MASK / 9)
     d = (ref - ON)[MASK]
@@ -254,7 +254,7 @@ def test_switch_verdicts():
     res = lambda **kw: loss.exch_residual(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
                                      adv, tok, mask, grp)
     assert res() < 1e-6
-    assert res(beta=0.04, ref_logp=ref) > 1e-3               # the same k on every copy: no cancel
+    assert res(beta=0.04, ref_logprobs=ref) > 1e-3               # the same k on every copy: no cancel
     assert res(entropy_coef=0.1, entropy=torch.ones(4, 6)) < 1e-6  # c unchanged
     tok, mask, grp, new, old, r = verdict_group("clip")
     old[:, 0] = new[:, 0] - 1.2                               # shared rho = 3.3 > C = 3
@@ -410,9 +410,9 @@ def test_kl_estimators_value_and_gradient_by_hand(kind, grad):
 def test_beta_takes_the_estimator_and_the_objective_aggregation():
     ref = ON + 0.2 * MASK  # log pi - log pi_ref = -0.2 on every token
     c0, _ = coef("dapo", ON, ON.detach(), A, clip="sym")
-    c, st = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logp=ref, kl_loss_type="k1")
+    c, st = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k1")
     torch.testing.assert_close(c, c0 - 0.5 * MASK.float() / 9)  # k1: -beta * norm on every token
-    c, _ = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logp=ref, kl_loss_type="k2")
+    c, _ = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k2")
     torch.testing.assert_close(c, c0 + 0.5 * 0.2 * MASK.float() / 9)  # k2: -beta d norm, d = -0.2
     assert st["kl_ref"] == pytest.approx(-0.2)
 

@@ -189,3 +189,27 @@ def test_no_top_level_or_plumbing_module_edits_sys_path():
         for f in sorted(os.listdir(d)):
             if f.endswith(".py"):
                 assert "sys.path" not in open(os.path.join(d, f), encoding="utf-8").read(), f
+
+
+def comment_density(path):
+    """(comment lines, code lines) of a file: a line with a # comment counts as a
+    comment line; code lines are the others that are not blank or a docstring."""
+    import io
+    import tokenize
+    src = open(path, encoding="utf-8").read()
+    comments = {t.start[0] for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                if t.type == tokenize.COMMENT}
+    docs = set()
+    for node in ast.walk(ast.parse(src)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef)) and ast.get_docstring(node):
+            docs |= set(range(node.body[0].lineno, node.body[0].end_lineno + 1))
+    code = [i for i, line in enumerate(src.split("\n"), 1)
+            if line.strip() and not line.strip().startswith("#") and i not in docs]
+    return len(comments), len(code)
+
+
+def test_train_says_why_at_nanogpts_density():
+    """At least one comment line per four lines of code in train.py (nanoGPT's
+    train.py has 102 in 336)."""
+    comments, code = comment_density(os.path.join(ROOT, "train.py"))
+    assert 4 * comments >= code, (comments, code)

@@ -39,7 +39,7 @@ def test_every_loss_and_clip_runs_an_rl_step(tmp_path, objective, clip):
     _, summary = run_main(tmp_path, f"--loss={objective}", f"--clip={clip}", "--minibatches=2",
                           "--batching=query", "--rl_steps=1", "--sft_steps=1", *extra)
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
-    for key in ("clip_frac", "seq_ratio", "first_token_residual", "zero_var", "mb_pos", "mb_neg",
+    for key in ("clip_frac", "seq_ratio", "first_token_residual", "mixed", "mb_pos", "mb_neg",
                 "groups_split", "token_spread", "eval_acc"):
         assert key in rl, key
 
