@@ -7,7 +7,7 @@ it decides which rollouts meet inside one update (arXiv 2605.08666).
 
 A token that several rollouts of one group emit after the same history (the
 end of the prompt, a shared format prefix) gets the summed gradient
-(sum_i c_i) * grad log pi(a | h). With centred advantages, sum_i A_i = 0, so
+(sum_i c_i) * grad log pi(a | h). With centred advantages, sum_i Â_i = 0, so
 that sum cancels, but only when all the copies are applied in the same step.
 If the positive copies go into step 1 and the negative copies into step 2, the
 shared token is first pushed up and then pushed down at different

@@ -105,7 +105,8 @@ import torch
 import advantage
 import loss_engines
 
-CLIPS = ("none", "sym", "higher")
+# --clip: what each ratio clip bounds the ratio to (eps_low, eps_high = --clip_low, --clip_high)
+CLIPS = {"none": "no clip", "sym": "1±clip_low", "higher": "1-clip_low, 1+clip_high"}
 # The regimes in which the exchangeability verdicts are stated (and scored, by
 # experiments/scoreboard.py): on-policy; off-policy with no clip binding; a clip
 # binding on a shared token; one optimizer step split into micro-batches.

@@ -31,7 +31,7 @@ sapo      TRL ``loss_type="sapo"`` and verl ``compute_policy_loss_sapo``: loss
 gmpo      verl ``compute_policy_loss_geo_mean`` and TRL's experimental GMPO
           trainer: per token log rho is clipped to [-eps_low, eps_high] on the
           side where A would push it further (min for A > 0, max for A < 0),
-          g_i = exp(mean_t of that), loss -A_i g_i averaged over sequences.
+          g_i = exp(mean_t of that), loss -Â_i g_i averaged over sequences.
 clip_cov  verl ``compute_policy_loss_clip_cov``: PPO-clipped token loss, but a
           fraction (``cov_ratio``, verl 2e-4, at least one token) of the unclipped
           tokens with 1 < (A - mean A)(log pi - mean log pi) < 5 get no gradient.
@@ -102,7 +102,7 @@ def _frac(x, mask):
 
 
 def cov_scores(adv, logp, mask):
-    """(A_i - mean A)(log pi - mean log pi) per token, means over the batch's tokens."""
+    """(Â_i - mean A)(log pi - mean log pi) per token, means over the batch's tokens."""
     m = mask.float()
     a = adv[:, None].expand_as(logp) * m
     lp = logp.detach() * m

@@ -3,7 +3,7 @@
 What it teaches
 ---------------
 A critic-free update gives every token of completion i the same sign, that of
-its advantage A_i. Whether a token's probability actually goes up or down is
+its advantage Â_i. Whether a token's probability actually goes up or down is
 another matter: tokens are coupled through the shared parameters. With
 per-token coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) (loss.coefficients)
 one SGD step of size eta changes log pi(y_i) to first order by
@@ -16,7 +16,7 @@ Holding the hidden state h fixed and moving only the untied unembedding W
     Delta_i = eta * sum_j c_j * alpha_ij * kappa_ij,
     alpha_ij = (e_{y_i} - p_i) . (e_{y_j} - p_j),   kappa_ij = h_i . h_j.
 
-The j = i term always has the sign of A_i (the *self* term); the j != i terms
+The j = i term always has the sign of Â_i (the *self* term); the j != i terms
 are the *coupling*. For two copies of the same token, alpha >= 0, large when
 both are unsure, so a wrong-signed copy pulls a token against its own advantage.
 

@@ -3,7 +3,7 @@
 What it teaches
 ---------------
 A critic-free update hands every token of rollout i the same signed weight,
-that of its advantage A_i. Whether the token's probability goes up or down is
+that of its advantage Â_i. Whether the token's probability goes up or down is
 decided by the sum over *all* tokens of the batch (diagnostics.py):
 
     Delta log pi(y_i) = eta * sum_j c_j * grad log pi(y_i) . grad log pi(y_j)

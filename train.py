@@ -9,11 +9,11 @@ right *sometimes*: only groups with both correct and wrong completions carry a s
 Phase 2, RL (THEORY.md section 1). Each step:
   1. sample B = --prompts_per_step prompts x G = --group_size completions, and
   2. reward each completion with the task's verifier (sampler.rollouts);
-  3. compute advantages A_i with the --adv estimator (advantage.py);
+  3. compute advantages Â_i with the --adv estimator (advantage.py);
   4. cut the rollout batch into --minibatches mini-batches (batching.py), and for
      --epochs passes take one optimizer step per mini-batch on
 
-         loss = sum_{i,t} norm_i * l_{i,t}(rho_{i,t}, A_i)      (loss.policy_loss)
+         loss = sum_{i,t} norm_i * l_{i,t}(rho_{i,t}, Â_i)      (loss.policy_loss)
 
      with PPO ratios rho against the log-probs recorded at sampling time (one
      mini-batch and one epoch: on-policy). Each step logs the coefficients
@@ -24,7 +24,6 @@ plumbing/rundir.py and plumbing/checkpoint.py;
 --diagnostics: diagnostics.py. ``python train.py --key=value ...`` (``--help``: every flag) or
 ``torchrun --standalone --nproc_per_node=N train.py ...``."""
 
-import contextlib
 import os
 import random
 import sys
@@ -155,17 +154,15 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
     is split over micro-batches or processes, each part must use the whole step's
     (a no-grad pass over every part, summed over ranks), or the copies of a shared
     token in different parts get different weights."""
-    world = dist_utils.rank_world()[1]
     # a step in one part sees every row of every group: policy_loss computes w~ itself
-    split = world > 1 or len(parts) > 1
-    if not (loss.OBJECTIVES[cfg.loss].group_transform and cfg.norm == "global" and split):
-        return None  # one part: policy_loss computes w~ from the rows it sees
+    if not (loss.OBJECTIVES[cfg.loss].group_transform and cfg.norm == "global" and parts.split):
+        return None
     mask, old = batch["mask"], batch["old_logprobs"]
     with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
         ratio = torch.cat([loss.sequence_ratio(logprobs_of(plain, batch, mb[p], cfg), old[mb[p]],
-                                               mask[mb[p]]) for p in parts])
+                                               mask[mb[p]]) for p in parts.parts])
     # every rank computed its own rows; the sum over ranks fills in the whole step
-    ratio = dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb))
+    ratio = parts.whole(ratio)
     # --clip on a dfpo loss truncates w before the transform
     bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
     return loss.dfpo_weights(ratio, adv[mb], batch["group"][mb], cfg.loss, bounds)
@@ -190,11 +187,9 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     share, in micro-batches whose gradients accumulate. --norm=global: every part uses
     the step's denominators and DFPO weights (the same update however the step is
     split); --norm=local: each uses its own."""
-    rank, world = dist_utils.rank_world()
     mask, group, old = batch["mask"], batch["group"], batch["old_logprobs"]
-    # this rank's rows of the mini-batch, cut into micro-batches (positions in mb)
-    mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)
-    parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
+    # this rank's rows of the mini-batch, cut into micro-batches (plumbing/dist_utils.py)
+    parts = dist_utils.StepParts(model, mb, cfg.micro_batch)
     # --norm=global: every part divides by the whole step's counts, so splitting a step
     # changes no copy's weight; --norm=local shows what per-part denominators break
     glob, plain = cfg.norm == "global", getattr(model, "module", model)
@@ -203,16 +198,15 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     def counts_of(rows, m=1):  # the denominators N, sum L, L_max of these rows
         return loss.step_counts(mask[rows], adv[rows], max_len=batch["max_len"], micro_batches=m)
 
-    counts = counts_of(mb, len(parts) * world)  # bnpo: TRL divides by the accumulation steps
+    # bnpo: TRL divides by the accumulation steps
+    counts = counts_of(mb, len(parts) * parts.world)
     weights = whole_step_weights(plain, batch, adv, mb, parts, cfg)
     # gradients accumulate over the parts: one optimizer step, one zero_grad
     opt.zero_grad(set_to_none=True)
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
-    for j, p in enumerate(parts):
+    for p, sync in parts:  # DDP all-reduces the gradients on the last part's backward only
         rows = mb[p]
-        # DDP all-reduces the gradients on the last backward only
-        no_sync = getattr(model, "no_sync", contextlib.nullcontext)
-        with contextlib.nullcontext() if j == len(parts) - 1 else no_sync():
+        with sync:
             new_logp, h = logprobs_of(model, batch, rows, cfg, hidden=True)
             # token entropies only where a switch reads them (--entropy_coef, selection)
             entropy = token_entropy(plain, h, cfg.temperature) if loss_engines.needs_entropy(cfg) \
@@ -227,10 +221,11 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                 entropy=entropy, keep=keep), settings)
             if not torch.isfinite(value):  # stop before a NaN reaches the weights
                 raise FloatingPointError("loss is not finite")
-            term = value if glob else value / (len(parts) * world)  # this part's share of the loss
+            # this part's share of the step's loss
+            term = value if glob else value / (len(parts) * parts.world)
             # c_{i,t} = -d loss / d log pi: what each copy of a token receives
             coef[p] = loss.coefficients(term, new_logp).detach().float()
-            (term * world).backward()  # DDP averages over ranks: x world makes it the sum
+            parts.backward(term)
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
     # the clip scales the whole step: it changes no ratio between two copies' weights

@@ -186,7 +186,7 @@ def ex2_orthogonal(env):
             assert (
                 abs(float((adv[m] * out[m]).sum())) < 1e-6
             ), (f"batch {seed}, group {gid} (rows {m.nonzero().flatten().tolist()}): "
-                "sum_i A_i w~_i is not 0")
+                "sum_i Â_i w~_i is not 0")
             d, a = out[m] - w[m], adv[m]
             assert torch.allclose(d, (d @ a) / (a @ a).clamp(min=1e-12) * a, atol=1e-6), \
                 f"batch {seed}, group {gid}: w~ - w is not a multiple of A"

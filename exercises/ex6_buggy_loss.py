@@ -7,12 +7,12 @@ Needs exercise 2 (loss.adv_orthogonal) solved first.
 written out on its own, with no clip. Its specification is the gradient it
 must produce: every completion token of rollout i gets the coefficient
 
-    c_{i,t} = -d loss / d log pi_new(y_{i,t}) = w~_i * A_i / (N * L_max)
+    c_{i,t} = -d loss / d log pi_new(y_{i,t}) = w~_i * Â_i / (N * L_max)
 
     w_i = exp(mean_t log rho_{i,t})                 (s_i, per sequence)
     w~  = Adv-Orthogonal(w) inside each group       (loss.adv_orthogonal)
 
-so that a token shared by a whole group gets sum_i w~_i A_i / (N L_max) = 0.
+so that a token shared by a whole group gets sum_i w~_i Â_i / (N L_max) = 0.
 The function returns the right loss *value*, but one line is wrong. Find it
 by measuring, not by reading:
 

@@ -10,7 +10,7 @@ co-occurs with correct rollouts is boosted by coupling even when no negative
 rollout is in the update. So the quantity of interest is GRPO's value gap
 minus the gap of a control update on the same rollouts:
 
-* ``grpo``: GRPO's advantages A_i = (r_i - mu_g) / (sigma_g + eps);
+* ``grpo``: GRPO's advantages Â_i = (r_i - mu_g) / (sigma_g + eps);
 * ``positive_only``: the same coefficients with every A < 0 set to 0
   (A+ = max(A, 0), same 1/(N L_i) aggregation, nothing renormalised):
   negative rollouts move only through coupling;

@@ -11,7 +11,7 @@ on weak-credit/high-frequency tokens".
 What a DFPO residual of 0 means: nothing, as evidence. ``dfpo_min`` gives every
 copy of a token the same weight by its definition (one w~ per group), and
 ``dfpo_orth`` makes the copies the whole group shares cancel by its definition
-(sum_i A_i w~_i = 0; loss.py), so their ``exch_residual`` is 0 or small whatever
+(sum_i Â_i w~_i = 0; loss.py), so their ``exch_residual`` is 0 or small whatever
 happens; this experiment does not report it as a result. The evidence is whether
 reward-irrelevant drift, entropy collapse and the learning tax *differ*
 between objectives that keep and that break exchangeability.

@@ -28,7 +28,7 @@ the first rollout batch), train.py's B = 16 x G = 8, lr 1e-4, clip 0.2, grad cli
                   (--permute_rewards): same reward distribution, no credit; the
                   expected gradient is zero for every token (a uniform shuffle
                   gives rollout i each reward of its group with probability 1/G,
-                  so E[A_i | the group's rollouts] = mean(r) - mean(r) = 0)
+                  so E[Â_i | the group's rollouts] = mean(r) - mean(r) = 0)
   dr_grpo_reuse   dr_grpo, 2 mini-batches x 2 epochs (E8's reuse): the baseline
                   of the next arm (on-policy, dfpo_min *is* dr_grpo, loss.py)
   dfpo_min_reuse  dfpo_min, 2 mini-batches x 2 epochs: Min-Replace acting

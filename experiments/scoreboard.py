@@ -8,14 +8,14 @@ switches, the coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) are read off
 by autograd on synthetic rollout groups and scored twice:
 
     exch_residual   mean over (history, token) sets S of
-                    |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|   (loss.exch_residual):
+                    |sum_S c_i - wbar sum_S Â_i| / sum_S |c_i|   (loss.exch_residual):
                     0 when every copy of a token after one identical history gets
                     the same weight (gradient exchangeability [P1]), whatever A.
     whole-group     |sum_i c_i| / sum_i |c_i| over the group's first token, which
                     every rollout of the group shares (loss.first_token_residual):
                     0 when the copies cancel, which needs equal weights *and* a
-                    centred estimator (sum_i A_i = 0), or a transform that forces
-                    sum_i A_i w~_i = 0 (Adv-Orthogonal).
+                    centred estimator (sum_i Â_i = 0), or a transform that forces
+                    sum_i Â_i w~_i = 0 (Adv-Orthogonal).
 
 Beside each measurement stands the prediction of the tables (loss.py's verdict
 per regime, advantage.py's "centred?" column), written down in CANCELS, SWITCHES
@@ -25,7 +25,7 @@ definitions rather than from the objective, the cell says so:
     bc    by construction: every set with two or more copies is one-signed in A
           (remax on 0/1 rewards, grpo_passk, positive_only), and then
           exch_residual is 0 for *any* weights; or the term is not in c at all
-          (entropy_coef); or Adv-Orthogonal's sum_i A_i w~_i = 0.
+          (entropy_coef); or Adv-Orthogonal's sum_i Â_i w~_i = 0.
     n/a   no gradient reached the measured copies (all A = 0, or every copy cut).
 
 The data: groups of G = 6 completions over a 3-token alphabet, so that prefixes
@@ -308,7 +308,7 @@ def predict(b, name, regime, adv):
     cancels = SWITCHES[name][2] if name in SWITCHES else loss.OBJECTIVES[objective].cancels
     if (
         objective == "dfpo_orth"
-    ):  # sum_i A_i w~_i = 0 inside every group (or part of one), by design
+    ):  # sum_i Â_i w~_i = 0 inside every group (or part of one), by design
         unequal = (
             not advantage.ESTIMATORS[est].centred or regime != "on-policy"
         )  # w~ = w - (A.w/|A|^2) A

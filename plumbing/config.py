@@ -67,7 +67,8 @@ class Config:
         "token aggregation (verl loss_agg_mode): auto (the --loss's own) | {choices}",
         lambda: loss.AGGS,
     )
-    clip: str = _f("sym", "ratio clip: none | sym (1±clip_low) | higher (1-clip_low, 1+clip_high)")
+    clip: str = _f("sym", "ratio clip: {choices}", lambda: [
+        f"{name} ({what})" if name != "none" else name for name, what in loss.CLIPS.items()])
     clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
     clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
     dual_clip: float = _f(

@@ -3,10 +3,10 @@
 What it teaches: the few numbers a student should watch. A progress bar on a
 terminal (none in a redirected log, where its redraws would flood the file),
 one line per evaluation, a hint when too few groups are mixed for RL to learn
-(a group whose rollouts are all right or all wrong has A_i = 0 for every i),
+(a group whose rollouts are all right or all wrong has Â_i = 0 for every i),
 and a summary that says how far the run was from cancelling:
 
-    exch_residual = mean over (history, token) sets S of |sum_S c_i - wbar sum_S A_i| / sum_S |c_i|
+    exch_residual = mean over (history, token) sets S of |sum_S c_i - wbar sum_S Â_i| / sum_S |c_i|
 
 (loss.exch_residual), averaged over the RL steps: 0 up to float error when every
 copy of a shared token got the same weight, > 0 under grpo's 1/L_i.

@@ -48,6 +48,7 @@ A single process (no torchrun) is world = 1: every function here is then the
 identity or a no-op, and the step is the plain one.
 """
 
+import contextlib
 import datetime
 import os
 import sys
@@ -230,3 +231,45 @@ def all_reduce_rows(values, rows, n):
     full = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device)
     full[rows] = values
     return all_reduce_sum(full)
+
+
+class StepParts:
+    """One optimizer step as this process takes it: its rows of the mini-batch, cut
+    into micro-batches whose gradients accumulate, with DDP's gradient all-reduce on
+    the last backward only. train.optimizer_step iterates over it:
+
+        parts = StepParts(model, mb, cfg.micro_batch)
+        for p, sync in parts:          # p: positions in mb; sync: no_sync but on the last
+            with sync:
+                parts.backward(term)   # DDP averages over ranks: x world makes it the sum
+    """
+
+    def __init__(self, model, mb, micro_batch):
+        self.model = model
+        self.rank, self.world = rank_world()
+        mine = shard(torch.arange(len(mb), device=mb.device), self.rank, self.world)
+        self.parts = [mine[p] for p in micro_batches(len(mine), micro_batch)]
+        self.size = len(mb)
+
+    def __len__(self):
+        return len(self.parts)
+
+    def __iter__(self):
+        no_sync = getattr(self.model, "no_sync", contextlib.nullcontext)
+        for j, p in enumerate(self.parts):
+            yield p, contextlib.nullcontext() if j == len(self.parts) - 1 else no_sync()
+
+    @property
+    def split(self):
+        """Is the step taken in more than one part (micro-batches or processes)?"""
+        return self.world > 1 or len(self.parts) > 1
+
+    def whole(self, values):
+        """A per-row quantity computed on this process's parts (in their order), made
+        whole: every process gets the step's full vector (a sum over ranks)."""
+        return all_reduce_rows(values, torch.cat(self.parts), self.size)
+
+    def backward(self, term):
+        """Backward of this part's term of the step's loss. DDP averages the ranks'
+        gradients; each rank's term is its share of the step's sum, so x world."""
+        (term * self.world).backward()

@@ -119,8 +119,8 @@ def shared_group():
 @pytest.mark.parametrize("norm, expected", [("global", 0.0), ("local", 1 / 3)])
 def test_local_norm_breaks_dapo_cancellation(norm, expected):
     """Micro-batches {0, 1} (4 tokens) and {2, 3} (8 tokens). dapo's coefficient
-    of the shared first token is A_i / sum L globally: the copies cancel. With
-    per-micro-batch denominators it is A_i / (2 * 4) and A_i / (2 * 8): net
+    of the shared first token is Â_i / sum L globally: the copies cancel. With
+    per-micro-batch denominators it is Â_i / (2 * 4) and Â_i / (2 * 8): net
     a (1/4 - 1/8), mass a (1/4 + 1/8), residual (8 - 4) / (8 + 4) = 1/3."""
     cfg = parse_args(["--loss=dapo", "--batching=full", "--micro_batch=2", "--clip=none",
                       "--prompts_per_step=1", "--group_size=4", f"--norm={norm}"])

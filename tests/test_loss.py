@@ -331,7 +331,7 @@ def test_exch_residual_zero_for_dr_grpo_where_first_token_residual_is_not():
 # ----------------------------------------------------------------------------- the three statements
 
 def test_equal_weights_cancel_for_every_centred_advantage():
-    """Sufficient: c_i = w A_i with one w, any centred A -> sum_i c_i = 0."""
+    """Sufficient: c_i = w Â_i with one w, any centred A -> sum_i c_i = 0."""
     g = torch.Generator().manual_seed(0)
     for _ in range(200):
         n = int(torch.randint(2, 9, (1,), generator=g))
@@ -342,7 +342,7 @@ def test_equal_weights_cancel_for_every_centred_advantage():
 
 
 def test_unequal_weights_can_cancel_and_the_residual_is_then_zero():
-    """Exact for one A: sum_i w_i A_i = 0 also with unequal weights; exch_residual
+    """Exact for one A: sum_i w_i Â_i = 0 also with unequal weights; exch_residual
     is then 0, so a residual of 0 does not mean the weights are equal."""
     w = torch.tensor([1.15, 0.95, 0.85, 1.05], dtype=torch.float64)
     A = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
@@ -356,8 +356,8 @@ def test_unequal_weights_can_cancel_and_the_residual_is_then_zero():
 
 
 def test_unequal_weights_fail_to_cancel_for_some_centred_advantage():
-    """Necessary only for all A: for any unequal w, A_i = w_i - mean(w) is centred
-    and sum_i w_i A_i = sum_i (w_i - mean w)^2 > 0."""
+    """Necessary only for all A: for any unequal w, Â_i = w_i - mean(w) is centred
+    and sum_i w_i Â_i = sum_i (w_i - mean w)^2 > 0."""
     g = torch.Generator().manual_seed(1)
     for _ in range(200):
         n = int(torch.randint(2, 9, (1,), generator=g))

@@ -266,7 +266,7 @@ def test_switch_verdicts():
 
 
 def test_dfpo_orth_cancels_whole_group_tokens_only():
-    """Adv-Orthogonal makes sum_i A_i w~_i = 0 over the group, so the first token cancels,
+    """Adv-Orthogonal makes sum_i Â_i w~_i = 0 over the group, so the first token cancels,
     but w~ differs between rollouts: a prefix that only part of the group shares does not."""
     tok, mask, grp, new, old, r = verdict_group("off")
     adv = advantage.advantages(r, grp, loss.own_estimator("dfpo_orth"))

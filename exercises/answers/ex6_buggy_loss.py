@@ -2,9 +2,9 @@
 
 w~ is built from s_i = exp(mean_t log rho_{i,t}), which depends on log pi_new.
 Without a stop-gradient, autograd also differentiates through w~, which adds
-to c_{i,t} a term -d(w~_i A_i)/d log pi_new(y_{i,t}) * (sum_t log pi_new) / (N L_max)
+to c_{i,t} a term -d(w~_i Â_i)/d log pi_new(y_{i,t}) * (sum_t log pi_new) / (N L_max)
 that differs from rollout to rollout. The shared token's copies then no
-longer carry coefficients proportional to w~_i A_i, and sum_i c_i != 0,
+longer carry coefficients proportional to w~_i Â_i, and sum_i c_i != 0,
 on-policy too. The loss value is the same with or without the stop-gradient.
 """
 
