@@ -41,7 +41,7 @@ import loss_engines
 import toy_tasks
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer, token_entropy
 from plumbing import checkpoint, dist_utils, rundir
-from plumbing.config import Config, parse_args
+from plumbing.config import Config, given_flags, parse_args
 from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
 from plumbing.errors import CliError, fail
 from sampler import evaluate, rollouts
@@ -424,15 +424,17 @@ def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
     return summarise(run) if run.master else {}
 
 
-def main(cfg):
-    """One run of train.py: the checks, then the phases; returns the summary (rank 0)."""
+def main(cfg, given=None):
+    """One run of train.py: the checks, then the phases; returns the summary (rank 0).
+    ``given``: the flags written on the command line, which --resume compares with
+    the saved run (config.given_flags); None for a Config built in code."""
     # one process, or one of torchrun's: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
     rank, local_rank, world = dist_utils.env_world()
     dist_utils.check_world(cfg, world)
     device = dist_utils.resolve_device(cfg.device)
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
     # every check before anything is written; on --resume, the saved config and model
-    cfg, found, model, saved = rundir.open_run(cfg, device, world)
+    cfg, found, model, saved = rundir.open_run(cfg, device, world, given)
     # the same initial model on every rank: DDP assumes the replicas start equal
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
@@ -455,7 +457,7 @@ def cli(argv):
     quiet = os.environ.get("LOCAL_RANK", "0") != "0"
     # every failure a user can cause or meet ends in one line, never a traceback
     try:
-        return main(parse_args(argv, Config, doc=__doc__))
+        return main(parse_args(argv, Config, doc=__doc__), given_flags(argv))
     except CliError as e:  # the other ranks give local rank 0 the time to print, then exit
         time.sleep(5) if quiet else fail(str(e))
         sys.exit(2)

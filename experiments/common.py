@@ -118,6 +118,9 @@ def parse(argv, extra=None, doc="", redraw=None):
             opts[key] = float_list(key, v)
         elif key == "seeds" or (isinstance(default, str) and "," in default):
             opts[key] = int_list(key, v, 0 if key in ("seeds", "steps") else 1)
+            twice = sorted({s for s in opts[key] if opts[key].count(s) > 1})
+            if key == "seeds" and twice:  # a seed counted twice would be two "independent" seeds
+                raise CliError(f"--seeds={v}: seed {twice[0]} is given twice; each seed once")
     if "digits" in opts and not 1 <= opts["digits"] <= 20:
         raise CliError(f"--digits must be in 1..20, got {opts['digits']}")
     # model and warm-start flags not given take the task's defaults (plumbing/config.py)

@@ -81,6 +81,9 @@ def main(argv):
             "primary": family(data["primary"]),
             "secondary": family(data.get("secondary") or {}),
         }
+    if not report:  # nothing to correct: refuse rather than write an empty report
+        raise common.CliError(f"--results={o['results']}: no experiment's JSON (with its "
+                              f"primary contrasts) in {folder}")
     num = lambda x, d=3: "n/a" if x is None or x != x else f"{x:.{d}g}"
     rows = []
     for exp, fam in report.items():

@@ -249,6 +249,18 @@ def usage(cls, doc="", groups=None, examples="", defaults=None):
     return "\n".join(lines)
 
 
+def given_flags(argv, cls=Config):
+    """{name: value} of the flags written on the command line (``--resume`` compares
+    exactly these with the saved run, whatever their defaults)."""
+    known = {f.name: f.type for f in fields(cls)}
+    out = {}
+    for a in argv:
+        key, eq, raw = a[2:].partition("=")
+        if a.startswith("--") and key in known:
+            out[key] = _convert(key, known[key], raw if eq else "true")
+    return out
+
+
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
     if any(a in ("-h", "--help") for a in argv):

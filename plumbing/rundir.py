@@ -28,11 +28,11 @@ import os
 import sys
 from dataclasses import fields, replace
 
-from plumbing import checkpoint
-from plumbing import dist_utils
+import loss
+from plumbing import checkpoint, dist_utils
 from plumbing.config import Config, default_of
-from plumbing.errors import CliError
 from plumbing.config import validate as validate_config
+from plumbing.errors import CliError
 
 # ----------------------------------------------------------------------------- runs in an --out_dir
 
@@ -45,26 +45,63 @@ def holds_run(out_dir):
     return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
 
 
-def resumed_config(cfg):
-    """The config of the run in cfg.out_dir. A flag that differs from both the default
-    and that run's value is an error: --resume continues the run as it was configured."""
-    path = os.path.join(cfg.out_dir, "config.json")
+def saved_config(path):
+    """The config.json of a run, checked for type before anything uses it: every value
+    of a known flag has that flag's type (a float flag takes an integer too)."""
     try:
-        saved = json.load(open(path))
-        assert isinstance(saved, dict) and {"task", "seed", "out_dir"} <= set(saved)
-    except (OSError, ValueError, AssertionError):
-        raise CliError(f"--resume: {path} is missing or not a config of this project") from None
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        raise CliError(f"--resume: {path} is missing or not JSON") from None
+    if not isinstance(saved, dict) or not {"task", "seed", "out_dir"} <= set(saved):
+        raise CliError(f"--resume: {path} is not a config of this project")
+    for f in fields(Config):
+        if f.name not in saved:
+            continue
+        v = saved[f.name]
+        ok = {bool: isinstance(v, bool), str: isinstance(v, str),
+              int: isinstance(v, int) and not isinstance(v, bool),
+              float: isinstance(v, (int, float)) and not isinstance(v, bool)}[f.type]
+        if not ok:
+            raise CliError(f"--resume: {path} says {f.name}={json.dumps(v)}, which is not "
+                           f"a value of --{f.name} ({f.type.__name__})")
+        saved[f.name] = float(v) if f.type is float else v
+    return saved
+
+
+def resumed_config(cfg, given=None):
+    """The config of the run in cfg.out_dir, from its config.json alone. A flag given
+    now (``given``: {name: value}, the command line's) that differs from the saved
+    value is refused, also one set back to its default; a flag the run predates takes
+    its default, which is what the older version did (``--adv=auto`` resolves to the
+    saved objective's own estimator). Without ``given`` (a Config built in code), the
+    flags that differ from their defaults count as given."""
+    path = os.path.join(cfg.out_dir, "config.json")
+    saved = saved_config(path)
+    if given is None:
+        given = {f.name: getattr(cfg, f.name) for f in fields(Config)
+                 if getattr(cfg, f.name) != default_of(f.name, cfg.task)}
     values = {}
     for f in fields(Config):
-        mine, default = getattr(cfg, f.name), default_of(f.name, saved.get("task", cfg.task))
-        if f.name in KEEP or f.name not in saved:
-            values[f.name] = mine
-        elif mine == saved[f.name] or mine == default:
-            values[f.name] = saved[f.name]
-        else:
-            raise CliError(f"--resume continues the run as configured in {path}, where "
-                           f"{f.name}={saved[f.name]}; drop --{f.name}={mine}")
-    new = Config(**values)
+        name = f.name
+        if name in KEEP:
+            values[name] = getattr(cfg, name)
+            continue
+        if name in given:
+            mine = given[name]
+            if name == "adv" and mine == "auto":  # what auto means for the run's own objective
+                mine = loss.own_estimator(saved.get("loss", Config.loss))
+            theirs = saved.get(name, default_of(name, saved["task"]))
+            if name == "adv" and name not in saved:
+                theirs = loss.own_estimator(saved.get("loss", Config.loss))
+            if mine != theirs:
+                raise CliError(f"--resume continues the run as configured in {path}, where "
+                               f"{name}={theirs}; drop --{name}={mine}")
+        if name in saved:
+            values[name] = saved[name]
+        elif name != "adv":  # adv: left at auto, resolved from the saved objective
+            values[name] = default_of(name, saved["task"])
+    new = Config(**values)  # flags the run predates: their defaults (adv: auto, resolved)
     validate_config(new)
     return new
 
@@ -91,7 +128,7 @@ def init_from_checks(cfg, model, ck):
 
 # ----------------------------------------------------------------------------- a run's folder
 
-def open_run(cfg, device, world=1):
+def open_run(cfg, device, world=1, given=None):
     """Check --out_dir, --resume and --overwrite before anything is written.
     Returns (cfg, found, model, saved): the config to run (a resumed run's own),
     the run files already there, and for --resume with a ckpt.pt its model and
@@ -107,8 +144,8 @@ def open_run(cfg, device, world=1):
         raise CliError(f"--overwrite would delete --init_from={cfg.init_from} before the run reads "
                        f"it; copy it out of --out_dir first")
     if not (cfg.resume and "ckpt.pt" in found):
-        return (resumed_config(cfg) if cfg.resume else cfg), found, None, None
-    cfg = resumed_config(cfg)
+        return (resumed_config(cfg, given) if cfg.resume else cfg), found, None, None
+    cfg = resumed_config(cfg, given)
     model, ck = checkpoint.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
     if "resume" not in ck:
         raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")

@@ -221,3 +221,20 @@ def test_sample_memory_need_by_hand():
     from model import GPTConfig
     c = GPTConfig(vocab_size=32, n_out=31, n_layer=2, n_head=2, n_embd=8, block_size=64)
     assert sample.memory_need(c, 10) == 2 * 10 * (2048 + 1984) * 4 == 322560
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
+    ("experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
+    ("experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
+])
+def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, script, args, message):
+    (tmp_path / "empty").mkdir()
+    before, out_before = digest(os.path.join(ROOT, "results")), sorted(os.listdir(tmp_path))
+    run = subprocess.run([sys.executable, script] + [a.format(empty=tmp_path / "empty") for a in args],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    err = [x for x in run.stderr.splitlines() if x.strip()]
+    assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), run.stderr
+    assert message in err[0]
+    assert digest(os.path.join(ROOT, "results")) == before
+    assert sorted(os.listdir(tmp_path)) == out_before and not os.listdir(tmp_path / "empty")
