@@ -107,28 +107,36 @@ def parse(argv):
 def load_run(path):
     """{"sft": [...], "rl": [...], "label": str} from a run folder."""
     runs = {"sft": [], "rl": []}
-    with open(os.path.join(path, "metrics.jsonl")) as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                raise CliError(f"{path}/metrics.jsonl line {n} is not JSON") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("step", 0), int):
-                raise CliError(f"{path}/metrics.jsonl line {n} is not a metrics record "
-                               f"(a JSON object with an integer step)")
-            rec = {OLD_KEYS.get(k, k): v for k, v in rec.items()}
-            if rec.get("phase") in runs and "step" in rec:
-                runs[rec["phase"]].append(rec)
+    try:
+        with open(os.path.join(path, "metrics.jsonl"), encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except UnicodeDecodeError:
+        raise CliError(f"{path}/metrics.jsonl is not text (UTF-8): not a metrics file") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError):
+            raise CliError(f"{path}/metrics.jsonl line {n} is not JSON") from None
+        step = rec.get("step") if isinstance(rec, dict) else None
+        # every record train.py writes has a phase and an integer step a plot can hold
+        if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < 2 ** 53:
+            raise CliError(f"{path}/metrics.jsonl line {n} is not a metrics record "
+                           f"(a JSON object with an integer step in [0, 2**53))")
+        rec = {OLD_KEYS.get(k, k): v for k, v in rec.items()}
+        if rec.get("phase") in runs:
+            runs[rec["phase"]].append(rec)
     label = os.path.basename(os.path.normpath(path)) or path
     cfg_path = os.path.join(path, "config.json")
     if os.path.isfile(cfg_path):
         try:
-            cfg = json.load(open(cfg_path))
+            with open(cfg_path, encoding="utf-8") as f:
+                cfg = json.load(f)
             label += f" ({cfg.get('loss', '?')}, {cfg.get('task_name', cfg.get('task', '?'))})"
-        except (json.JSONDecodeError, AttributeError):
-            pass
+        except (ValueError, AttributeError):  # UnicodeDecodeError is a ValueError
+            raise CliError(f"{cfg_path} is not a config.json of this project (UTF-8 JSON "
+                           f"object)") from None
     runs["label"] = label
     return runs
 

@@ -60,13 +60,14 @@ from output import (
     table,
 )  # noqa: E402,F401
 
-def parse(argv, extra=None, doc="", redraw=None):
+def parse(argv, extra=None, doc="", redraw=None, unused=()):
     """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
     before any work (CliError, one line): counts are >= 1 (--threads >= 0: 0 keeps
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
     as "2,4,8" are lists of counts, task names exist, and --out is a writable folder.
     With ``redraw=(name, plot)``, --replot redraws the figure from the JSON and
-    exits, as --help prints and exits.
+    exits, as --help prints and exits. The shared flags in ``unused`` do nothing in
+    this script: giving one is refused, not silently ignored.
 
     Long because: every flag an experiment shares is parsed and checked in one place, before
     anything runs."""
@@ -76,11 +77,13 @@ def parse(argv, extra=None, doc="", redraw=None):
     given = set()
     for a in argv:
         if a in ("-h", "--help"):
-            print(help_text(doc, extra))
+            print(help_text(doc, extra, unused))
             sys.exit(0)
         key, eq, raw = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:
             raise CliError(f"unknown flag {a!r} (see --help)")
+        if key in unused:
+            raise CliError(f"--{key} does nothing in this script (see --help)")
         given.add(key)
         default = opts[key]
         if isinstance(default, bool):
@@ -156,6 +159,8 @@ def parse(argv, extra=None, doc="", redraw=None):
     )  # the flags the runs pass to train.py, checked by its rules
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
+    if "out" in given and not opts["out"]:
+        raise CliError("--out is empty; leave it out for the default folder")
     if not opts["out"]:
         opts["out"] = default_out(opts["quick"])
     check_out_dir(opts["out"], "--out")
@@ -175,19 +180,22 @@ def default_out(quick):
     return os.path.join(ROOT, "out", "quick") if quick else os.path.join(ROOT, "results")
 
 
-def help_text(doc, extra=None):
-    """An experiment's --help: its docstring, then one flag per line."""
+def help_text(doc, extra=None, unused=()):
+    """An experiment's --help: its docstring, then one flag per line (not the shared
+    flags the script does not use)."""
     rows = [("--quick", "one seed, fewer steps; writes to out/quick/ unless --out is given"),
             ("--seeds=0,1,2", "comma-separated seeds of the full run"),
-            ("--out=DIR", "where the JSON, PNG and warm starts go (default results/, or out/quick/ "
-                          "with --quick)"),
+            ("--out=DIR", "where the JSON, PNG and warm starts go (default results/"
+                          + (")" if "quick" in unused else ", or out/quick/ with --quick)")),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
             ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
-    rows = [r for r in rows if r[0].split("=")[0][2:] not in (extra or {})]
+    rows = [r for r in rows if r[0].split("=")[0][2:] not in set(extra or {}) | set(unused)]
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
     width = max(len(r[0]) for r in rows) + 2
     return doc.strip() + "\n\nflags:\n" + "\n".join(f"  {f:<{width}}{h}" for f, h in rows)
+
+
 def int_list(key, raw, low):
     """'2,4,8' -> [2, 4, 8]; each at least ``low``; at least one."""
     try:

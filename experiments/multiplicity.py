@@ -58,15 +58,15 @@ def family(contrasts):
 def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
-    o = common.parse(
-        argv, {"results": ("results", "folder of the experiments' JSON files")}, __doc__
-    )
+    o = common.parse(argv, {"results": ("results", "folder of the experiments' JSON files")},
+                     __doc__, unused=("quick", "seeds", "jobs", "threads", "replot"))
     folder = (
         o["results"] if os.path.isabs(o["results"]) else os.path.join(common.ROOT, o["results"])
     )
     if not os.path.isdir(folder):
         raise common.CliError(f"--results={o['results']}: no such folder")
-    out_dir = o["out"] or folder
+    # the report goes beside the JSON it reads, unless --out says where
+    out_dir = o["out"] if any(a.startswith("--out=") for a in argv) else folder
     t0 = time.time()
     report = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):

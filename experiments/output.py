@@ -54,9 +54,17 @@ def replot(name, out, plot):
     path = os.path.join(out, f"{name}.json")
     if not os.path.isfile(path):
         fail(f"{path} does not exist: run the experiment first (--replot only redraws its figure)")
-    with open(path) as f:
-        data = json.load(f)
-    draw(name, out, lambda plt: plot(plt, data))
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:  # cut off, not UTF-8, not JSON
+        fail(f"{path} is not readable JSON ({type(e).__name__}): "
+             f"rerun the experiment to rewrite it")
+    try:  # the figure reads the JSON's keys: an incomplete file is one line, not a traceback
+        draw(name, out, lambda plt: plot(plt, data))
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+        fail(f"{path} is incomplete or not {name}'s JSON ({type(e).__name__}: {e}); "
+             f"rerun the experiment to rewrite it")
     print(f"redrew {os.path.join(out, name + '.png')} from {path}")
     return data
 

@@ -385,7 +385,9 @@ def code(cells, key, match):
 def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
-    o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__)
+    # synthetic and in seconds: one process, no figure to redraw without recomputing
+    o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__,
+                     unused=("jobs", "threads", "replot"))
     explicit = any(a.startswith("--out=") for a in argv)
     out_dir = o["out"] if explicit or not o["quick"] else os.path.join(common.ROOT, "out", "quick")
     os.makedirs(out_dir, exist_ok=True)

@@ -227,14 +227,40 @@ def test_sample_memory_need_by_hand():
     ("experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
     ("experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
     ("experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
+    ("experiments/multiplicity.py", ["--replot", "--out=/nonexistent/x"], "--replot does nothing"),
+    ("experiments/multiplicity.py", ["--quick", "--seeds=5", "--jobs=7"], "--quick does nothing"),
+    ("experiments/scoreboard.py", ["--jobs=3"], "--jobs does nothing"),
+    ("experiments/scoreboard.py", ["--replot"], "--replot does nothing"),
+    ("experiments/e1_flips.py", ["--quick", "--out="], "--out is empty"),
+    ("experiments/e8_objectives.py", ["--replot", "--out={cut}"], "not readable JSON"),
+    ("plot.py", ["{binary}"], "is not text (UTF-8)"),
+    ("plot.py", ["{latin}"], "is not a config.json of this project"),
+    ("plot.py", ["{hugestep}"], "integer step in [0, 2**53)"),
+    ("plot.py", ["{nostep}"], "integer step in [0, 2**53)"),
 ])
 def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, script, args, message):
+    """Bad flags and damaged files, for the experiments and plot.py: one line, exit 2,
+    results/ and every input file unchanged."""
     (tmp_path / "empty").mkdir()
+    folders = {k: tmp_path / k for k in ("cut", "binary", "latin", "hugestep", "nostep")}
+    for d in folders.values():
+        d.mkdir()
+    good = '{"phase": "rl", "step": 1, "reward": 0.5}\n'
+    (folders["cut"] / "e8_objectives.json").write_text('{"experiment": "e8", "summary": {')
+    (folders["binary"] / "metrics.jsonl").write_bytes(bytes(range(256)) * 2)
+    (folders["latin"] / "metrics.jsonl").write_text(good)
+    (folders["latin"] / "config.json").write_bytes(b'{"loss": "gr\xe9po"}')
+    (folders["hugestep"] / "metrics.jsonl").write_text('{"phase": "rl", "step": 1' + "0" * 300 + "}\n")
+    (folders["nostep"] / "metrics.jsonl").write_text(good + '{"phase": "rl", "eval_acc": 0.5}\n')
     before, out_before = digest(os.path.join(ROOT, "results")), sorted(os.listdir(tmp_path))
-    run = subprocess.run([sys.executable, script] + [a.format(empty=tmp_path / "empty") for a in args],
+    inputs = {p: open(p, "rb").read() for d in folders.values() for p in map(str, d.iterdir())}
+    argv = [a.format(empty=tmp_path / "empty", **folders) for a in args]
+    run = subprocess.run([sys.executable, script] + argv + (["--out=" + str(tmp_path / "x.png")]
+                                                            if script == "plot.py" else []),
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     err = [x for x in run.stderr.splitlines() if x.strip()]
     assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), run.stderr
     assert message in err[0]
     assert digest(os.path.join(ROOT, "results")) == before
     assert sorted(os.listdir(tmp_path)) == out_before and not os.listdir(tmp_path / "empty")
+    assert inputs == {p: open(p, "rb").read() for p in inputs}
