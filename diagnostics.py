@@ -25,7 +25,6 @@ token values) live in probes.py.
 import math
 
 import torch
-import torch.nn.functional as F
 
 import advantage
 import toy_tasks
@@ -86,7 +85,7 @@ def policy_at(model, prompts, tokens, mask, rows_t, temperature=1.0):
     val = torch.cat([valid, mask[rows]], 1)[:, :-1]
     logits = model(seq, val)[:, Lp - 1:] / temperature
     sel = logits[[where[int(r)] for r in rows_t[:, 0]], rows_t[:, 1]]
-    return F.log_softmax(sel, -1)
+    return torch.log_softmax(sel, -1)
 
 
 def kl(logp_old, logp_new):
@@ -144,7 +143,7 @@ def answer_drift(lp, lp_ref=None):
     if not multi.any():
         return {"log_odds": float("nan"), "entropy": float("nan"), "n": 0}
     x = lp[multi]
-    q = F.log_softmax(x, -1)
+    q = torch.log_softmax(x, -1)
     ent = -(q.exp() * q.masked_fill(~torch.isfinite(q), 0)).sum(1)
     out = {"log_odds": float((x[:, 0] - x[:, 1]).mean()), "entropy": float(ent.mean()),
            "n": int(multi.sum())}
@@ -163,7 +162,7 @@ def style_log_odds(model, task, problems, temperature=1.0):
            for kind, prefix, (a, b) in task.style_points(p)]
     dev = next(model.parameters()).device
     ids, valid, _ = left_pad([toy_tasks.encode(h) for _, _, h, _, _ in pts], PAD, dev)
-    logp = F.log_softmax(
+    logp = torch.log_softmax(
         model(ids, valid)[:, -1].float() / temperature, -1
     )  # left-padded: last = last real
     a = torch.tensor([toy_tasks.encode(x[3])[0] for x in pts], device=dev)

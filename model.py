@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 
 @dataclass
@@ -65,7 +64,7 @@ class CausalSelfAttention(nn.Module):
             cache["v"][layer][:, :, start:start + T] = v
             k = cache["k"][layer][:, :, :start + T]
             v = cache["v"][layer][:, :, :start + T]
-        y = F.scaled_dot_product_attention(
+        y = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
 

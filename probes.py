@@ -46,7 +46,6 @@ import copy
 import random
 
 import torch
-import torch.nn.functional as F
 
 import loss
 import toy_tasks
@@ -151,8 +150,8 @@ def coupling_terms(model, batch, coef, lr, keep=None):
     mask = batch["mask"]
     _, h = logp_of(model, batch, hidden=True)
     H, y, c = h[mask].double(), batch["tokens"][mask], coef[mask].double()
-    p = F.softmax(model.lm_head(h[mask]).double(), -1)  # the head has no bias
-    E = F.one_hot(y, p.shape[1]).double() - p
+    p = torch.softmax(model.lm_head(h[mask]).double(), -1)  # the head has no bias
+    E = torch.nn.functional.one_hot(y, p.shape[1]).double() - p
     alpha, kappa = E @ E.T, H @ H.T
     terms = lr * alpha * kappa * c[None, :]
     kept = terms if keep is None else terms * keep

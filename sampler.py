@@ -41,7 +41,6 @@ held-out accuracy.
 """
 
 import torch
-import torch.nn.functional as F
 
 import advantage
 import toy_tasks
@@ -97,13 +96,13 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
         if not use_cache:
             logits = model(seq[:, :Lp + t], key_valid[:, :Lp + t])[:, -1]
         z = logits.float() / (temperature if temperature > 0 else 1.0)
-        logp = F.log_softmax(z, -1)
+        logp = torch.log_softmax(z, -1)
         bad |= ~torch.isfinite(logp).all()  # no sync here: checked with `done` below
         if temperature > 0:
             if top_k:
                 kth = torch.topk(z, min(top_k, z.shape[-1]), -1).values[:, -1:]
                 z = z.masked_fill(z < kth, float("-inf"))
-            p = F.softmax(z, -1)
+            p = torch.softmax(z, -1)
             p = torch.where(torch.isfinite(p), p, 1.0)  # keeps multinomial alive until the check
             nxt = torch.multinomial(p, 1, generator=generator).squeeze(1)
         else:

@@ -50,7 +50,6 @@ during RL (> 0: away from restating). Two questions per optimizer step:
 import copy
 
 import torch
-import torch.nn.functional as F
 
 import loss
 import toy_tasks
@@ -87,7 +86,7 @@ def choice(model, task, problems):
     in nats (log 2 = 0.69: an even choice; 0: a settled one)."""
     dev = next(model.parameters()).device
     ids, valid, _ = left_pad([toy_tasks.encode(task.prompt(p)) for p in problems], PAD, dev)
-    logp = F.log_softmax(
+    logp = torch.log_softmax(
         model(ids, valid)[:, -1].float(), -1
     )  # left-padded: the last position is real
     a = torch.tensor(
@@ -109,7 +108,7 @@ def first_token_logprobs(model, batch):
     token sees nothing else, so this equals column 0 of completion_logprobs."""
     dev = batch["tokens"].device
     ids, valid, _ = left_pad(batch["prompts"], PAD, dev)
-    logp = F.log_softmax(model(ids, valid)[:, -1], -1)
+    logp = torch.log_softmax(model(ids, valid)[:, -1], -1)
     return logp.gather(1, batch["tokens"][:, :1])[:, 0]
 
 
@@ -155,7 +154,7 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     g_ell = _grad(ell0, params)
     logp, h = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
                                   return_hidden=True)
-    old_policy = F.log_softmax(model.lm_head(h.detach()).float(), -1).detach()
+    old_policy = torch.log_softmax(model.lm_head(h.detach()).float(), -1).detach()
     c = step_coefficients(logp, batch.get("old_logprobs", logp.detach()), batch, adv, cfg)
     g = _grad(-(c * logp).sum(), params)
     g_d = _grad(-(c[:, 0] * first_token_logprobs(model, batch)).sum(), params)
@@ -208,7 +207,7 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
         out["measured"] = float(restate_log_odds(model, task, problems) - ell0)
         _, h_new = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
                                        return_hidden=True)
-        new_policy = F.log_softmax(model.lm_head(h_new).float(), -1)
+        new_policy = torch.log_softmax(model.lm_head(h_new).float(), -1)
         kl = (new_policy.exp() * (new_policy - old_policy)).sum(-1)
         out["kl"] = float(kl[batch["mask"]].mean())
     out["entropy"] = entropy

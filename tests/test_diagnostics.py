@@ -4,7 +4,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import diagnostics
 import probes
@@ -58,7 +57,7 @@ def test_policy_at_matches_a_forward_pass_per_history():
     lp = diagnostics.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
     for k, (r, t) in enumerate(h.tolist()):
         seq = torch.tensor([b["prompts"][r] + b["tokens"][r, :t].tolist()])
-        ref = F.log_softmax(model(seq)[0, -1], -1)
+        ref = torch.log_softmax(model(seq)[0, -1], -1)
         assert torch.allclose(lp[k], ref, atol=1e-10)
 
 

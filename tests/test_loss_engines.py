@@ -1,8 +1,8 @@
 """The engine objectives and switches of loss.py: coefficients against values
 written out by hand, and each row's exchangeability verdict on a group with
 shared (history, token) copies. The scoreboard's quick mode runs at the end."""
-import json
 import dataclasses
+import json
 import math
 import os
 import sys
@@ -13,6 +13,7 @@ import torch
 import advantage
 import loss
 import loss_engines
+from tests.test_loss import loss_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -26,14 +27,6 @@ ON = torch.log(torch.rand(3, 4, generator=torch.Generator().manual_seed(0)) * 0.
 LOGR = torch.tensor([[0.10, -0.30, 0, 0], [0.05, 0.02, 0.20, 0], [-0.10, 0.00, 0.10, 0.40]])
 OLD = ON - LOGR * MASK
 RHO = LOGR.exp() * MASK
-
-
-def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
-            ref_logprobs=None, entropy=None, keep=None, **settings):
-    """loss.policy_loss with the step's data and the settings given as keywords."""
-    batch = loss.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
-                        ref_logprobs=ref_logprobs, entropy=entropy, keep=keep)
-    return loss.policy_loss(batch, loss.LossSettings(objective, clip, **settings))
 
 
 def coef(objective, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):

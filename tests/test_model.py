@@ -3,7 +3,6 @@ import os
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import toy_tasks
 from plumbing import checkpoint
@@ -44,7 +43,7 @@ def test_logprobs_equal_hand_written_cross_entropy():
     for i, (p, c) in enumerate(zip(prompts, comps)):
         seq = torch.tensor([p + c])  # alone, no padding at all
         logits = m(seq)[0, len(p) - 1:-1]
-        ce = F.cross_entropy(logits, torch.tensor(c), reduction="none")
+        ce = torch.nn.functional.cross_entropy(logits, torch.tensor(c), reduction="none")
         torch.testing.assert_close(lp[i, :len(c)], -ce, atol=1e-5, rtol=1e-5)
         assert torch.all(lp[i, len(c):] == 0)
 

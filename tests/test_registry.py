@@ -41,7 +41,8 @@ def toy():
 
 def test_train_runs_a_registered_objective_on_its_own_estimator(toy, tmp_path):
     summary = train.main(parse_args(["--loss=toy"] + SMALL + [f"--out_dir={tmp_path}"]))
-    assert summary is not None
+    assert 0.0 <= summary["final_acc"] <= 1.0 and summary["gain"] == pytest.approx(
+        summary["final_acc"] - summary["warm_start_acc"])
     saved = json.load(open(tmp_path / "config.json"))
     assert saved["loss"] == "toy" and saved["adv"] == "dr_grpo"  # --adv=auto: the record's own
     steps = [json.loads(line) for line in open(tmp_path / "metrics.jsonl")]
