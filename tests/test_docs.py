@@ -100,7 +100,11 @@ def flags_reference():
     import plot
     import sample
     import see
-    parts = [("train.py", config.usage(config.Config, "", config.GROUPS).strip()),
+    # train.py's --help shows the defaults of its default task (add's, config.TASK_DEFAULTS)
+    task = config.Config.task
+    parts = [("train.py", (config.usage(config.Config, "", config.GROUPS,
+                                        defaults=config.TASK_DEFAULTS.get(task))
+                           + f"\n\ndefaults shown for --task={task}").strip()),
              ("sample.py", config.usage(sample.SampleConfig).strip()),
              ("see.py", config.usage(see.SeeConfig).strip()),
              ("plot.py", captured_help(lambda: plot.parse(["--help"])).strip()),

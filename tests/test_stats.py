@@ -192,6 +192,10 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     total = tuple(sum(v) for v in zip(*[(len(f["primary"]), len(f["secondary"]),
                                          sum(r["survives_holm"] for r in f["primary"].values())) for f in mine.values()]))
     assert rows.pop("all") == total and not rows
+    # the README repeats the two totals: they are the script's too
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert f"; {total[0]} primary contrasts in all" in readme
+    assert f"\n{total[1]} secondaries are exploratory" in readme
     row = data["families"]["e8_objectives"]["secondary"]["tax_interior_sum dr_grpo - grpo"]
     d = row["per_seed"]
     m = sum(d) / len(d)
