@@ -131,112 +131,49 @@ def estimator(name):
     return ESTIMATORS[name]
 
 
-for _e in (
-    Estimator(
-        "grpo",
-        lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
-        "(r_i - mu_g)/(sigma_g + eps)",
-        True,
-        "yes",
-        'verl `grpo`; TRL `scale_rewards="group"`',
-    ),
-    Estimator(
-        "dr_grpo",
-        lambda r, g, mu, n, L, b, eps: r - mu,
-        "r_i - mu_g",
-        True,
-        "yes",
-        'verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`',
-    ),
-    Estimator(
-        "grpo_batch_std",
-        lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
-        "(r_i - mu_g)/(sd_B + eps)",
-        True,
-        "yes",
-        'TRL `scale_rewards="batch"`',
-    ),
-    Estimator(
-        "rloo",
-        lambda r, g, mu, n, L, b, eps: (r - mu) * n / (n - 1),
-        "r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g)",
-        True,
-        "yes",
-        "verl `rloo`",
-    ),
-    # verl: alpha = N / #{r != 0} over the batch (f_norm = 1)
-    Estimator(
-        "gpg",
-        lambda r, g, mu, n, L, b, eps: (r - mu) * len(r) / max(int((r != 0).sum()), 1),
-        "alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch",
-        True,
-        "yes",
-        "verl `gpg`",
-    ),
-    Estimator(
-        "batch_whiten",
-        lambda r, g, mu, n, L, b, eps: (r - r.mean()) / (r.std() + eps),
-        "(r_i - mean_B)/(sd_B + eps), one count per sequence",
-        False,
-        "no: the batch mean replaces mu_g",
-        "(batch normalisation)",
-    ),
-    Estimator(
-        "reinforce_plus_plus",
-        lambda r, g, mu, n, L, b, eps: _token_whiten(r, L),
-        "(r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch",
-        False,
-        "no: a batch, length-weighted baseline",
-        "verl `reinforce_plus_plus`",
-        needs=("lengths",),
-    ),
-    Estimator(
-        "reinforce_plus_plus_baseline",
-        lambda r, g, mu, n, L, b, eps: _token_whiten(r - mu, L),
-        "(x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch",
-        False,
-        "no: centred, then shifted by m",
-        "verl `reinforce_plus_plus_baseline`",
-        needs=("lengths",),
-    ),
-    Estimator(
-        "remax",
-        lambda r, g, mu, n, L, b, eps: r - b.float(),
-        "r_i - b_g",
-        False,
-        "no (with 0/1 rewards every group is one-signed)",
-        "verl `remax`",
-        needs=("baseline",),
-    ),
-    Estimator(
-        "opo",
-        _opo,
-        "r_i - sum_j L_j r_j / sum_j L_j (j in g)",
-        False,
-        "no, unless the lengths are equal",
-        "verl `opo`",
-        needs=("lengths",),
-    ),
-    Estimator(
-        "grpo_passk",
-        _grpo_passk,
-        "(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
-        False,
-        "no: Â >= 0",
-        "verl `grpo_passk`",
-        one_signed=True,
-    ),
-    Estimator(
-        "positive_only",
-        lambda r, g, mu, n, L, b, eps: (r > 0).float(),
-        "1[r_i > 0]",
-        False,
-        "no: Â >= 0",
-        "(rejection sampling)",
-        one_signed=True,
-    ),
-):
-    register(_e)
+# The estimators (THEORY.md's table). Each fn reads (r, group, mu, n, lengths, baseline,
+# eps): the rewards, the group ids, the group mean and size per row, and the rest.
+register(Estimator("grpo", lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
+    formula="(r_i - mu_g)/(sigma_g + eps)", centred=True, centred_text="yes",
+    upstream='verl `grpo`; TRL `scale_rewards="group"`'))
+register(Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: r - mu, formula="r_i - mu_g",
+    centred=True, centred_text="yes",
+    upstream='verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`'))
+register(Estimator("grpo_batch_std", lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
+    formula="(r_i - mu_g)/(sd_B + eps)", centred=True, centred_text="yes",
+    upstream='TRL `scale_rewards="batch"`'))
+register(Estimator("rloo", lambda r, g, mu, n, L, b, eps: (r - mu) * n / (n - 1),
+    formula="r_i - mean_{j!=i} r_j, = G/(G-1) (r_i - mu_g)", centred=True, centred_text="yes",
+    upstream="verl `rloo`"))
+register(Estimator("gpg",
+    lambda r, g, mu, n, L, b, eps: (r - mu) * len(r) / max(int((r != 0).sum()), 1),
+    formula="alpha (r_i - mu_g), alpha = N / #{r_i != 0}, over the batch",
+    centred=True, centred_text="yes", upstream="verl `gpg`"))
+register(Estimator("batch_whiten", lambda r, g, mu, n, L, b, eps: (r - r.mean()) / (r.std() + eps),
+    formula="(r_i - mean_B)/(sd_B + eps), one count per sequence",
+    centred=False, centred_text="no: the batch mean replaces mu_g",
+    upstream="(batch normalisation)"))
+register(Estimator("reinforce_plus_plus", lambda r, g, mu, n, L, b, eps: _token_whiten(r, L),
+    formula="(r_i - m)/sqrt(v + 1e-8), m, v = token-weighted mean and variance of r over the batch",
+    centred=False, centred_text="no: a batch, length-weighted baseline",
+    upstream="verl `reinforce_plus_plus`", needs=("lengths",)))
+register(Estimator("reinforce_plus_plus_baseline",
+    lambda r, g, mu, n, L, b, eps: _token_whiten(r - mu, L),
+    formula="(x_i - m)/sqrt(v + 1e-8), x_i = r_i - mu_g, m, v token-weighted over the batch",
+    centred=False, centred_text="no: centred, then shifted by m",
+    upstream="verl `reinforce_plus_plus_baseline`", needs=("lengths",)))
+register(Estimator("remax", lambda r, g, mu, n, L, b, eps: r - b.float(), formula="r_i - b_g",
+    centred=False, centred_text="no (with 0/1 rewards every group is one-signed)",
+    upstream="verl `remax`", needs=("baseline",)))
+register(Estimator("opo", _opo, formula="r_i - sum_j L_j r_j / sum_j L_j (j in g)",
+    centred=False, centred_text="no, unless the lengths are equal", upstream="verl `opo`",
+    needs=("lengths",)))
+register(Estimator("grpo_passk", _grpo_passk,
+    formula="(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
+    centred=False, centred_text="no: Â >= 0", upstream="verl `grpo_passk`", one_signed=True))
+register(Estimator("positive_only", lambda r, g, mu, n, L, b, eps: (r > 0).float(),
+    formula="1[r_i > 0]", centred=False, centred_text="no: Â >= 0", upstream="(rejection sampling)",
+    one_signed=True))
 
 
 def table():
