@@ -53,17 +53,15 @@ class CausalSelfAttention(nn.Module):
         self.proj = nn.Linear(cfg.n_embd, cfg.n_embd)
         self.dropout = cfg.dropout
 
-    def forward(self, x, mask, cache=None, layer=0, start=0):
-        """x: [B,T,C]. mask: bool [B,1,T,Tk], True where a query may attend.
-        With a KV cache, keys/values of this call are written at [start, start+T)."""
+    def forward(self, x, mask, cache=None, layer=0):
+        """x: [B,T,C]. mask: bool [B,1,T,Tk], True where a query may attend. With a KV cache
+        (sampler.KVCache) this call's keys and values are stored after the cached ones, and the
+        queries attend to all of them."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
         if cache is not None:
-            cache["k"][layer][:, :, start:start + T] = k
-            cache["v"][layer][:, :, start:start + T] = v
-            k = cache["k"][layer][:, :, :start + T]
-            v = cache["v"][layer][:, :, :start + T]
+            k, v = cache.write(layer, k, v)
         y = torch.nn.functional.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout if self.training else 0.0)
         return self.proj(y.transpose(1, 2).reshape(B, T, C))
@@ -78,8 +76,8 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(cfg.n_embd, 4 * cfg.n_embd), nn.GELU(),
                                  nn.Linear(4 * cfg.n_embd, cfg.n_embd), nn.Dropout(cfg.dropout))
 
-    def forward(self, x, mask, cache=None, layer=0, start=0):
-        x = x + self.attn(self.ln1(x), mask, cache, layer, start)
+    def forward(self, x, mask, cache=None, layer=0):
+        x = x + self.attn(self.ln1(x), mask, cache, layer)
         return x + self.mlp(self.ln2(x))
 
 
@@ -122,21 +120,16 @@ class GPT(nn.Module):
         logits = self.lm_head(h)
         return (logits, h) if return_hidden else logits
 
-    def step(self, idx, pos, mask, cache, start):
-        """Incremental forward for sampling with a KV cache: feed tokens idx [B,T]
-        at absolute slots [start, start+T) with positions pos [B,T]; mask is bool
-        [B,1,T,start+T], True where a query may attend (``attention_mask``).
-        Returns logits of the last slot, [B,V]."""
+    def step(self, idx, pos, mask, cache):
+        """Incremental forward for sampling: feed tokens idx [B,T] at positions pos [B,T] after
+        the ``cache.length`` tokens a KV cache (sampler.KVCache) already holds; mask is bool
+        [B,1,T,cache.length+T], True where a query may attend. Returns the logits of the last
+        token, [B,V]."""
         x = self.wte(idx) + self.wpe(pos)
         for i, blk in enumerate(self.blocks):
-            x = blk(x, mask, cache, i, start)
+            x = blk(x, mask, cache, i)
+        cache.advance(idx.shape[1])
         return self.lm_head(self.ln_f(x[:, -1]))
-
-    def new_cache(self, B, T, device, dtype=torch.float32):
-        c = self.cfg
-        shape = (B, c.n_head, T, c.n_embd // c.n_head)
-        return {"k": [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layer)],
-                "v": [torch.empty(shape, device=device, dtype=dtype) for _ in range(c.n_layer)]}
 
     def num_params(self):
         return sum(p.numel() for p in self.parameters())

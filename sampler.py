@@ -13,27 +13,32 @@ log-probs: the PPO ratio of a later optimizer step is
 tempered policy *without* the top-k cut, which is what the loss recomputes, so
 that an on-policy ratio is exactly 1 (top-k is off by default).
 
-Mechanics
----------
-* Prompts of different lengths are left-padded. Padding is masked out of
-  attention and positions count real tokens only (model.py), so a prompt is
-  encoded exactly as it would be alone: no pad token the model never saw
-  reaches a real token, and no position is shifted.
-* The KV cache keeps each layer's keys and values; each new token costs one
-  forward pass over a single position instead of the whole sequence.
-* The G rows of a group share their prompt, so the prompt is encoded once per
-  group and its cache copied G times: the prompt pass costs B positions, not
-  B * G.
-* A row that has emitted EOS keeps being computed (it is cheap and keeps the
-  batch rectangular) but its later tokens are PAD and masked out. The loop
-  ends when every row is done, checked once every few steps, not per row.
-* A NaN or inf logit (a diverged model) raises FloatingPointError; the check
-  rides on the every-few-steps sync of ``done``, so it costs no extra one.
-* Randomness comes only from the ``torch.Generator`` passed in, and every row
-  draws at every step, so the cached and the full-recompute paths consume the
-  same random numbers: given a seed both return the same samples.
+Mechanics: an engine in four phases (``sample``)
+------------------------------------------------
+1. *Encode each prompt once.* The G rows of a group share their prompt, so the
+   prompt pass runs on B rows, not B * G. Prompts of different lengths are
+   left-padded; padding is masked out of attention and positions count real
+   tokens only (model.py), so a prompt is encoded exactly as it would be alone.
+2. *Replicate.* Each prompt's keys and values are copied to its group's G rows
+   of the decode cache (``KVCache.replicate``), in one copy per buffer.
+3. *Set up* the per-row state: the sequence so far, which keys are real, the
+   next position of each row.
+4. *Decode.* Each new token costs one forward pass over a single position: its
+   keys and values are written in place into a preallocated, contiguous
+   ``KVCache`` and it attends to the slots written so far. A row that has
+   emitted EOS keeps being computed (it is cheap and keeps the batch
+   rectangular) but its later tokens are PAD and masked out. The loop ends when
+   every row is done, read back once every few steps, not per row: each read
+   waits for the device. A NaN or inf logit (a diverged model) raises
+   FloatingPointError; its check rides on the same read.
+
+Randomness comes only from the ``torch.Generator`` passed in, and every row
+draws at every step, so the cached and the full-recompute paths consume the
+same random numbers: given a seed both return the same samples, unless the two
+paths' rounding differs at a token whose draw falls on a boundary.
 ``sample(..., use_cache=False)`` is the reference path: it recomputes the
-whole sequence at every step. Tests check that both agree token for token.
+whole sequence at every step. Tests check that both agree token for token and
+that their log-probs agree to 1e-5.
 
 Steps 1 and 2 of an RL step (THEORY.md section 1) are ``rollouts``: G samples
 per prompt, each rewarded by the task's verifier. ``evaluate`` is the greedy
@@ -44,8 +49,70 @@ import torch
 
 import advantage
 import toy_tasks
-from model import amp, attention_mask, left_pad
+from model import amp, attention_mask, left_pad, positions
 from toy_tasks import EOS, PAD
+
+
+class KVCache:
+    """The keys and values of every layer for ``rows`` sequences of up to ``size`` tokens.
+
+    One preallocated buffer per kind, ``k`` and ``v`` [n_layer, rows, n_head, size, head_dim]:
+    each step writes its keys in place after the ``length`` already held, and attention reads
+    the first ``length`` slots, so nothing is concatenated or reallocated while decoding. The
+    buffers take the dtype of the first keys written (bf16 under autocast)."""
+
+    def __init__(self, model, rows, size):
+        c = model.cfg
+        self.shape = (c.n_layer, rows, c.n_head, size, c.n_embd // c.n_head)
+        self.k = self.v = None
+        self.length = 0
+
+    def write(self, layer, k, v):
+        """Store one layer's k, v [rows, n_head, T, head_dim]; return all its keys and values
+        so far, [rows, n_head, length + T, head_dim]."""
+        if self.k is None:  # never read before written: attention reads slots < length only
+            self.k = torch.empty(self.shape, dtype=k.dtype, device=k.device)
+            self.v = torch.empty_like(self.k)
+        end = self.length + k.shape[2]
+        self.k[layer, :, :, self.length:end] = k
+        self.v[layer, :, :, self.length:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def advance(self, n):
+        """Called once per forward pass, after the last layer has written its n tokens."""
+        self.length += n
+
+    def replicate(self, prompts, n):
+        """Fill this cache's rows with ``prompts``' rows, each copied n times in a row: row
+        b * n + j gets prompt row b (a group's G rows share their prompt)."""
+        L, B, H, _, D = prompts.shape
+        if self.k is None:
+            self.k = torch.empty(self.shape, dtype=prompts.k.dtype, device=prompts.k.device)
+            self.v = torch.empty_like(self.k)
+        for mine, theirs in ((self.k, prompts.k), (self.v, prompts.v)):
+            mine.view(L, B, n, H, -1, D)[:, :, :, :, :prompts.length] = \
+                theirs[:, :, None, :, :prompts.length]
+        self.length = prompts.length
+
+
+def draw(logits, temperature, top_k, generator):
+    """One token per row from pi_T = softmax(z / T), and its log pi_T (without the top-k cut,
+    as the loss recomputes it). temperature=0 is greedy, scored at T = 1. Also returns whether
+    every log-prob was finite, as a tensor, so that the caller can check it without a sync."""
+    z = logits.float() / (temperature if temperature > 0 else 1.0)
+    logp = torch.log_softmax(z, -1)
+    finite = torch.isfinite(logp).all()
+    if temperature == 0:
+        nxt = logits.argmax(-1)
+    else:
+        if top_k:
+            kth = torch.topk(z, min(top_k, z.shape[-1]), -1).values[:, -1:]
+            logp_k = torch.log_softmax(z.masked_fill(z < kth, float("-inf")), -1)
+        else:
+            logp_k = logp
+        p = logp_k.exp().nan_to_num_(1.0)  # keeps multinomial alive until the finite check
+        nxt = torch.multinomial(p, 1, generator=generator).squeeze(1)
+    return nxt, logp.gather(1, nxt[:, None])[:, 0], finite
 
 
 @torch.no_grad()
@@ -60,77 +127,73 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
       ``logprobs`` [N, T] log pi_T of each sampled token (0 where masked);
       ``prompts``  the N prompt id lists, ``group`` [N] prompt index of each row.
     ``temperature=0`` means greedy decoding (log-probs are then at T=1).
+    ``use_cache=False`` is the reference: every step recomputes the whole sequence.
 
-    Long because: the prefill, the copy of each prompt's cache to its group and the decode loop
-    share their state; they read as one loop.
+    Long because: the four phases (encode each prompt, replicate, set up, decode) share their
+    state; they read in order as one story.
     """
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    rows = [p for p in prompts for _ in range(n_per_prompt)]
-    ids, valid, lens = left_pad(rows, PAD, device)
-    N, Lp = ids.shape
-    total = Lp + max_new_tokens
+    G = n_per_prompt
+    ids, valid, lens = left_pad(prompts, PAD, device)
+    B, Lp = ids.shape
+    N, total = B * G, Lp + max_new_tokens
     if total > model.cfg.block_size:
         raise ValueError(f"prompt ({Lp}) + max_new_tokens ({max_new_tokens}) exceeds "
                          f"block_size={model.cfg.block_size}")
-    seq = torch.cat([ids, torch.full((N, max_new_tokens), PAD, dtype=torch.long, device=device)], 1)
-    key_valid = torch.cat(
-        [valid, torch.ones(N, max_new_tokens, dtype=torch.bool, device=device)], 1
-    )
-    pos = torch.cat([(valid.long().cumsum(1) - 1).clamp(min=0),
-                     lens[:, None] + torch.arange(max_new_tokens, device=device)[None]], 1)
+
+    # 1. Encode each prompt once: its G completions share it.
+    if use_cache:
+        prompt_cache = KVCache(model, B, Lp)
+        logits = model.step(ids, positions(valid), attention_mask(valid, valid), prompt_cache)
+        # 2. Replicate: each prompt's keys and values go to its group's G rows.
+        cache = KVCache(model, N, total)
+        cache.replicate(prompt_cache, G)
+        logits = logits.repeat_interleave(G, 0)
+
+    # 3. Per-row state: the whole sequence so far, which keys are real, the next position.
+    seq = torch.full((N, total), PAD, dtype=torch.long, device=device)
+    seq[:, :Lp] = ids.repeat_interleave(G, 0)
+    key_valid = torch.ones(N, total, dtype=torch.bool, device=device)
+    key_valid[:, :Lp] = valid.repeat_interleave(G, 0)
+    pos = lens.repeat_interleave(G, 0)  # positions count real tokens only (model.py)
     logp_out = torch.zeros(N, max_new_tokens, device=device)
     done = torch.zeros(N, dtype=torch.bool, device=device)
-    bad = torch.zeros((), dtype=torch.bool, device=device)  # a NaN or inf logit was seen
-    if use_cache:  # the rows of a group share their prompt: encode it once, copy its cache
-        first = slice(None, None, n_per_prompt)  # row b * n_per_prompt starts group b
-        cache = model.new_cache(len(prompts), total, device)
-        logits = model.step(seq[first, :Lp], pos[first, :Lp],
-                            attention_mask(valid[first], valid[first]), cache, 0)
-        cache = {kv: [c.repeat_interleave(n_per_prompt, 0) for c in layers]
-                 for kv, layers in cache.items()}
-        logits = logits.repeat_interleave(n_per_prompt, 0)
+    finite = torch.ones((), dtype=torch.bool, device=device)
+
+    # 4. Decode. Every row draws at every step, done or not, so that both paths consume the
+    # same random numbers; a done row's tokens become PAD. Whether all rows are done (and no
+    # logit went non-finite) is read back every few steps, not at every one: a sync stalls.
     T = 0
     for t in range(max_new_tokens):
         if not use_cache:
             logits = model(seq[:, :Lp + t], key_valid[:, :Lp + t])[:, -1]
-        z = logits.float() / (temperature if temperature > 0 else 1.0)
-        logp = torch.log_softmax(z, -1)
-        bad |= ~torch.isfinite(logp).all()  # no sync here: checked with `done` below
-        if temperature > 0:
-            if top_k:
-                kth = torch.topk(z, min(top_k, z.shape[-1]), -1).values[:, -1:]
-                z = z.masked_fill(z < kth, float("-inf"))
-            p = torch.softmax(z, -1)
-            p = torch.where(torch.isfinite(p), p, 1.0)  # keeps multinomial alive until the check
-            nxt = torch.multinomial(p, 1, generator=generator).squeeze(1)
-        else:
-            nxt = logits.argmax(-1)
-        logp_out[:, t] = logp.gather(1, nxt[:, None])[:, 0].masked_fill_(done, 0.0)
+        nxt, logp, ok = draw(logits, temperature, top_k, generator)
+        finite &= ok
+        logp_out[:, t] = logp.masked_fill_(done, 0.0)
         nxt = nxt.masked_fill_(done, PAD)
         seq[:, Lp + t] = nxt
         done |= nxt == EOS
         T = t + 1
-        if (t + 1) % check_every == 0:
-            stop, diverged = torch.stack([done.all(), bad]).tolist()
-            if stop or diverged:
+        if T % check_every == 0:
+            stop, ok = torch.stack([done.all(), finite]).tolist()
+            if stop or not ok:
                 break
-        if use_cache and t + 1 < max_new_tokens:
-            logits = model.step(seq[:, Lp + t:Lp + t + 1], pos[:, Lp + t:Lp + t + 1],
-                                key_valid[:, None, None, :Lp + t + 1], cache, Lp + t)
-    if bool(bad):
-        model.train(was_training)
+        if use_cache and T < max_new_tokens:
+            logits = model.step(nxt[:, None], (pos + t)[:, None],
+                                key_valid[:, None, None, :Lp + T], cache)
+    model.train(was_training)
+    if not bool(finite):
         raise FloatingPointError(f"logits or sampling probabilities are not finite "
                                  f"(by new token {T})")
     tokens = seq[:, Lp:Lp + T]
     mask = tokens != PAD
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-PAD columns
     tokens, mask = tokens[:, :T], mask[:, :T]
-    model.train(was_training)
-    group = torch.arange(len(prompts), device=device).repeat_interleave(n_per_prompt)
+    group = torch.arange(B, device=device).repeat_interleave(G)
     return {"tokens": tokens, "mask": mask, "logprobs": logp_out[:, :T] * mask,
-            "prompts": rows, "group": group}
+            "prompts": [p for p in prompts for _ in range(G)], "group": group}
 
 
 # ------------------------------------------------------------------ rollouts and their rewards

@@ -155,3 +155,29 @@ def test_bad_checkpoints_raise_one_line(tmp_path):
     torch.save({"hello": 1}, os.path.join(tmp_path, "other.pt"))
     with pytest.raises(CliError, match="corrupt"):
         checkpoint.load_checkpoint(os.path.join(tmp_path, "other.pt"))
+
+
+def test_kv_cache_is_written_in_place_and_replicated_per_group():
+    """Encoding 2 prompts once and replicating them to 3 rows each gives the keys and values
+    that encoding all 6 rows gives, in buffers that decoding then writes in place."""
+    from model import attention_mask, positions
+    from sampler import KVCache
+    m = tiny(8).eval()
+    prompts = mixed_prompts()[:2]
+    with torch.no_grad():
+        ids, valid, _ = left_pad(prompts, toy_tasks.PAD)
+        once = KVCache(m, 2, ids.shape[1])
+        m.step(ids, positions(valid), attention_mask(valid, valid), once)
+        rows = [p for p in prompts for _ in range(3)]
+        ids6, valid6, _ = left_pad(rows, toy_tasks.PAD)
+        every = KVCache(m, 6, ids.shape[1])
+        m.step(ids6, positions(valid6), attention_mask(valid6, valid6), every)
+        grouped = KVCache(m, 6, ids.shape[1] + 2)
+        grouped.replicate(once, 3)
+        n = ids.shape[1]
+        torch.testing.assert_close(grouped.k[..., :n, :], every.k, atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(grouped.v[..., :n, :], every.v, atol=1e-6, rtol=1e-6)
+        before = grouped.k.data_ptr()
+        k, _ = grouped.write(0, grouped.k[0, :, :, :1], grouped.v[0, :, :, :1])
+        assert grouped.k.data_ptr() == before and k.data_ptr() == before
+        assert k.shape[2] == n + 1
