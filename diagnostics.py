@@ -18,6 +18,32 @@ between the two forms of a reward-irrelevant choice (``style_drift``,
 ``style_entropy``), plus the mean token entropy and pass@k.
 ``eval_diagnostics`` gathers what train.py logs at an evaluation.
 
+The cancellation ledger (THEORY.md section 2.5) accounts, for each rollout
+batch, for where the coefficients of the shared tokens went. A *set* S is the
+copies of one token a after one identical history h inside a group
+(loss.history_token_sets), with at least two copies. Copy i of S receives
+c_i^(k) in optimizer step k (0 if its row is not in that step). In step k the
+copies' gradients are one vector, so only their net n_k = sum_{i in S} c_i^(k)
+moves the parameters; the rest, sum_i |c_i^(k)| - |n_k|, cancelled. With
+c_i = sum_k c_i^(k), the |Â|-weighted mean weight wbar = sum_S sign(Â_i) c_i /
+sum_S |Â_i|, Â_g the group's mean advantage, and c°_i the coefficients the same
+steps would give on-policy (every ratio 1, so no clip binds):
+
+    sum_k |n_k| = split + |C|,      split = sum_k |n_k| - |sum_k n_k|
+    C = sum_S c_i = credit + uncentred + weights + ratios   (exactly)
+      credit    = wbar sum_S (Â_i - Â_g)    what the rewards ask of a after h
+      uncentred = wbar |S| Â_g              an estimator not centred in its group
+      weights   = C° - wbar° sum_S Â_i      the objective's own unequal weights
+      ratios    = (C - wbar sum_S Â_i) - weights   what reuse adds (ratios, clips)
+
+``split`` is what did not cancel because the copies were applied in different
+optimizer steps (a group split by the scheduler). ``weights`` and ``ratios``
+together are what exch_residual measures inside one step. Each part is logged
+as ``ledger_<part>``: the sum over sets of its magnitude over the sum over
+sets of sum_k sum_i |c_i^(k)| (the shared tokens' coefficient mass), and
+``ledger_cancelled`` the share that cancelled inside the steps. The magnitudes
+of the signed parts bound what did not cancel; they need not add up to it.
+
 The probes that only experiments E1-E6 use (flips, coupling, masked updates,
 token values) live in probes.py.
 """
@@ -27,6 +53,8 @@ import math
 import torch
 
 import advantage
+import batching
+import loss
 import toy_tasks
 from model import completion_logprobs, left_pad
 from sampler import sample
@@ -105,13 +133,158 @@ def tax_before(model, batch):
     )
 
 
+def mixed_rows(rewards, group):
+    """bool [N]: the rows of groups whose rewards are not all equal (Â not all 0)."""
+    g, r = advantage.compact(group), rewards.float()
+    n = int(g.max()) + 1
+    lo = torch.full((n,), float("inf"), device=r.device).scatter_reduce_(0, g, r, "amin")
+    hi = torch.full((n,), float("-inf"), device=r.device).scatter_reduce_(0, g, r, "amax")
+    return (hi > lo)[g]
+
+
 def learning_tax(model, batch, before):
     """After the updates: (tax, tax_interior), the mean KL(pi_new || pi_old) over all
     shared histories (the divergence point included: intended learning) and over
     those strictly before it (0.0 when there are none)."""
+    return learning_tax_and_shift(model, batch, before)[:2]
+
+
+def learning_tax_and_shift(model, batch, before):
+    """(tax, tax_interior, shared_dlogp): ``learning_tax``, and the mean change of
+    log pi(a | h) of the token a that the whole group emits after h, over the histories
+    strictly before a *mixed* group diverges (0.0 when there are none). There every
+    copy of a should cancel: a negative value means the shared tokens were pushed down,
+    by what did not cancel and by other tokens' gradients through shared weights."""
     hist, inner, old = before
-    k = kl(old, policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist))
-    return float(k.mean()), float(k[inner].mean()) if bool(inner.any()) else 0.0
+    new = policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+    k = kl(old, new)
+    tax = float(k.mean()), float(k[inner].mean()) if bool(inner.any()) else 0.0
+    sel = inner & mixed_rows(batch["rewards"], batch["group"]).cpu()[hist[:, 0]]
+    if not bool(sel.any()):
+        return (*tax, 0.0)
+    rows, t = hist[sel, 0], hist[sel, 1]
+    a = batch["tokens"].cpu()[rows, t].to(new.device)
+    sel = sel.to(new.device)
+    d = new[sel].gather(1, a[:, None])[:, 0] - old[sel].gather(1, a[:, None])[:, 0]
+    return (*tax, float(d.mean()))
+
+
+# ----------------------------------------------------------------------------- cancellation ledger
+
+# The parts of the ledger (see the docstring), in the order the summary lists them; the
+# words are what the summary prints for each.
+LEDGER_PARTS = {
+    "credit": "credit the rewards give (intended)",
+    "weights": "unequal weights from the objective itself",
+    "ratios": "ratios and clips of reused data",
+    "split": "copies applied in different optimizer steps",
+    "uncentred": "an advantage estimator not centred in its group",
+}
+
+
+def ledger_sums(steps, adv, tokens, mask, group):
+    """The cancellation ledger of one rollout batch, as sums over its shared-token sets.
+
+    ``steps``: one (rows, coef, coef_on) per optimizer step, in order: the rows of the
+    batch it used, every copy's coefficient c [rows, T] and the on-policy one c° (loss.py's
+    ``coefficients`` of the same loss with every ratio 1). Returns {"mass": sum over sets
+    of sum_k sum_i |c_i^(k)|, "cancelled": what cancelled inside steps, and one sum of
+    magnitudes per part of LEDGER_PARTS}. Sets with one copy are left out: nothing there
+    can cancel."""
+    ids = loss.history_token_sets(tokens.cpu(), mask.cpu(), group.cpu())
+    n_sets = int(ids.max()) + 1 if bool((ids >= 0).any()) else 0
+    zero = {"mass": 0.0, "cancelled": 0.0, **{p: 0.0 for p in LEDGER_PARTS}}
+    if n_sets == 0:
+        return zero
+
+    def per_set(where, v):  # sum of v over the copies of each set
+        return torch.zeros(n_sets, dtype=torch.float64).index_add_(0, where, v)
+
+    on = ids >= 0
+    total, total_on = torch.zeros(ids.shape, dtype=torch.float64), torch.zeros(ids.shape,
+                                                                               dtype=torch.float64)
+    moved, mass = torch.zeros(n_sets, dtype=torch.float64), torch.zeros(n_sets,
+                                                                       dtype=torch.float64)
+    for rows, coef, coef_on in steps:
+        rows = rows.cpu()
+        sub, c = ids[rows], coef.detach().cpu().double()
+        here = sub >= 0
+        net = per_set(sub[here], c[here])  # one gradient per set and step: only the net moves
+        moved += net.abs()
+        mass += per_set(sub[here], c[here].abs())
+        total.index_add_(0, rows, c)  # a row may come back in a later epoch
+        total_on.index_add_(0, rows, coef_on.detach().cpu().double())
+    where = ids[on]
+    a = adv.detach().cpu().double()[:, None].expand(ids.shape)
+    a_g = (advantage.group_sum(adv.detach().cpu().double(), group.cpu())
+           / advantage.group_sum(torch.ones(len(adv), dtype=torch.float64), group.cpu()))
+    a_g = a_g[:, None].expand(ids.shape)
+    copies, sum_a, abs_a = per_set(where, torch.ones_like(a[on])), per_set(where, a[on]), \
+        per_set(where, a[on].abs())
+    C, C_on = per_set(where, total[on]), per_set(where, total_on[on])
+
+    def mean_weight(c):  # wbar = sum_S sign(Â_i) c_i / sum_S |Â_i| (0 where every Â is 0)
+        s = per_set(where, torch.sign(a[on]) * c[on])
+        return torch.where(abs_a > 0, s / abs_a.clamp(min=1e-300), torch.zeros_like(s))
+    wbar, wbar_on = mean_weight(total), mean_weight(total_on)
+    weights = C_on - wbar_on * sum_a
+    parts = {
+        "credit": wbar * per_set(where, (a - a_g)[on]),
+        "uncentred": wbar * per_set(where, a_g[on]),
+        "weights": weights,
+        "ratios": (C - wbar * sum_a) - weights,
+        "split": moved - C.abs(),
+    }
+    shared = copies >= 2
+    out = {"mass": float(mass[shared].sum()), "cancelled": float((mass - moved)[shared].sum())}
+    out.update({p: float(parts[p][shared].abs().sum()) for p in LEDGER_PARTS})
+    return out
+
+
+def ledger_shares(sums):
+    """Each part of ``ledger_sums`` (or of their sum over steps) as a share of the mass."""
+    m = sums["mass"]
+    return {k: (v / m if m > 0 else 0.0) for k, v in sums.items() if k != "mass"}
+
+
+LEDGER_ZERO = 1e-6  # a share below this is float error (equal weights give ~1e-16)
+
+
+def ledger_verdict(shares, cfg):
+    """(the part that dominated what did not cancel, or None, and one sentence naming it
+    and the flag that removes it). Never recommends what the run already uses."""
+    defects = {p: shares[p] for p in LEDGER_PARTS if p != "credit"}
+    worst = max(defects, key=defects.get)
+    if defects[worst] <= LEDGER_ZERO:
+        return None, ("every shared token's copies cancelled inside each optimizer step (up to "
+                      "float error): what the rewards did not ask for cannot come from the "
+                      "shared tokens' own coefficients")
+    return worst, f"most of what did not cancel came from {LEDGER_PARTS[worst]}: " \
+        + ledger_remedy(worst, cfg)
+
+
+def ledger_remedy(part, cfg):
+    """The flag that removes ``part`` of the ledger, other than what cfg already uses."""
+    obj = loss.OBJECTIVES[cfg.loss]
+    if part == "weights":
+        if "on-policy" in obj.cancels and getattr(cfg, "agg", "auto") != "auto":
+            return ("the aggregation chosen with --agg weighs the copies unequally; try --agg=auto "
+                    "(the objective's own aggregation, equal weights)")
+        other = next(n for n in ("dr_grpo", "dapo", "cispo") if n != cfg.loss)
+        return f"try an objective with equal weights, e.g. --loss={other}"
+    if part == "ratios":
+        # every step after a batch's first is off-policy: fewer epochs and mini-batches
+        fewer = " ".join(f"--{k}=1" for k in ("epochs", "minibatches") if getattr(cfg, k) > 1)
+        transform = next((n for n, o in loss.OBJECTIVES.items() if o.group_transform), None)
+        if obj.group_transform is None and transform:
+            return (f"try a DFPO transform (--loss={transform}, one weight per group)"
+                    + (f", or no reuse ({fewer})" if fewer else ""))
+        return f"try no reuse ({fewer})" if fewer else "no data were reused, yet ratios differed"
+    if part == "split":
+        other = next(b for b in batching.WHOLE_GROUPS if b != cfg.batching)
+        return f"try a scheduler that keeps groups whole (--batching={other})"
+    centred = next(n for n, e in advantage.ESTIMATORS.items() if e.centred and n != cfg.adv)
+    return f"try a centred estimator (--adv={centred})"
 
 
 def answer_logprobs(model, task, problems):

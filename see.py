@@ -122,7 +122,9 @@ def draw(plt, batch, k, task, panels, cfg):
     fig, axes = plt.subplots(
         len(panels),
         1,
-        figsize=(0.3 * T + 2.2, (0.34 * len(rows) + 0.55) * len(panels) + 1.4),
+        # about 0.24 inch per token at 100 dpi: near 800 px wide for a chain completion, so
+        # that 11-point text stays 10 points or more when the figure is shown 800 px wide
+        figsize=(0.24 * T + 1.6, (0.3 * len(rows) + 0.6) * len(panels) + 1.5),
         squeeze=False,
     )
     cmap, norm = plt.get_cmap("RdBu"), plt.Normalize(-scale, scale)
@@ -144,7 +146,10 @@ def draw(plt, batch, k, task, panels, cfg):
                         ls="--" if shared and not style else "-",
                     )
                 )
-                ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=9, family="monospace")
+                # white text on the darkest cells, so that every character stays legible
+                dark = abs(float(norm(float(delta[i, x]))) - 0.5) > 0.32
+                ax.text(x + 0.46, -y, ch, ha="center", va="center", fontsize=11,
+                        family="monospace", color="white" if dark else "black")
             a = float(adv[i])
             ax.text(
                 -0.4,
@@ -152,28 +157,29 @@ def draw(plt, batch, k, task, panels, cfg):
                 f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
                 ha="right",
                 va="center",
-                fontsize=9,
+                fontsize=11,
             )
-        ax.set_xlim(-4.5, T + 0.5)
+        ax.set_xlim(-3.2, T + 0.2)
         ax.set_ylim(-len(rows) + 0.3, 0.8)
         ax.axis("off")
         ax.set_title(f"{name}: largest |Δ| {float(delta[rows].abs().max()):.2g} nats, "
-                     f"exch_residual {res:.3f}", fontsize=10, loc="left")
+                     f"exch_residual {res:.3f}", fontsize=12, loc="left")
     fig.suptitle(
         f"Δ log π of every token after one update ({cfg.optimizer}, lr {cfg.lr:g}),\n"
         f"batch of {cfg.prompts} groups × {cfg.group_size}; the group of prompt {task.prompt(p)}",
-        fontsize=11,
+        fontsize=12,
     )
     sm = plt.cm.ScalarMappable(cmap=cmap, norm=norm)
     bar = fig.colorbar(
         sm, ax=list(axes[:, 0]), orientation="horizontal", fraction=0.04, pad=0.03, aspect=40
     )
     bar.set_label(
-        "Δ log π(token) after the update (nats; one scale for every panel): blue boosted, red "
-        "suppressed\nthick outline: style token (reward-irrelevant); dashed: the same token after "
-        "the same history in a positive and a negative rollout",
-        fontsize=9,
+        "Δ log π(token) after the update (nats; one scale for every panel):\nblue boosted, red "
+        "suppressed. Thick outline: style token (reward-irrelevant);\ndashed: the same token "
+        "after the same history in a positive and a negative rollout",
+        fontsize=11,
     )
+    bar.ax.tick_params(labelsize=11)
     return fig
 
 

@@ -28,7 +28,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from tqdm import tqdm
@@ -170,16 +170,25 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
 
 def step_metrics(acc, coef, batch, adv, mb):
     """The step's logged numbers: the stats summed over parts and ranks (row-weighted
-    means, the loss a sum), and the residuals of every coefficient of the step."""
+    means, the loss a sum), and the residuals of every coefficient of the step (``coef``,
+    already summed over ranks)."""
     keys = sorted(acc)  # the same order on every rank, for one all-reduce
     total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
     out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
-    coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
     group, mask = batch["group"][mb], batch["mask"][mb]
     # how far the copies of a shared token were from cancelling in this step (loss.py)
     out["first_token_residual"] = loss.first_token_residual(coef, group)
     out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask, group)
     return out
+
+
+def on_policy_coefficients(inputs, settings):
+    """c° = -d loss / d log pi of the same loss at log pi = log pi_old: every ratio 1."""
+    at_old = inputs.old_logprobs.detach().clone().requires_grad_()
+    entropy = None if inputs.entropy is None else inputs.entropy.detach()
+    value, _ = loss.policy_loss(replace(inputs, new_logprobs=at_old, entropy=entropy,
+                                        weights=None), settings)
+    return loss.coefficients(value, at_old).detach().float()
 
 
 def optimizer_step(model, opt, batch, adv, mb, cfg):
@@ -204,6 +213,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     # gradients accumulate over the parts: one optimizer step, one zero_grad
     opt.zero_grad(set_to_none=True)
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
+    coef_on = torch.zeros_like(coef)
     for p, sync in parts:  # DDP all-reduces the gradients on the last part's backward only
         rows = mb[p]
         with sync:
@@ -213,25 +223,32 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                 else None
             # the tokens whose policy term keeps its gradient (None: every token)
             keep = loss_engines.token_keep(new_logp, old[rows], mask[rows], adv[rows], entropy, cfg)
-            value, stats = loss.policy_loss(loss.LossBatch(
+            inputs = loss.LossBatch(
                 new_logp, old[rows], mask[rows], adv[rows], group[rows],
                 counts=counts if glob else counts_of(rows),
                 weights=None if weights is None else weights[p],
                 ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
-                entropy=entropy, keep=keep), settings)
+                entropy=entropy, keep=keep)
+            value, stats = loss.policy_loss(inputs, settings)
             if not torch.isfinite(value):  # stop before a NaN reaches the weights
                 raise FloatingPointError("loss is not finite")
             # this part's share of the step's loss
-            term = value if glob else value / (len(parts) * parts.world)
+            n_parts = 1 if glob else len(parts) * parts.world
+            term = value if glob else value / n_parts
             # c_{i,t} = -d loss / d log pi: what each copy of a token receives
             coef[p] = loss.coefficients(term, new_logp).detach().float()
+            # and what it would receive on-policy (every ratio 1: no clip binds), which
+            # separates the objective's own weights from what reuse adds (the ledger)
+            coef_on[p] = on_policy_coefficients(inputs, settings) / n_parts
             parts.backward(term)
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    return step_metrics(acc, coef, batch, adv, mb)
+    # every coefficient of the step, on every rank
+    coef, coef_on = dist_utils.all_reduce_sum(coef), dist_utils.all_reduce_sum(coef_on)
+    return step_metrics(acc, coef, batch, adv, mb), (mb, coef, coef_on)
 
 
 def rl_update(model, opt, batch, cfg, gen):
@@ -243,7 +260,7 @@ def rl_update(model, opt, batch, cfg, gen):
     # every epoch: the data are reused, the credit is not recomputed
     adv = advantage.advantages(rewards, group, cfg.adv, lengths=lens,
                                baseline=batch.get("baseline"))
-    logs = []
+    logs, steps = [], []
     for _ in range(cfg.epochs):
         # 4. the scheduler decides which rollouts meet in one step, and so whether the
         # copies of a shared token are applied together (batching.py); a new cut each
@@ -252,9 +269,13 @@ def rl_update(model, opt, batch, cfg, gen):
         mbs = dist_utils.broadcast_cut(batching.make_minibatches(
             cfg.batching, group, adv, lens, cfg.minibatches, gen) if cut else None)
         for mb in mbs:  # one optimizer step per mini-batch; off-policy after the first
-            logs.append(optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg))
+            metrics, coefficients = optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg)
+            logs.append(metrics)
+            steps.append(coefficients)
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    # where the shared tokens' coefficients went, over every step of the batch
+    out["ledger"] = diagnostics.ledger_sums(steps, adv, batch["tokens"], mask, group)
     # how the last epoch's cut split the groups and the signs (logged every step)
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
     out["steps"] = logs  # per optimizer step, in order
@@ -292,20 +313,26 @@ def rl_step(run, opt, ref_model):
             ).float()
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
     mixed = 1.0 - advantage.zero_variance_fraction(batch["rewards"], batch["group"])
-    diag = cfg.diagnostics and run.master
     # the learning tax is a KL at the histories a group shares: take them before the update
-    before = diagnostics.tax_before(run.raw, batch) if diag else None
+    before = diagnostics.tax_before(run.raw, batch) if run.master else None
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
     stats = rl_update(run.model, opt, batch, cfg, state.gen)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
-    if diag:
-        stats["tax"], stats["tax_interior"] = diagnostics.learning_tax(run.raw, batch, before)
-        sums["tax_sum"] += stats["tax"]
-        sums["tax_interior_sum"] += stats["tax_interior"]
-        stats["tax_sum"], stats["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
+    ledger = stats.pop("ledger")
     rec = {"phase": "rl", "step": step, "reward": float(batch["rewards"].mean()), "mixed": mixed,
            **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-           **stats["mb_stats"]}
+           **stats["mb_stats"], "ledger_mass": ledger["mass"],
+           **{f"ledger_{k}": v for k, v in diagnostics.ledger_shares(ledger).items()}}
+    for k, v in ledger.items():  # the run's ledger: sums, so that its shares weigh by mass
+        sums[f"ledger_{k}"] += v
+    sums["ledger_steps"] += 1
+    if run.master:  # what the update did at the histories the group shares
+        rec["tax"], rec["tax_interior"], rec["shared_dlogp"] = \
+            diagnostics.learning_tax_and_shift(run.raw, batch, before)
+        sums["tax_sum"] += rec["tax"]
+        sums["tax_interior_sum"] += rec["tax_interior"]
+        sums["shared_dlogp_sum"] += rec["shared_dlogp"]
+        rec["tax_sum"], rec["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         sums["mixed_start_sum"] += rec["mixed"]
         sums["mixed_at_start"] = sums["mixed_start_sum"] / step
@@ -393,6 +420,12 @@ def summarise(run):
         "seconds": round(time.time() - run.t0, 1),
         **({"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {}),
     }
+    if s["ledger_steps"]:  # the run's ledger (the steps since a resume, for an older run)
+        n = int(s["ledger_steps"])
+        led = {k: s[f"ledger_{k}"] for k in ("mass", "cancelled", *diagnostics.LEDGER_PARTS)}
+        summary.update(ledger_steps=n, ledger_mass=led["mass"],
+                       shared_dlogp_mean=s["shared_dlogp_sum"] / n,
+                       **{f"ledger_{k}": v for k, v in diagnostics.ledger_shares(led).items()})
     run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     run.out.close()
     print(summary_line(summary, cfg))

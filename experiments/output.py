@@ -6,13 +6,17 @@
 * ``errbars`` cuts error bars at the bounds a quantity cannot pass, and
   ``ci_note`` says so in the caption; ``caption`` puts the caption under the
   figure;
-* ``report`` and ``table``: what an experiment prints.
+* ``report`` and ``table``: what an experiment prints;
+* ``provenance``: the commit, torch version and CPU that produced a result; ``save``
+  writes it into every JSON that does not carry one yet.
 The statistics behind the bars are stats.py's; common.py imports all of these.
 """
 
 import json
 import math
 import os
+import platform
+import subprocess
 
 from plumbing.errors import fail
 from stats import print_contrasts
@@ -83,8 +87,40 @@ def draw(name, out, plot):
     plt.close(fig)
 
 
+def provenance():
+    """What produced a result: the commit (with "+changes" when the tree differs from it),
+    torch's version and threads, the CPU's model name and its widest vector instructions."""
+    import torch
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True,
+                                  timeout=10).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    commit = git("rev-parse", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--untracked-files=no"):
+        commit += "+changes"
+    cpu, flags = platform.processor() or platform.machine(), set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and cpu in ("", platform.machine()):
+                cpu = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    widest = next((f for f in ("avx512f", "avx2", "avx", "neon", "asimd") if f in flags), "")
+    return {"commit": commit, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "cpu": cpu + (f" ({widest})" if widest else ""), "cores": os.cpu_count()}
+
+
 def save(name, data, out, plot=None):
-    """Write <out>/<name>.json and, with matplotlib, <out>/<name>.png via plot(plt)."""
+    """Write <out>/<name>.json (with its ``provenance``) and, with matplotlib,
+    <out>/<name>.png via plot(plt)."""
+    if isinstance(data, dict) and "provenance" not in data:
+        data = dict(data, provenance=provenance())
     with open(os.path.join(out, f"{name}.json"), "w") as f:
         json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
     if plot is not None:

@@ -255,7 +255,8 @@ def validate_state(s, model_cfg=None):
             except (TypeError, ValueError):
                 raise ValueError(f"{where}[{k!r}] is not a random.Random state") from None
     sums = _need(s, "sums", dict, "resume")
-    if set(sums) != set(new_sums()):
+    # a run saved before the ledger existed resumes with its ledger counted from there on
+    if not set(new_sums()) - LEDGER_SUMS <= set(sums) <= set(new_sums()):
         raise ValueError(f"resume sums has keys {sorted(sums)}, expected {sorted(new_sums())}")
     for k, v in sums.items():
         ok = (dict, type(None)) if k == "diag_ref" else (float, int, type(None))
@@ -314,14 +315,21 @@ def load_checkpoint(path, device="cpu"):
 
 # ----------------------------------------------------------------------------- resume state
 
+# the cancellation ledger's running sums (diagnostics.py): its mass and parts, the summed
+# shared_dlogp and the number of RL steps they cover
+LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "ledger_weights",
+                         "ledger_ratios", "ledger_split", "ledger_uncentred", "shared_dlogp_sum",
+                         "ledger_steps"})
+
+
 def new_sums():
     """The running sums of a run: the last evaluation, the warm start's accuracy, the
     mixed fraction at the start of RL (and its running sum), the learning tax so far, the summed
     exch_residual (the summary's mean), the warm start's diagnostics (the
-    reference of drift)."""
+    reference of drift), and the cancellation ledger's sums (LEDGER_SUMS)."""
     return {"acc0": None, "acc": None, "mixed_at_start": None, "mixed_start_sum": 0.0,
             "tax_sum": 0.0, "tax_interior_sum": 0.0,
-            "exch_sum": 0.0, "diag_ref": None}
+            "exch_sum": 0.0, "diag_ref": None, **{k: 0.0 for k in sorted(LEDGER_SUMS)}}
 
 
 @dataclass
@@ -363,7 +371,7 @@ class RunState:
         random.setstate(_tuples(st["python_random"]))
         self.draw.rng.setstate(_tuples(st["problems"]))
         self.sol_rng.setstate(_tuples(st["solutions"]))
-        self.sums = dict(s["sums"])
+        self.sums = dict(new_sums(), **s["sums"])
 
 
 def _tuples(x):

@@ -128,7 +128,7 @@ class Config:
         "before the advantages (same rewards, none earned by its own rollout)",
     )
     diagnostics: bool = _f(
-        False, "also log learning tax, answer drift, entropy and pass@k (diagnostics.py)"
+        False, "also log answer drift, entropy and pass@k at evaluations (diagnostics.py)"
     )
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 

@@ -4,17 +4,17 @@ What it teaches: the few numbers a student should watch. A progress bar on a
 terminal (none in a redirected log, where its redraws would flood the file),
 one line per evaluation, a hint when too few groups are mixed for RL to learn
 (a group whose rollouts are all right or all wrong has Â_i = 0 for every i),
-and a summary that says how far the run was from cancelling:
-
-    exch_residual = mean over (history, token) sets S of |sum_S c_i - wbar sum_S Â_i| / sum_S |c_i|
-
-(loss.exch_residual), averaged over the RL steps: 0 up to float error when every
-copy of a shared token got the same weight, > 0 under grpo's 1/L_i.
+and a summary that closes with the run's cancellation ledger (diagnostics.py,
+THEORY.md section 2.5): of the coefficients the shared tokens received, how
+much cancelled inside the optimizer steps, what did not and why, the flag that
+removes the largest cause, and how the shared tokens' log-probabilities moved.
 """
 
 import sys
 
 from tqdm import tqdm
+
+import diagnostics
 
 
 def progress(steps, desc, master=True, total=None):
@@ -27,7 +27,10 @@ MIXED_HINT_BELOW, MIXED_START_STEPS = (
     0.2,
     10,
 )  # the hint's threshold; the summary's mean over first steps
-EXCH_ZERO = 1e-6  # exch_residual below this is float error (it is ~1e-16 for equal weights)
+
+
+MIXED_HINT_FLAGS = ("strengthen the warm start (more --sft_steps, a --sft_flawed near 0.7) "
+                    "or sample more per prompt (--group_size=16, --temperature=1.2)")
 
 
 def weak_start_hint(mixed, cfg):
@@ -39,8 +42,7 @@ def weak_start_hint(mixed, cfg):
         else (
             f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few carry "
             "a learning signal; "
-            f"strengthen the warm start (more --sft_steps, a --sft_flawed near 0.7) "
-            f"or sample more per prompt (--group_size=16, --temperature=1.2)"
+            + MIXED_HINT_FLAGS
         )
     )
 
@@ -59,14 +61,30 @@ def summary_line(summary, cfg):
     )
     line = (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
             f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
-    exch = summary.get("exch_residual_mean")
-    if exch is None:
+    if "ledger_steps" not in summary:
         return line
-    verdict = (
-        f"copies of a shared token got unequal weights under --loss={cfg.loss}; try --loss=dr_grpo "
-        "(equal weights)"
-        if exch > EXCH_ZERO
-        else "every copy of a shared token got the same weight "
-        "(0 up to float error); try --loss=grpo (1/L_i weights)"
-    )
-    return line + f"\nexch_residual, mean over the RL steps: {exch:.1e}: {verdict}"
+    return line + "\n" + "\n".join(ledger_lines(summary, cfg))
+
+
+def percent(share):
+    """A ledger share for print: 0 up to float error (diagnostics.LEDGER_ZERO), else 2 digits."""
+    return "0 %" if share <= diagnostics.LEDGER_ZERO else f"{100 * share:.2g} %"
+
+
+def ledger_lines(summary, cfg):
+    """The run's cancellation ledger in a few true sentences (diagnostics.ledger_verdict)."""
+    n, shares = summary["ledger_steps"], {k: summary[f"ledger_{k}"]
+                                          for k in ("cancelled", *diagnostics.LEDGER_PARTS)}
+    over = "the RL steps" if n == cfg.rl_steps else f"the last {n} RL steps (since the resume)"
+    if summary["ledger_mass"] == 0:
+        return [f"cancellation ledger over {over}: the shared tokens received no coefficient "
+                "(no group was mixed): nothing to cancel. " + MIXED_HINT_FLAGS]
+    parts = ", ".join(f"{diagnostics.LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
+                      for p in diagnostics.LEDGER_PARTS)
+    _, verdict = diagnostics.ledger_verdict(shares, cfg)
+    return [f"cancellation ledger over {over}: of the coefficients on tokens that several "
+            f"rollouts of a group share after the same history, {percent(shares['cancelled'])} "
+            f"cancelled inside the optimizer steps; not cancelled: {parts}",
+            f"{verdict}",
+            f"shared tokens before a mixed group diverges: log-prob change "
+            f"{summary['shared_dlogp_mean']:+.1e} nats per RL step on average"]
