@@ -34,7 +34,11 @@
   linear layers alone (the same shapes: the prompt once per group, then
   32 - 1 decode steps of 128 rows): no fp32 sampler that does this arithmetic
   can be faster, so ``hf_over_floor`` = HF seconds / floor is the largest
-  speedup over ``generate`` any such sampler could reach. Skipped with a note
+  speedup over ``generate`` any such sampler could reach; ``ours_over_floor``
+  is our time over it. ``attention_s`` times our sampler's decode attention
+  alone (one query per row over the keys cached so far, the same shapes and
+  kernel): ``floor_and_attention_over_floor`` is the least ``ours_over_floor``
+  a sampler with a per-row KV cache can reach. Skipped with a note
   when transformers is not installed (it is not a dependency:
   ``pip install transformers``).
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
@@ -254,23 +258,43 @@ def bench_hf(model, P, device, size):
             for m, x in zip(lin, xd):
                 torch.nn.functional.linear(x, m.weight, m.bias)
 
-    ours(), theirs(), floor()  # warm-up
-    a, b, c = [], [], []
-    for _ in range(P["repeats"]):  # interleaved: all three see the same machine state
+    cfg = model.cfg
+    Lp, N, H = ids.shape[1], len(prompts) * G, cfg.n_head
+    kv = [torch.randn(2, N, H, Lp + T, cfg.n_embd // H, device=device) for _ in range(cfg.n_layer)]
+    q = torch.randn(N, H, 1, cfg.n_embd // H, device=device)
+    keys_ok = torch.ones(N, 1, 1, Lp + T, dtype=torch.bool, device=device)
+
+    @torch.no_grad()
+    # our sampler's attention alone: each decode step, each layer, one query per row over the
+    # keys cached so far (the same shapes and the same fused kernel)
+    def attention():
+        for t in range(T - 1):
+            for k, v in kv:
+                torch.nn.functional.scaled_dot_product_attention(
+                    q, k[:, :, :Lp + t + 1], v[:, :, :Lp + t + 1],
+                    attn_mask=keys_ok[..., :Lp + t + 1])
+
+    ours(), theirs(), floor(), attention()  # warm-up
+    a, b, c, d = [], [], [], []
+    for _ in range(P["repeats"]):  # interleaved: all four see the same machine state
         a.append(timed(ours, device)[0])
         b.append(timed(theirs, device)[0])
         c.append(timed(floor, device)[0])
+        d.append(timed(attention, device)[0])
     out = theirs()
     assert out.shape == (P["prompts"] * G, ids.shape[1] + T), "generate stopped early"
-    ka, kb, kc = statistics.median(a), statistics.median(b), statistics.median(c)
+    ka, kb, kc, kd = (statistics.median(x) for x in (a, b, c, d))
     return {
         "name": "hf_generate",
         "ours_s": ka,
         "hf_s": kb,
         "speedup": kb / ka,
         "matmul_floor_s": kc,
+        "ours_over_floor": ka / kc,
         "floor_share_of_ours": kc / ka,
         "hf_over_floor": kb / kc,
+        "attention_s": kd,
+        "floor_and_attention_over_floor": (kc + kd) / kc,
         "rollouts": P["prompts"] * G,
         "new_tokens": T,
     }

@@ -37,7 +37,8 @@ steps would give on-policy (every ratio 1, so no clip binds):
       ratios    = (C - wbar sum_S Â_i) - weights   what reuse adds (ratios, clips)
 
 ``split`` is what did not cancel because the copies were applied in different
-optimizer steps (a group split by the scheduler). ``weights`` and ``ratios``
+optimizer steps (a group split by the scheduler, or nets of opposite sign in
+different epochs). ``weights`` and ``ratios``
 together are what exch_residual measures inside one step. Each part is logged
 as ``ledger_<part>``: the sum over sets of its magnitude over the sum over
 sets of sum_k sum_i |c_i^(k)| (the shared tokens' coefficient mass), and
@@ -134,7 +135,7 @@ def tax_before(model, batch):
 
 
 def mixed_rows(rewards, group):
-    """bool [N]: the rows of groups whose rewards are not all equal (Â not all 0)."""
+    """bool [N]: the rows of mixed groups, whose rewards are not all equal."""
     g, r = advantage.compact(group), rewards.float()
     n = int(g.max()) + 1
     lo = torch.full((n,), float("inf"), device=r.device).scatter_reduce_(0, g, r, "amin")
@@ -247,44 +248,75 @@ def ledger_shares(sums):
     return {k: (v / m if m > 0 else 0.0) for k, v in sums.items() if k != "mass"}
 
 
-LEDGER_ZERO = 1e-6  # a share below this is float error (equal weights give ~1e-16)
+LEDGER_ZERO = 1e-6  # a share at most this is float error (float32 coefficients: ~1e-8 here)
 
 
-def ledger_verdict(shares, cfg):
-    """(the part that dominated what did not cancel, or None, and one sentence naming it
-    and the flag that removes it). Never recommends what the run already uses."""
+def ledger_verdict(shares):
+    """(the largest part other than credit, or None, and one sentence). None when what did
+    not cancel, 1 - cancelled, exceeds credit by no more than float error: then the parts
+    other than credit are absent or offset each other."""
     defects = {p: shares[p] for p in LEDGER_PARTS if p != "credit"}
     worst = max(defects, key=defects.get)
-    if defects[worst] <= LEDGER_ZERO:
-        return None, ("every shared token's copies cancelled inside each optimizer step (up to "
-                      "float error): what the rewards did not ask for cannot come from the "
-                      "shared tokens' own coefficients")
-    return worst, f"most of what did not cancel came from {LEDGER_PARTS[worst]}: " \
-        + ledger_remedy(worst, cfg)
+    beyond_credit = 1.0 - shares["cancelled"] - shares["credit"]
+    if defects[worst] <= LEDGER_ZERO or beyond_credit <= LEDGER_ZERO:
+        return None, ("beyond the credit the rewards give, nothing was left uncancelled (up to "
+                      "float error): whatever else moved the shared tokens came through other "
+                      "tokens' gradients")
+    pct = lambda x: f"{100 * x:.3g} %"
+    return worst, (f"the largest cause other than credit: {LEDGER_PARTS[worst]} "
+                   f"({pct(defects[worst])} of the mass, against {pct(shares['credit'])} "
+                   f"for credit)")
 
 
-def ledger_remedy(part, cfg):
-    """The flag that removes ``part`` of the ledger, other than what cfg already uses."""
-    obj = loss.OBJECTIVES[cfg.loss]
+def ledger_remedies(part, cfg):
+    """Candidate changes that remove ``part`` of the ledger, best first, as (flags, words);
+    none is what cfg already uses. The caller keeps the first its flag checks accept."""
+    obj, out = loss.OBJECTIVES[cfg.loss], []
+    whole = batching.keeps_groups_whole(cfg.batching) or cfg.minibatches == 1
+    fewer = {k: 1 for k in ("epochs", "minibatches") if getattr(cfg, k) > 1}
     if part == "weights":
-        if "on-policy" in obj.cancels and getattr(cfg, "agg", "auto") != "auto":
-            return ("the aggregation chosen with --agg weighs the copies unequally; try --agg=auto "
-                    "(the objective's own aggregation, equal weights)")
-        other = next(n for n in ("dr_grpo", "dapo", "cispo") if n != cfg.loss)
-        return f"try an objective with equal weights, e.g. --loss={other}"
-    if part == "ratios":
-        # every step after a batch's first is off-policy: fewer epochs and mini-batches
-        fewer = " ".join(f"--{k}=1" for k in ("epochs", "minibatches") if getattr(cfg, k) > 1)
-        transform = next((n for n, o in loss.OBJECTIVES.items() if o.group_transform), None)
-        if obj.group_transform is None and transform:
-            return (f"try a DFPO transform (--loss={transform}, one weight per group)"
-                    + (f", or no reuse ({fewer})" if fewer else ""))
-        return f"try no reuse ({fewer})" if fewer else "no data were reused, yet ratios differed"
-    if part == "split":
-        other = next(b for b in batching.WHOLE_GROUPS if b != cfg.batching)
-        return f"try a scheduler that keeps groups whole (--batching={other})"
-    centred = next(n for n, e in advantage.ESTIMATORS.items() if e.centred and n != cfg.adv)
-    return f"try a centred estimator (--adv={centred})"
+        if "on-policy" in obj.cancels and cfg.agg != "auto":
+            out.append(({"agg": "auto"}, "the objective's own aggregation, equal weights"))
+        if "on-policy" in obj.cancels and cfg.beta > 0:
+            out.append(({"beta": 0.0}, "no KL penalty: it pushes every copy the same way"))
+        for name in ("dr_grpo", "dapo", "cispo"):
+            if name != cfg.loss:
+                out.append(({"loss": name, "agg": "auto"}, "an objective with equal weights"))
+    elif part == "ratios":
+        transform = next(n for n, o in loss.OBJECTIVES.items() if o.group_transform)
+        if obj.group_transform is None:  # one weight per group, if each step holds whole groups
+            flags = {"loss": transform} if whole else {"loss": transform, "batching": "query"}
+            out.append((flags, "a DFPO transform: one weight per group"))
+        if fewer:
+            out.append((fewer, "no reuse: every step on-policy"))
+    elif part == "split":
+        if whole and cfg.epochs > 1:  # groups stay whole: the epochs' nets differ in sign
+            out.append(({"epochs": 1}, "one epoch: each copy is applied in one step"))
+        for name in batching.WHOLE_GROUPS:
+            if name != cfg.batching and not whole:
+                out.append(({"batching": name}, "a scheduler that keeps groups whole"))
+        if cfg.minibatches > 1:
+            out.append(({"minibatches": 1}, "one step per epoch"))
+    else:
+        for name, e in advantage.ESTIMATORS.items():
+            if e.centred and name != cfg.adv:
+                out.append(({"adv": name}, "a centred estimator"))
+    return [(f, w) for f, w in out if any(getattr(cfg, k) != v for k, v in f.items())]
+
+
+# switches whose effect on the shared tokens the five parts do not isolate (THEORY.md 2.5)
+LEDGER_BLIND = {
+    "beta": "the KL penalty gives every copy the same push, booked as 'weights'",
+    "entropy_coef": "the entropy bonus acts through the whole distribution, not through c",
+    "top_entropy_quantile": "the entropy selection can take some copies of a token, not others",
+}
+
+
+def ledger_caveats(cfg):
+    """One clause per switch of LEDGER_BLIND the run has on ('' if none)."""
+    on = [w for k, w in LEDGER_BLIND.items()
+          if getattr(cfg, k) != (1.0 if k == "top_entropy_quantile" else 0.0)]
+    return "; ".join(on)
 
 
 def answer_logprobs(model, task, problems):

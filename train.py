@@ -182,12 +182,15 @@ def step_metrics(acc, coef, batch, adv, mb):
     return out
 
 
-def on_policy_coefficients(inputs, settings):
-    """c° = -d loss / d log pi of the same loss at log pi = log pi_old: every ratio 1."""
+def on_policy_coefficients(inputs, settings, cfg):
+    """c° = -d loss / d log pi of the same loss at log pi = log pi_old: every ratio 1, so no
+    clip binds and an off-policy mask keeps every token."""
     at_old = inputs.old_logprobs.detach().clone().requires_grad_()
     entropy = None if inputs.entropy is None else inputs.entropy.detach()
+    keep = loss_engines.token_keep(at_old, inputs.old_logprobs, inputs.mask, inputs.adv,
+                                   entropy, cfg)
     value, _ = loss.policy_loss(replace(inputs, new_logprobs=at_old, entropy=entropy,
-                                        weights=None), settings)
+                                        weights=None, keep=keep), settings)
     return loss.coefficients(value, at_old).detach().float()
 
 
@@ -239,7 +242,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
             coef[p] = loss.coefficients(term, new_logp).detach().float()
             # and what it would receive on-policy (every ratio 1: no clip binds), which
             # separates the objective's own weights from what reuse adds (the ledger)
-            coef_on[p] = on_policy_coefficients(inputs, settings) / n_parts
+            coef_on[p] = on_policy_coefficients(inputs, settings, cfg) / n_parts
             parts.backward(term)
         for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
@@ -291,8 +294,10 @@ def evaluate_step(run, rec):
         d = diagnostics.eval_diagnostics(run.raw, run.task, run.held_out, cfg, sums["diag_ref"])
         d.pop("_ref")
         rec.update(d)
+    # this step's ledger: the share of the shared tokens' coefficients that cancelled
+    cancelled = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
     tqdm.write(f"rl step {rec['step']}: eval_acc {sums['acc']:.3f}  reward {rec['reward']:.3f}  "
-               f"mixed {rec['mixed']:.2f}  exch_residual {rec['exch_residual']:.1e}  "
+               f"mixed {rec['mixed']:.2f}  shared tokens cancelled {cancelled}  "
                f"[{time.time() - run.t0:.0f}s]")
 
 
@@ -326,6 +331,7 @@ def rl_step(run, opt, ref_model):
     for k, v in ledger.items():  # the run's ledger: sums, so that its shares weigh by mass
         sums[f"ledger_{k}"] += v
     sums["ledger_steps"] += 1
+    sums["ledger_mixed_steps"] += float(mixed > 0)
     if run.master:  # what the update did at the histories the group shares
         rec["tax"], rec["tax_interior"], rec["shared_dlogp"] = \
             diagnostics.learning_tax_and_shift(run.raw, batch, before)
@@ -424,6 +430,7 @@ def summarise(run):
         n = int(s["ledger_steps"])
         led = {k: s[f"ledger_{k}"] for k in ("mass", "cancelled", *diagnostics.LEDGER_PARTS)}
         summary.update(ledger_steps=n, ledger_mass=led["mass"],
+                       ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
                        **{f"ledger_{k}": v for k, v in diagnostics.ledger_shares(led).items()})
     run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})

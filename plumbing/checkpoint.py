@@ -316,10 +316,10 @@ def load_checkpoint(path, device="cpu"):
 # ----------------------------------------------------------------------------- resume state
 
 # the cancellation ledger's running sums (diagnostics.py): its mass and parts, the summed
-# shared_dlogp and the number of RL steps they cover
+# shared_dlogp, the number of RL steps they cover and of those with a mixed group
 LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "ledger_weights",
                          "ledger_ratios", "ledger_split", "ledger_uncentred", "shared_dlogp_sum",
-                         "ledger_steps"})
+                         "ledger_steps", "ledger_mixed_steps"})
 
 
 def new_sums():

@@ -11,10 +11,13 @@ removes the largest cause, and how the shared tokens' log-probabilities moved.
 """
 
 import sys
+from dataclasses import replace
 
 from tqdm import tqdm
 
 import diagnostics
+from plumbing.config import validate
+from plumbing.errors import CliError
 
 
 def progress(steps, desc, master=True, total=None):
@@ -67,24 +70,43 @@ def summary_line(summary, cfg):
 
 
 def percent(share):
-    """A ledger share for print: 0 up to float error (diagnostics.LEDGER_ZERO), else 2 digits."""
-    return "0 %" if share <= diagnostics.LEDGER_ZERO else f"{100 * share:.2g} %"
+    """A ledger share for print: 0 up to float error (diagnostics.LEDGER_ZERO), else 3 digits."""
+    return "0 %" if share <= diagnostics.LEDGER_ZERO else f"{100 * share:.3g} %"
+
+
+def remedy(part, cfg):
+    """The first of diagnostics.ledger_remedies that this run's flag checks accept, as words
+    with its flags; '' when none is accepted."""
+    for flags, words in diagnostics.ledger_remedies(part, cfg):
+        try:
+            validate(replace(cfg, **flags))
+        except CliError:
+            continue
+        return f"try {words} (" + " ".join(f"--{k}={v}" for k, v in flags.items()) + ")"
+    return ""
 
 
 def ledger_lines(summary, cfg):
-    """The run's cancellation ledger in a few true sentences (diagnostics.ledger_verdict)."""
+    """The run's cancellation ledger in a few true sentences (diagnostics.py, THEORY.md 2.5)."""
     n, shares = summary["ledger_steps"], {k: summary[f"ledger_{k}"]
                                           for k in ("cancelled", *diagnostics.LEDGER_PARTS)}
     over = "the RL steps" if n == cfg.rl_steps else f"the last {n} RL steps (since the resume)"
+    if not summary["ledger_mixed_steps"]:
+        return [f"cancellation ledger over {over}: no group was mixed, so no rollout carried an "
+                "advantage against another's: nothing to cancel. " + MIXED_HINT_FLAGS]
     if summary["ledger_mass"] == 0:
-        return [f"cancellation ledger over {over}: the shared tokens received no coefficient "
-                "(no group was mixed): nothing to cancel. " + MIXED_HINT_FLAGS]
+        return [f"cancellation ledger over {over}: the tokens that rollouts of a group share "
+                "after the same history received no coefficient at all: nothing to cancel"]
     parts = ", ".join(f"{diagnostics.LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
                       for p in diagnostics.LEDGER_PARTS)
-    _, verdict = diagnostics.ledger_verdict(shares, cfg)
+    part, verdict = diagnostics.ledger_verdict(shares)
+    fix = remedy(part, cfg) if part else ""
+    caveat = diagnostics.ledger_caveats(cfg)
     return [f"cancellation ledger over {over}: of the coefficients on tokens that several "
             f"rollouts of a group share after the same history, {percent(shares['cancelled'])} "
-            f"cancelled inside the optimizer steps; not cancelled: {parts}",
-            f"{verdict}",
+            f"cancelled inside the optimizer steps; the rest by cause (parts can offset each "
+            f"other): {parts}",
+            verdict + (f"; {fix}" if fix else "") + (f" (note: {caveat})" if caveat else ""),
             f"shared tokens before a mixed group diverges: log-prob change "
-            f"{summary['shared_dlogp_mean']:+.1e} nats per RL step on average"]
+            f"{summary['shared_dlogp_mean']:+.1e} nats per RL step on average (steps with no "
+            f"such token count as 0)"]

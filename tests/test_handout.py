@@ -199,14 +199,18 @@ def test_summary_line_never_prints_nan():
 def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
     base = {"warm_start_acc": 0.5, "final_acc": 0.9, "seconds": 3.0, "mixed_at_start": 0.6,
             "ledger_steps": 100, "ledger_mass": 2.0, "shared_dlogp_mean": -1e-4,
+            "ledger_mixed_steps": 90,
             "ledger_cancelled": 0.6, "ledger_credit": 0.3, "ledger_weights": 0.05,
             "ledger_ratios": 0.0, "ledger_split": 0.0, "ledger_uncentred": 0.0}
     lines = train.summary_line(base, Config(loss="grpo")).splitlines()
     assert "60 % cancelled" in lines[1] and "unequal weights from the objective itself 5 %" in lines[1]
-    assert "came from unequal weights" in lines[2] and "--loss=dr_grpo" in lines[2]
+    assert lines[2].startswith("the largest cause other than credit: unequal weights")
+    assert "--loss=dr_grpo" in lines[2]
     assert "-1.0e-04 nats" in lines[3]
     lines = train.summary_line(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo")).splitlines()
-    assert lines[2].startswith("every shared token's copies cancelled") and "--" not in lines[2]
+    assert lines[2].startswith("beyond the credit the rewards give, nothing") and "--" not in lines[2]
+    lines = train.summary_line(dict(base, ledger_mixed_steps=0), Config(loss="grpo")).splitlines()
+    assert "no group was mixed" in lines[1] and "--sft_steps" in lines[1]
     lines = train.summary_line(dict(base, ledger_steps=40), Config(loss="grpo")).splitlines()
     assert "the last 40 RL steps (since the resume)" in lines[1]
 
