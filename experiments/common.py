@@ -54,6 +54,7 @@ from output import (
     contrast_panel,
     draw,
     errbars,
+    provenance,
     replot,
     report,
     save,
@@ -171,6 +172,7 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
         sys.exit(0)
     if not opts["replot"]:
         os.makedirs(opts["out"], exist_ok=True)
+    provenance()  # the commit and machine this run starts from, recorded in its JSON
     return opts
 
 

@@ -89,7 +89,17 @@ def draw(name, out, plot):
 
 def provenance():
     """What produced a result: the commit (with "+changes" when the tree differs from it),
-    torch's version and threads, the CPU's model name and its widest vector instructions."""
+    torch's version and threads, the CPU's model name and its widest vector instructions.
+    Read once, when the experiment starts: a commit made while it runs is not its code."""
+    if not STARTED:
+        STARTED.update(_provenance())
+    return dict(STARTED)
+
+
+STARTED = {}
+
+
+def _provenance():
     import torch
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -95,3 +95,14 @@ def test_kept_steps_rules():
     assert o["steps"] == [0, 100, 200] and o["primary_step"] == 100
     with pytest.raises(CliError, match="not one of --steps"):
         common.kept_steps({"quick": False, "steps": [0, 50], "primary_step": 100}, [])
+
+
+def test_every_saved_result_names_the_commit_torch_and_cpu(tmp_path):
+    """A committed number can be traced to the code and the machine that produced it."""
+    import json
+    import output
+    output.save("probe", {"x": 1}, str(tmp_path))
+    prov = json.load(open(tmp_path / "probe.json"))["provenance"]
+    commit = prov["commit"].split("+")[0]  # "unknown" outside a git checkout
+    assert (len(commit) == 40 or commit == "unknown") and prov["torch"] and prov["cpu"]
+    assert prov["threads"] >= 1 and prov["cores"] >= 1
