@@ -283,3 +283,18 @@ def test_no_mixed_group_says_nothing_to_cancel(tmp_path, capsys):
     assert summary["ledger_mass"] == 0
     assert "nothing to cancel" in text and "--sft_steps" in text
     assert "most of what" not in text and "every shared token" not in text
+
+
+def test_the_summary_quotes_the_demo_finding_as_the_json_has_it():
+    """console.DEMO_SHARED_DLOGP is copied from results/demo_ledger.json: to its printed
+    precision, and the equivalence verdict it states is the JSON's."""
+    import json
+    from plumbing import console
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = json.load(open(os.path.join(root, "results", "demo_ledger.json")))
+    c = data["primary"]["shared_dlogp_mean, grpo - dr_grpo"]
+    d, h, mde, margin = console.DEMO_SHARED_DLOGP
+    assert (f"{d:.1e}", f"{h:.1e}", f"{mde:.1e}") == (f"{c['diff']:.1e}", f"{c['half']:.1e}",
+                                                      f"{c['mde']:.1e}")
+    assert margin == data["margin"] and c["equivalence"].startswith("agree")
+    assert data["seeds"] == list(range(10)) and not data["quick"]
