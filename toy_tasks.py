@@ -260,7 +260,7 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
       equal length.
 
     ``style_points`` exposes where they are and their two variants. The flawed
-    teacher forgets the carry of an addition (``7+8=5``, ``47+8=37``): wrong
+    teacher forgets the carry of an addition (``7+8=5``, ``47+8=45``): wrong
     completions are often shorter, so completion length goes with correctness.
     Categories: ``compute`` (results), ``copy`` (operands, restated values and the
     restated problem), ``style`` (the ``(`` that opens a restatement and the
