@@ -111,7 +111,14 @@ def main(argv):
     for rel, functions in STUBS.items():  # validate before writing anything
         with open(os.path.join(ROOT, rel)) as f:
             stub(f.read(), functions, rel)
-    files = build(out_dir)
+    try:  # the folder first: one that cannot be made is one line, before any file is written
+        os.makedirs(out_dir, exist_ok=True)
+        files = build(out_dir)
+    except OSError as e:
+        print(f"error: cannot write the handout to {argv[0]}: "
+              f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "),
+              file=sys.stderr)
+        return 2
     stubbed = ", ".join(
         f"{m[:-3]}.{fn} ({ex})" for m, fns in STUBS.items() for fn, ex in fns.items()
     )

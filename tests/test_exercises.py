@@ -301,3 +301,13 @@ def test_handout_refuses_a_used_folder(tmp_path):
     proc = subprocess.run([sys.executable, "exercises/handout.py", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and (tmp_path / "x").read_text() == "keep me"
+
+
+def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
+    """Under a file, the folder cannot exist: one error line, exit 2, nothing written."""
+    (tmp_path / "f").write_text("a file")
+    proc = subprocess.run([sys.executable, "exercises/handout.py", str(tmp_path / "f" / "class")],
+                          cwd=ROOT, capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
