@@ -78,6 +78,42 @@ def close(got, truth, rel=0.01):
     )
 
 
+def read_sheet(path):
+    """The answer sheet as data, never run as code: every top-level statement must assign
+    a literal (a number, a string, None, or a dict of those) to a NAME, and nothing else is
+    read. A sheet that does anything else is refused with the line that does it."""
+    import ast
+    from types import SimpleNamespace
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
+        raise SheetError(f"{path} is not a readable sheet ({type(e).__name__})") from None
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            raise SheetError(f"{path}, line {node.lineno}: the sheet may only assign values "
+                             "(NAME = number, text, None or a dict of those)")
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} is not a "
+                             "plain value") from None
+        leaves = value.values() if isinstance(value, dict) else [value]
+        if not all(v is None or type(v) in (int, float, str) for v in leaves):
+            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} holds "
+                             "something other than numbers, text or None")
+        values[node.targets[0].id] = value
+    return SimpleNamespace(**values)
+
+
+class SheetError(Exception):
+    """A sheet that is not plain data (read_sheet): one line, exit 2."""
+
+
 def written(sheet, name):
     words = len(str(getattr(sheet, name)).split())
     assert words >= MIN_WORDS, f"{name}: {words} words; write your argument ({MIN_WORDS}+ words)"
@@ -499,8 +535,12 @@ def main(argv):
             f"error: unknown exercise {bad[0]!r}; choose from {', '.join(CHECKS)}", file=sys.stderr
         )
         return 2
-    import sheet
     import ex6_buggy_loss
+    try:
+        sheet = read_sheet(os.path.join(HERE, "sheet.py"))
+    except SheetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     env = {"sheet": sheet, "ex6": ex6_buggy_loss.dfpo_orth_loss}
     failed = 0
     for ex in todo:

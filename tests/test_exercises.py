@@ -311,3 +311,32 @@ def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
+
+
+@pytest.mark.parametrize("body", [
+    "class F(float):\n    __sub__ = lambda a, b: 0.0\nSTUDENT = 'x'\nEX1 = {'grpo_net': F(1)}\n",
+    "import check\ncheck.CHECKS.clear()\nSTUDENT = 'x'\n",
+    "STUDENT = 'x'\nEX1 = {'grpo_net': 2 ** 3}\n",
+    "STUDENT = 'x'\nEX1 = {'grpo_net': [1, 2]}\n",
+    "STUDENT = open('/etc/hostname').read()\n",
+])
+def test_a_sheet_is_read_as_data_never_run(tmp_path, body):
+    """A sheet that does anything but assign plain values is refused in one line by both the
+    student's check and the teacher's key, and none of its code runs."""
+    sys.path[:0] = [os.path.join(ROOT, "exercises")]
+    import check
+    path = tmp_path / "sheet.py"
+    path.write_text(body)
+    with pytest.raises(check.SheetError):
+        check.read_sheet(str(path))
+    proc = subprocess.run([sys.executable, "exercises/answers/key.py", "x", str(path)], cwd=ROOT,
+                          capture_output=True, text=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc
+
+
+def test_the_committed_sheet_reads_as_data():
+    sys.path[:0] = [os.path.join(ROOT, "exercises")]
+    import check
+    sheet = check.read_sheet(os.path.join(ROOT, "exercises", "sheet.py"))
+    assert sheet.STUDENT == "" and set(sheet.EX1) >= {"grpo_net", "grpo_residual"}
