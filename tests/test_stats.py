@@ -211,3 +211,27 @@ def test_pearson_by_hand():
     assert stats.pearson([1, 2, 3], [2, 4, 5]) == pytest.approx(3 / math.sqrt(2 * 42 / 9))
     assert stats.pearson([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
     assert stats.pearson([1, 1, 1], [1, 2, 3]) is None
+
+
+def test_what_we_found_repeats_only_numbers_the_json_holds():
+    """Every 'a ± b' of results/README.md's summary table is a contrast of a committed JSON
+    (primary or secondary), printed to the digits shown."""
+    import glob
+    import json
+    import re
+    pairs = set()
+    for path in glob.glob(os.path.join(ROOT, "results", "*.json")):
+        data = json.load(open(path))
+        for family in ("primary", "secondary"):
+            for c in (data.get(family) or {}).values():
+                if isinstance(c, dict) and c.get("diff") is not None and c.get("half") is not None:
+                    pairs.add((c["diff"], c["half"]))
+    text = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
+    table = text[text.index("## What we found"):text.index("## How the experiments are run")]
+    found = re.findall(r"([+\u2212]?\d+\.(\d+)) ± (\d+\.\d+)(?! ·)", table)
+    assert len(found) >= 15, found
+    for a, decimals, b in found:
+        k = len(decimals)
+        shown = lambda x: f"{x:.{k}f}".replace("-", "\u2212")
+        assert any(shown(d).lstrip("+") == a.lstrip("+") and f"{h:.{k}f}" == b
+                   for d, h in pairs), (a, b)
