@@ -131,7 +131,6 @@ def main(argv):
 def plot(plt, data):
     """Signed restate and sep drift over RL steps, per arm: mean and 95 % t band over seeds."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
-    fig.subplots_adjust(wspace=0.4)
     fig.suptitle(
         "Reward-irrelevant drift on the chain testbed: grpo against dr_grpo, 200 RL steps",
         fontsize=11,

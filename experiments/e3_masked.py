@@ -184,7 +184,7 @@ def plot(plt, data):
         ax[i].set_title(f"Flipped tokens after one masked SGD step, {title}", fontsize=10)
         ax[i].set_ylim(0, None)
         ax[i].set_ylabel("flipped fraction of Â ≠ 0 tokens")
-    ax[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+    ax[1].legend(loc="lower left", ncol=2)
     common.caption(
         fig,
         "Flipped = Â>0 tokens suppressed plus Â<0 tokens boosted, over all Â≠0 tokens, after one "

@@ -146,10 +146,10 @@ def plot(plt, data):
         ax[1].bar([k + (i - 1.5) * w for k in range(len(GROUPS))], [x[0] or 0 for x in v], w,
                   yerr=common.errbars(v), capsize=2 if n > 1 else 0, label=label)
     ax[1].axhline(0, color="k", lw=0.8)
-    ax[1].set_xticks(range(len(GROUPS)), list(GROUPS), fontsize=8)
+    ax[1].set_xticks(range(len(GROUPS)), [g.replace("+", "\n+") for g in GROUPS], fontsize=8)
     ax[1].set_ylabel("share under GRPO − share under positive-only")
     ax[1].set_title("Paired difference of the shares (same state, same rollouts)", fontsize=10)
-    ax[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax[1].legend(fontsize=7, loc="upper left", ncol=2)
     common.caption(
         fig,
         f"Δ = log π_new − log π_old of each completion token of the chain task after one update "

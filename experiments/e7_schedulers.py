@@ -323,7 +323,6 @@ def plot(plt, data):
     scattered over several functions."""
     names = list(data["runs"])
     fig, axes = plt.subplots(len(names) + 1, 3, figsize=(15, 4.0 * (len(names) + 1)))
-    fig.subplots_adjust(hspace=0.55, wspace=0.3, top=0.9, bottom=0.08)
     n = len(data["seeds"])
     for row, name in enumerate(names):
         for ax, (k, ylabel) in zip(axes[row], PANELS):
@@ -406,13 +405,11 @@ def plot(plt, data):
         ax.axvline(len(PREDICTED) - 0.5, color="0.6", lw=0.8, ls="--")  # 1 epoch | 2 epochs
         ax.grid(alpha=0.3, axis="y")
     handles, labels = axes[0][2].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=9, frameon=False,
-               bbox_to_anchor=(0.5, 0.965), title="--batching", title_fontsize=9)
+    axes[0][0].legend(handles, labels, loc="upper left", ncol=3)  # --batching, every panel
     fig.suptitle(
-        f"E7: mini-batch schedulers on the chain testbed, GRPO, {data['rl_steps']} RL steps, "
+        f"E7: mini-batch schedulers (--batching) on chain, GRPO, {data['rl_steps']} RL steps, "
         f"B = 16 x G = 8, {n} seed{'s' if n > 1 else ''}",
         fontsize=12,
-        y=0.99,
     )
     band = (
         f"Lines: mean over {n} seeds; bands and bars: 95 % Student-t interval over seeds (t with "

@@ -280,7 +280,6 @@ def plot(plt, data):
     scattered over several functions."""
     runs, n = data["runs"], len(data["seeds"])
     fig, axes = plt.subplots(2, 4, figsize=(22, 9.5))
-    fig.subplots_adjust(hspace=0.45, wspace=0.32)
     fig.suptitle(
         f"E8 on the chain task: objectives under off-policy reuse (M={data['minibatches']}, "
         f"E={data['epochs']}), {data['rl_steps']} RL steps, {n} seed{'s' if n > 1 else ''}",

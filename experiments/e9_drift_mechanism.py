@@ -518,7 +518,6 @@ def plot(plt, data):
     Long because: it draws one figure panel by panel; split, one figure's layout would be
     scattered over several functions."""
     fig, axes = plt.subplots(2, 2, figsize=(12, 9.5))
-    fig.subplots_adjust(wspace=0.3, hspace=0.5, top=0.93, bottom=0.12)
     fig.suptitle(
         f"E9: what drives the restate drift on chain ({data['rl_steps']} RL steps from the warm "
         "start)",

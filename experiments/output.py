@@ -36,9 +36,9 @@ def errbars(pairs, floor=None, ceil=None):
 
 
 def caption(fig, text, width=150):
-    """A caption under the figure: what the bars and lines mean."""
-    import textwrap
-    fig.text(0.01, -0.01, textwrap.fill(text, width), ha="left", va="top", fontsize=8)
+    """The figure's caption is the markdown beside it (results/README.md), readable at any
+    width; the text is kept on the figure object, not drawn."""
+    fig.caption_text = text
 
 
 def ci_note(n, cut=None):
@@ -82,9 +82,67 @@ def draw(name, out, plot):
     except ImportError:
         print(f"(matplotlib not installed: {name}.png not written)")
         return
-    fig = plot(plt)
-    fig.savefig(os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
+    subplots = plt.subplots
+    plt.subplots = column_subplots(subplots)  # a row of panels becomes a column
+    try:
+        fig = plot(plt)
+    finally:
+        plt.subplots = subplots
+    readable(fig)
+    fig.savefig(os.path.join(out, f"{name}.png"), dpi=DPI, bbox_inches="tight")
     plt.close(fig)
+
+
+# A figure is drawn WIDTH inches wide at DPI, with no text under MIN_PT points: shown 800 px
+# wide (README width) its text is then at least MIN_PT * 800 / (WIDTH * DPI) = 11 points
+# (a tight bounding box adds a few pixels: still at least 10).
+WIDTH, DPI, MIN_PT, PANEL_HEIGHT = 8.0, 100, 11, 3.4
+
+
+def column_subplots(subplots):
+    """plt.subplots, re-laid for WIDTH inches: a row of n panels comes out as a column of n,
+    and a grid of r x c (r, c > 1) as one column up to 4 panels and two beyond, so that no
+    panel is narrower than about 4 inches. ``ax[i]`` and ``axes[i, j]`` still index the same panels as before, in reading
+    order."""
+    import numpy as np
+
+    def wrapped(nrows=1, ncols=1, **kw):
+        n = nrows * ncols
+        if ncols == 1 or n == 1:
+            rows, cols = nrows, ncols
+        else:
+            cols = 1 if nrows == 1 or n % 2 or n <= 4 else 2
+            rows = n // cols
+        if (rows, cols) == (nrows, ncols) and kw.get("figsize", (0, 0))[0] <= WIDTH:
+            return subplots(nrows, ncols, **kw)
+        kw.pop("gridspec_kw", None)  # width ratios were for the old row
+        kw["figsize"] = (WIDTH, PANEL_HEIGHT * rows * (1 if cols == 1 else 0.9))
+        kw["layout"] = "constrained"
+        kw["squeeze"] = False
+        fig, axes = subplots(rows, cols, **kw)
+        flat = axes.reshape(-1)
+        shaped = flat if nrows == 1 or ncols == 1 else flat.reshape(nrows, ncols)
+        return fig, (shaped[0] if n == 1 else np.asarray(shaped))
+    return wrapped
+
+
+def readable(fig):
+    """Raise every text of the figure below MIN_PT points to MIN_PT, and wrap axis labels and
+    titles that would run into the next panel."""
+    import textwrap
+    import matplotlib.text
+    for t in fig.findobj(matplotlib.text.Text):
+        if t.get_fontsize() < MIN_PT:
+            t.set_fontsize(MIN_PT)
+    columns = max([ax.get_gridspec().ncols for ax in fig.axes if ax.get_gridspec()] or [1])
+    chars = 70 if columns == 1 else 38
+    for ax in fig.axes:  # a y label runs along a panel's height: about 40 characters
+        for get, put, most in ((ax.get_xlabel, ax.set_xlabel, chars),
+                               (ax.get_ylabel, ax.set_ylabel, 40),
+                               (ax.get_title, ax.set_title, chars)):
+            text = get()
+            if len(text) > most and "\n" not in text:
+                put(textwrap.fill(text, most))
 
 
 def provenance():
