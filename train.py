@@ -185,10 +185,14 @@ def step_metrics(acc, coef, batch, adv, mb):
 def on_policy_coefficients(inputs, settings, cfg):
     """c° = -d loss / d log pi of the same loss at log pi = log pi_old: every ratio 1, so no
     clip binds and an off-policy mask keeps every token."""
+    # a leaf at the old log-probs: the loss there is the on-policy loss, and its gradient
+    # with respect to this leaf is c°; the model's parameters are not touched
     at_old = inputs.old_logprobs.detach().clone().requires_grad_()
     entropy = None if inputs.entropy is None else inputs.entropy.detach()
+    # on-policy an off-policy mask keeps every token; an entropy selection stays as it was
     keep = loss_engines.token_keep(at_old, inputs.old_logprobs, inputs.mask, inputs.adv,
                                    entropy, cfg)
+    # weights=None: a DFPO transform of ratios that are all 1 gives w~ = 1
     value, _ = loss.policy_loss(replace(inputs, new_logprobs=at_old, entropy=entropy,
                                         weights=None, keep=keep), settings)
     return loss.coefficients(value, at_old).detach().float()

@@ -102,8 +102,8 @@ WIDTH, DPI, MIN_PT, PANEL_HEIGHT = 8.0, 100, 11, 3.4
 def column_subplots(subplots):
     """plt.subplots, re-laid for WIDTH inches: a row of n panels comes out as a column of n,
     and a grid of r x c (r, c > 1) as one column up to 4 panels and two beyond, so that no
-    panel is narrower than about 4 inches. ``ax[i]`` and ``axes[i, j]`` still index the same panels as before, in reading
-    order."""
+    panel is narrower than about 4 inches. ``ax[i]`` and ``axes[i, j]`` still index the
+    same panels as before, in reading order."""
     import numpy as np
 
     def wrapped(nrows=1, ncols=1, **kw):
