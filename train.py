@@ -192,7 +192,7 @@ def on_policy_coefficients(inputs, settings, cfg):
     # on-policy an off-policy mask keeps every token; an entropy selection stays as it was
     keep = loss_engines.token_keep(at_old, inputs.old_logprobs, inputs.mask, inputs.adv,
                                    entropy, cfg)
-    # weights=None: a DFPO transform of ratios that are all 1 gives w~ = 1
+    # weights=None: a DFPO transform is recomputed here, from these rows' ratios, all 1
     value, _ = loss.policy_loss(replace(inputs, new_logprobs=at_old, entropy=entropy,
                                         weights=None, keep=keep), settings)
     return loss.coefficients(value, at_old).detach().float()
