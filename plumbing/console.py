@@ -95,7 +95,8 @@ def remedy(part, cfg):
             validate(replace(cfg, **flags))
         except CliError:
             continue
-        return f"try {words} (" + " ".join(f"--{k}={v}" for k, v in flags.items()) + ")"
+        changed = {k: v for k, v in flags.items() if getattr(cfg, k) != v}  # what to type
+        return f"try {words} (" + " ".join(f"--{k}={v}" for k, v in changed.items()) + ")"
     return ""
 
 
