@@ -36,6 +36,7 @@ from tqdm import tqdm
 import advantage
 import batching
 import diagnostics
+import ledger
 import loss
 import loss_engines
 import toy_tasks
@@ -282,7 +283,7 @@ def rl_update(model, opt, batch, cfg, gen):
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
     # where the shared tokens' coefficients went, over every step of the batch
-    out["ledger"] = diagnostics.ledger_sums(steps, adv, batch["tokens"], mask, group)
+    out["ledger"] = ledger.ledger_sums(steps, adv, batch["tokens"], mask, group)
     # how the last epoch's cut split the groups and the signs (logged every step)
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
     out["steps"] = logs  # per optimizer step, in order
@@ -327,12 +328,12 @@ def rl_step(run, opt, ref_model):
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
     stats = rl_update(run.model, opt, batch, cfg, state.gen)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
-    ledger = stats.pop("ledger")
+    sums_of = stats.pop("ledger")  # this batch's ledger sums (ledger.py)
     rec = {"phase": "rl", "step": step, "reward": float(batch["rewards"].mean()), "mixed": mixed,
            **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
-           **stats["mb_stats"], "ledger_mass": ledger["mass"],
-           **{f"ledger_{k}": v for k, v in diagnostics.ledger_shares(ledger).items()}}
-    for k, v in ledger.items():  # the run's ledger: sums, so that its shares weigh by mass
+           **stats["mb_stats"], "ledger_mass": sums_of["mass"],
+           **{f"ledger_{k}": v for k, v in ledger.ledger_shares(sums_of).items()}}
+    for k, v in sums_of.items():  # the run's ledger: sums, so that its shares weigh by mass
         sums[f"ledger_{k}"] += v
     sums["ledger_steps"] += 1
     sums["ledger_mixed_steps"] += float(mixed > 0)
@@ -432,11 +433,11 @@ def summarise(run):
     }
     if s["ledger_steps"]:  # the run's ledger (the steps since a resume, for an older run)
         n = int(s["ledger_steps"])
-        led = {k: s[f"ledger_{k}"] for k in ("mass", "cancelled", *diagnostics.LEDGER_PARTS)}
+        led = {k: s[f"ledger_{k}"] for k in ("mass", "cancelled", *ledger.LEDGER_PARTS)}
         summary.update(ledger_steps=n, ledger_mass=led["mass"],
                        ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
-                       **{f"ledger_{k}": v for k, v in diagnostics.ledger_shares(led).items()})
+                       **{f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
     run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     run.out.close()
     print(summary_line(summary, cfg))

@@ -315,7 +315,7 @@ def load_checkpoint(path, device="cpu"):
 
 # ----------------------------------------------------------------------------- resume state
 
-# the cancellation ledger's running sums (diagnostics.py): its mass and parts, the summed
+# the cancellation ledger's running sums (ledger.py): its mass and parts, the summed
 # shared_dlogp, the number of RL steps they cover and of those with a mixed group
 LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "ledger_weights",
                          "ledger_ratios", "ledger_split", "ledger_uncentred", "shared_dlogp_sum",

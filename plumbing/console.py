@@ -4,7 +4,7 @@ What it teaches: the few numbers a student should watch. A progress bar on a
 terminal (none in a redirected log, where its redraws would flood the file),
 one line per evaluation, a hint when too few groups are mixed for RL to learn
 (a group whose rollouts are all right or all wrong has Â_i = 0 for every i),
-and a summary that closes with the run's cancellation ledger (diagnostics.py,
+and a summary that closes with the run's cancellation ledger (ledger.py,
 THEORY.md section 2.5): of the coefficients the shared tokens received, how
 much cancelled inside the optimizer steps, what did not and why, the flag that
 removes the largest cause, and how the shared tokens' log-probabilities moved.
@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from tqdm import tqdm
 
-import diagnostics
+import ledger
 from plumbing.config import validate
 from plumbing.errors import CliError
 
@@ -83,14 +83,14 @@ def demo_finding():
 
 
 def percent(share):
-    """A ledger share for print: 0 up to float error (diagnostics.LEDGER_ZERO), else 3 digits."""
-    return "0 %" if share <= diagnostics.LEDGER_ZERO else f"{100 * share:.3g} %"
+    """A ledger share for print: 0 up to float error (ledger.LEDGER_ZERO), else 3 digits."""
+    return "0 %" if share <= ledger.LEDGER_ZERO else f"{100 * share:.3g} %"
 
 
 def remedy(part, cfg):
-    """The first of diagnostics.ledger_remedies that this run's flag checks accept, as words
+    """The first of ledger.ledger_remedies that this run's flag checks accept, as words
     with its flags; '' when none is accepted."""
-    for flags, words in diagnostics.ledger_remedies(part, cfg):
+    for flags, words in ledger.ledger_remedies(part, cfg):
         try:
             validate(replace(cfg, **flags))
         except CliError:
@@ -101,9 +101,9 @@ def remedy(part, cfg):
 
 
 def ledger_lines(summary, cfg):
-    """The run's cancellation ledger in a few true sentences (diagnostics.py, THEORY.md 2.5)."""
+    """The run's cancellation ledger in a few true sentences (ledger.py, THEORY.md 2.5)."""
     n, shares = summary["ledger_steps"], {k: summary[f"ledger_{k}"]
-                                          for k in ("cancelled", *diagnostics.LEDGER_PARTS)}
+                                          for k in ("cancelled", *ledger.LEDGER_PARTS)}
     over = "the RL steps" if n == cfg.rl_steps else f"the last {n} RL steps (since the resume)"
     if not summary["ledger_mixed_steps"]:
         return [f"cancellation ledger over {over}: no group was mixed, so no rollout carried an "
@@ -111,11 +111,11 @@ def ledger_lines(summary, cfg):
     if summary["ledger_mass"] == 0:
         return [f"cancellation ledger over {over}: the tokens that rollouts of a group share "
                 "after the same history received no coefficient at all: nothing to cancel"]
-    parts = ", ".join(f"{diagnostics.LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
-                      for p in diagnostics.LEDGER_PARTS)
-    part, verdict = diagnostics.ledger_verdict(shares)
+    parts = ", ".join(f"{ledger.LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
+                      for p in ledger.LEDGER_PARTS)
+    part, verdict = ledger.ledger_verdict(shares)
     fix = remedy(part, cfg) if part else ""
-    caveat = diagnostics.ledger_caveats(cfg)
+    caveat = ledger.ledger_caveats(cfg)
     return [f"cancellation ledger over {over}: of the coefficients on tokens that several "
             f"rollouts of a group share after the same history, {percent(shares['cancelled'])} "
             f"cancelled inside the optimizer steps; the rest by cause (parts can offset each "

@@ -1,4 +1,4 @@
-"""The cancellation ledger (diagnostics.py) and the run's closing verdict.
+"""The cancellation ledger (ledger.py) and the run's closing verdict.
 
 The ledger is checked against a brute-force account written here independently: copies are
 grouped by (group, prompt, completion prefix, token) with Python dicts, and every part is
@@ -13,17 +13,17 @@ from dataclasses import replace
 import pytest
 import torch
 
-import diagnostics
+import ledger
 import train
 from plumbing.config import parse_args, validate
 
-PARTS = list(diagnostics.LEDGER_PARTS)
+PARTS = list(ledger.LEDGER_PARTS)
 
 
 # ----------------------------------------------------------------------------- brute force
 
 def brute_ledger(steps, adv, tokens, mask, group):
-    """The ledger's sums, by dicts and floats: no tensor indexing shared with diagnostics."""
+    """The ledger's sums, by dicts and floats: no tensor indexing shared with ledger.py."""
     tokens, mask, group = tokens.tolist(), mask.tolist(), group.tolist()
     adv = [float(a) for a in adv]
     members = {}
@@ -93,7 +93,7 @@ def test_equal_weights_in_one_step_leave_only_credit():
     {2, 3} too. No other set has two copies."""
     tokens, mask, group, adv = one_group()
     coef = adv[:, None] * mask
-    s = diagnostics.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
+    s = ledger.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
     assert s == {"mass": 4.0, "cancelled": 4.0, "credit": 0.0, "uncentred": 0.0,
                  "weights": 0.0, "ratios": 0.0, "split": 0.0}
 
@@ -103,7 +103,7 @@ def test_one_over_length_weights_by_hand():
     credit 5/12 * (1 - 1) = 0, weights -1/6; set {2, 3}: 1/2 - 1 = -1/2, mass 3/2."""
     tokens, mask, group, adv = one_group()
     coef = adv[:, None] / mask.sum(1, keepdim=True) * mask
-    s = diagnostics.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
+    s = ledger.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
     close(s, {"mass": 5 / 6 + 3 / 2, "cancelled": 5 / 6 - 1 / 6 + 3 / 2 - 1 / 2,
               "credit": 0.0, "uncentred": 0.0, "weights": 1 / 6 + 1 / 2, "ratios": 0.0,
               "split": 0.0})
@@ -116,7 +116,7 @@ def test_a_group_split_over_two_steps():
     coef = adv[:, None] * mask
     steps = [(torch.tensor([0, 2]), coef[[0, 2]], coef[[0, 2]]),
              (torch.tensor([1, 3]), coef[[1, 3]], coef[[1, 3]])]
-    s = diagnostics.ledger_sums(steps, adv, tokens, mask, group)
+    s = ledger.ledger_sums(steps, adv, tokens, mask, group)
     close(s, {"mass": 4.0, "cancelled": 0.0, "credit": 0.0, "uncentred": 0.0, "weights": 0.0,
               "ratios": 0.0, "split": 4.0})
 
@@ -128,7 +128,7 @@ def test_uncentred_and_off_policy_parts():
     tokens, mask, group, _ = one_group()
     adv = torch.tensor([1.0, 0.0, 1.0, 0.0])
     coef = adv[:, None] * mask
-    s = diagnostics.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
+    s = ledger.ledger_sums([(torch.arange(4), coef, coef)], adv, tokens, mask, group)
     close(s, {"mass": 2.0, "cancelled": 0.0, "credit": 0.0, "uncentred": 2.0, "weights": 0.0,
               "ratios": 0.0, "split": 0.0})
     adv = torch.tensor([1.0, -1.0, 1.0, -1.0])
@@ -136,7 +136,7 @@ def test_uncentred_and_off_policy_parts():
     off = on.clone()
     off[0, 0] = 0.0  # row 0's first copy clipped off-policy: set {0, 1} nets -1
     # set {0, 1}: C = -1, C° = 0, sum Â = 0, so weights = 0 and ratios = -1; set {2, 3} nets 0
-    s = diagnostics.ledger_sums([(torch.arange(4), off, on)], adv, tokens, mask, group)
+    s = ledger.ledger_sums([(torch.arange(4), off, on)], adv, tokens, mask, group)
     close(s, {"mass": 3.0, "cancelled": 2.0, "credit": 0.0, "uncentred": 0.0, "weights": 0.0,
               "ratios": 1.0, "split": 0.0})
 
@@ -156,7 +156,7 @@ def test_ledger_matches_brute_force_on_random_batches(seed):
         rows = torch.randperm(n, generator=g)[:8]
         steps.append((rows, torch.randn(8, T, generator=g) * mask[rows],
                       torch.randn(8, T, generator=g) * mask[rows]))
-    close(diagnostics.ledger_sums(steps, adv, tokens, mask, group),
+    close(ledger.ledger_sums(steps, adv, tokens, mask, group),
           brute_ledger(steps, adv, tokens, mask, group), rel=1e-9)
 
 
@@ -221,12 +221,12 @@ def verdict_line(text):
 def run_regime(tmp_path, warm_start, monkeypatch, flags, name="o"):
     """Train 3 RL steps from the warm start; (cfg, summary, printed text, the brute-force
     ledger's shares of the coefficients the run used)."""
-    batches, real = [], diagnostics.ledger_sums
+    batches, real = [], ledger.ledger_sums
 
     def spy(steps, adv, tokens, mask, group):
         batches.append((steps, adv, tokens, mask, group))
         return real(steps, adv, tokens, mask, group)
-    monkeypatch.setattr(diagnostics, "ledger_sums", spy)
+    monkeypatch.setattr(ledger, "ledger_sums", spy)
     cfg = parse_args(WARM + [f"--init_from={warm_start}", "--rl_steps=3",
                              f"--out_dir={tmp_path}/{name}"] + flags)
     summary = train.main(cfg)
@@ -254,7 +254,7 @@ def test_verdict_matches_the_ledger(tmp_path, warm_start, monkeypatch, capsys, f
     defects = {p: shares[p] for p in PARTS if p != "credit"}
     worst = max(defects, key=defects.get)
     beyond = 1 - shares["cancelled"] - shares["credit"]
-    zero = diagnostics.LEDGER_ZERO
+    zero = ledger.LEDGER_ZERO
     expected = worst if defects[worst] > zero and beyond > zero else "none"
     if known is not None:
         assert expected == known, shares
@@ -263,7 +263,7 @@ def test_verdict_matches_the_ledger(tmp_path, warm_start, monkeypatch, capsys, f
         assert line.startswith("beyond the credit the rewards give, nothing was left")
         return
     assert line.startswith(f"the largest cause other than credit: "
-                           f"{diagnostics.LEDGER_PARTS[expected]} (")
+                           f"{ledger.LEDGER_PARTS[expected]} (")
     fix = {k: v for k, v in re.findall(r"--(\w+)=([\w.-]+)", line.split("; try ")[-1])}
     assert fix, line  # every part the matrix meets has a remedy here
     assert any(str(getattr(cfg, k)) != v for k, v in fix.items()), fix

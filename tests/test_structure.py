@@ -171,7 +171,7 @@ def test_no_function_over_60_lines_unless_its_docstring_says_why():
 
 
 LESSON = {"model", "sampler", "toy_tasks", "advantage", "loss", "loss_engines", "batching", "train",
-          "diagnostics", "probes"}
+          "diagnostics", "ledger", "probes"}
 
 
 def test_the_top_level_is_the_lesson_and_the_scripts():
