@@ -57,6 +57,7 @@ the share of all cores that *other* processes used during the measurement
 Usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]
 """
 
+import dataclasses
 import json
 import os
 import random
@@ -181,10 +182,10 @@ def bench_sampler(model, P, device):
     kv = median_time(lambda: run(True), P["repeats"], device)
     full = median_time(lambda: run(False), P["recompute_repeats"], device)
     a, b = run(True), run(False)
-    assert a["tokens"].shape == (N, T) and bool(a["mask"].all()), "a row stopped early"
+    assert a.tokens.shape == (N, T) and bool(a.mask.all()), "a row stopped early"
     return {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
             "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
-            "same_tokens": bool(torch.equal(a["tokens"], b["tokens"]))}, a
+            "same_tokens": bool(torch.equal(a.tokens, b.tokens))}, a
 
 
 def bench_hf(model, P, device, size):
@@ -301,10 +302,10 @@ def bench_hf(model, P, device, size):
 
 
 def bench_update(model, batch, P, peak, device):
-    N, T = batch["tokens"].shape[0], len(batch["prompts"][0]) + batch["tokens"].shape[1] - 1
+    N, T = batch.tokens.shape[0], len(batch.prompts[0]) + batch.tokens.shape[1] - 1
     # a sampled batch as a rollout batch: its log-probs become the old ones, rewards alternate
-    batch = dict(batch, rewards=(torch.arange(N, device=device) % 2).float(),
-                 max_len=batch["tokens"].shape[1], old_logprobs=batch["logprobs"])
+    batch = dataclasses.replace(batch, rewards=(torch.arange(N, device=device) % 2).float(),
+                                max_len=batch.tokens.shape[1])
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6, betas=(0.9, 0.99), weight_decay=0.0)
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()
@@ -329,20 +330,20 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
                                                 cfg.top_k, generator=gen), device)
 
     def reward():
-        texts = [toy_tasks.decode(x) for x in out["tokens"].tolist()]
+        texts = [toy_tasks.decode(x) for x in out.tokens.tolist()]
         return torch.tensor([task.reward(problems[i // cfg.group_size], x)
                              for i, x in enumerate(texts)], device=device)
     t["reward"], rewards = timed(reward, device)
-    mask, group = out["mask"], out["group"]
+    mask, group = out.mask, out.group
 
     def fwd_bwd():
         adv = advantage.advantages(rewards, group, loss.own_estimator(cfg.loss))
         with train.amp(cfg, device):
-            logp = completion_logprobs(model, out["prompts"], out["tokens"], mask, PAD,
+            logp = completion_logprobs(model, out.prompts, out.tokens, mask, PAD,
                                        cfg.temperature)
         counts = loss.step_counts(mask, adv, max_len=task.max_new_tokens)
         value, _ = loss.policy_loss(
-            loss.LossBatch(logp, out["logprobs"], mask, adv, group, counts=counts),
+            loss.LossBatch(logp, out.old_logprobs, mask, adv, group, counts=counts),
             loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
         )
         loss.first_token_residual(loss.coefficients(value, logp), group)
@@ -380,7 +381,7 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     batch = train.rollouts(
         raw, task, draw, cfg, gen, device, cfg.prompts_per_step // dist_utils.rank_world()[1]
     )
-    batch["max_len"] = task.max_new_tokens
+    batch.max_len = task.max_new_tokens
     gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
     train.rl_update(model, opt, batch, cfg, gen)
     if device == "cuda":

@@ -99,12 +99,12 @@ def kl(logp_old, logp_new):
 def tax_before(model, batch):
     """Before a step's updates: the histories each group shares (``shared_histories``),
     which of them lie before the group diverges, and the policy there."""
-    tok, mask, g = batch["tokens"], batch["mask"], batch["group"]
+    tok, mask, g = batch.tokens, batch.mask, batch.group
     hist = shared_histories(tok, mask, g)
     return (
         hist,
         before_divergence(hist, tok, mask, g),
-        policy_at(model, batch["prompts"], tok, mask, hist),
+        policy_at(model, batch.prompts, tok, mask, hist),
     )
 
 
@@ -131,14 +131,14 @@ def learning_tax_and_shift(model, batch, before):
     copy of a should cancel: a negative value means the shared tokens were pushed down,
     by what did not cancel and by other tokens' gradients through shared weights."""
     hist, inner, old = before
-    new = policy_at(model, batch["prompts"], batch["tokens"], batch["mask"], hist)
+    new = policy_at(model, batch.prompts, batch.tokens, batch.mask, hist)
     k = kl(old, new)
     tax = float(k.mean()), float(k[inner].mean()) if bool(inner.any()) else 0.0
-    sel = inner & mixed_rows(batch["rewards"], batch["group"]).cpu()[hist[:, 0]]
+    sel = inner & mixed_rows(batch.rewards, batch.group).cpu()[hist[:, 0]]
     if not bool(sel.any()):
         return (*tax, 0.0)
     rows, t = hist[sel, 0], hist[sel, 1]
-    a = batch["tokens"].cpu()[rows, t].to(new.device)
+    a = batch.tokens.cpu()[rows, t].to(new.device)
     sel = sel.to(new.device)
     d = new[sel].gather(1, a[:, None])[:, 0] - old[sel].gather(1, a[:, None])[:, 0]
     return (*tax, float(d.mean()))
@@ -242,9 +242,9 @@ def mean_token_entropy(model, task, problems):
     """Mean entropy (nats) of pi at each token of greedy completions of the problems."""
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
-    rows = torch.tensor([[i, t] for i in range(len(prompts)) for t in range(out["tokens"].shape[1])
-                         if out["mask"][i, t]])
-    lp = policy_at(model, prompts, out["tokens"], out["mask"], rows)
+    rows = torch.tensor([[i, t] for i in range(len(prompts)) for t in range(out.tokens.shape[1])
+                         if out.mask[i, t]])
+    lp = policy_at(model, prompts, out.tokens, out.mask, rows)
     return float(-(lp.exp() * lp).sum(-1).mean())
 
 
@@ -260,7 +260,7 @@ def pass_at_k_eval(model, task, problems, n, k, generator=None, temperature=1.0)
     """Mean unbiased pass@k over problems from n samples each at ``temperature``."""
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     out = sample(model, prompts, n, task.max_new_tokens, temperature, generator=generator)
-    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    texts = [toy_tasks.decode(t) for t in out.tokens.tolist()]
     cs = [
         sum(task.reward(p, texts[i * n + j]) > 0 for j in range(n)) for i, p in enumerate(problems)
     ]

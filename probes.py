@@ -65,7 +65,7 @@ CATEGORIES = (
 
 def logp_of(model, batch, hidden=False):
     """log pi(y_t | s_t) of a batch's completion tokens [N,T] (model.completion_logprobs)."""
-    return completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
+    return completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD,
                                return_hidden=hidden)
 
 
@@ -74,12 +74,12 @@ def token_coefficients(model, batch, adv, objective="grpo"):
     with torch.no_grad():
         logp = logp_of(model, batch)
     new = logp.clone().requires_grad_(True)
-    counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    counts = loss.step_counts(batch.mask, adv, max_len=batch.max_len)
     value, _ = loss.policy_loss(
-        loss.LossBatch(new, logp, batch["mask"], adv, batch["group"], counts=counts),
+        loss.LossBatch(new, logp, batch.mask, adv, batch.group, counts=counts),
         loss.LossSettings(objective, clip="none"),
     )
-    return loss.coefficients(value, new).detach() * batch["mask"]
+    return loss.coefficients(value, new).detach() * batch.mask
 
 
 def one_update(
@@ -112,7 +112,7 @@ def one_update(
 @torch.no_grad()
 def token_deltas(model_old, model_new, batch):
     """Delta = log pi_new(y) - log pi_old(y) per completion token [N,T], 0 off the mask."""
-    return (logp_of(model_new, batch) - logp_of(model_old, batch)) * batch["mask"]
+    return (logp_of(model_new, batch) - logp_of(model_old, batch)) * batch.mask
 
 
 def flip_table(delta, mask, adv, eps):
@@ -147,9 +147,9 @@ def coupling_terms(model, batch, coef, lr, keep=None):
     ``self``, ``coupling`` and ``pred`` = self + coupling per token [M]; ``y``
     token ids, ``conf`` = p_i(y_i), ``alpha``, ``kappa``. ``keep`` [M,M] bool
     drops pairs (j's contribution to i) from ``pred`` and ``coupling``."""
-    mask = batch["mask"]
+    mask = batch.mask
     _, h = logp_of(model, batch, hidden=True)
-    H, y, c = h[mask].double(), batch["tokens"][mask], coef[mask].double()
+    H, y, c = h[mask].double(), batch.tokens[mask], coef[mask].double()
     p = torch.softmax(model.lm_head(h[mask]).double(), -1)  # the head has no bias
     E = torch.nn.functional.one_hot(y, p.shape[1]).double() - p
     alpha, kappa = E @ E.T, H @ H.T
@@ -254,7 +254,7 @@ def masked_update_deltas(model, batch, adv, lr, objective="grpo", params="all"):
     ``lr`` (a sweep) costs one forward pass per step and lr, not a backward pass:
     then the result is {lr: {variant: Delta}}."""
     lrs = list(lr) if isinstance(lr, (list, tuple)) else [lr]
-    mask, tok = batch["mask"], batch["tokens"]
+    mask, tok = batch.mask, batch.tokens
     coef = token_coefficients(model, batch, adv, objective)
     sgn = torch.sign(adv)[:, None].expand_as(tok)
     work = copy.deepcopy(model)
@@ -338,7 +338,7 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
     V(s_{t+1}) and its credit V(s_{t+1}) - V(s_t). Identical prefixes are sampled once.
     ``at`` (bool [N, T+1]) values only those prefixes (NaN elsewhere, except the
     exact ends): a subsample of tokens costs K continuations per chosen prefix."""
-    tok, mask, r = batch["tokens"], batch["mask"], batch["rewards"]
+    tok, mask, r = batch.tokens, batch.mask, batch.rewards
     N, T = tok.shape
     lens = mask.sum(1).tolist()
     V = torch.full((N, T + 1), float("nan"))
@@ -348,13 +348,13 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
         for i in range(N):
             if t < lens[i] and (at is None or bool(at[i, t])):
                 keys.setdefault(
-                    (tuple(batch["prompts"][i]), tuple(tok[i, :t].tolist())), []
+                    (tuple(batch.prompts[i]), tuple(tok[i, :t].tolist())), []
                 ).append(i)
         if not keys:
             continue
         prefixes = [list(a) + list(b) for a, b in keys]
         out = sample(model, prefixes, K, task.max_new_tokens - t, temperature, generator=generator)
-        cont = out["tokens"].tolist()
+        cont = out.tokens.tolist()
         for k, ((_, pre), rows) in enumerate(keys.items()):
             p = problems[rows[0]]
             V[rows, t] = (
@@ -374,9 +374,9 @@ def pick_tokens(cand, n, generator=None):
 def token_values(model, task, batch, rows_t, K, generator=None):
     """V(s_{t+1}) of the tokens (row, t) of ``rows_t`` [M,2], the value of the prefix
     ending in each (mc_values on those prefixes only) [M]."""
-    at = torch.zeros(batch["tokens"].shape[0], batch["tokens"].shape[1] + 1, dtype=torch.bool)
+    at = torch.zeros(batch.tokens.shape[0], batch.tokens.shape[1] + 1, dtype=torch.bool)
     at[rows_t[:, 0], rows_t[:, 1] + 1] = True
-    V = mc_values(model, task, batch, batch["problems"], K, generator, at=at)
+    V = mc_values(model, task, batch, batch.problems, K, generator, at=at)
     return V[rows_t[:, 0], rows_t[:, 1] + 1]
 
 

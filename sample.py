@@ -98,7 +98,7 @@ def main(cfg):
     except FloatingPointError as e:
         raise CliError(f"checkpoint {cfg.init_from!r}: {e}") from None
     print(f"checkpoint {cfg.init_from}: task {task.name}, {ck['kind']} step {ck['step']}")
-    for row, toks in enumerate(out["tokens"].tolist()):
+    for row, toks in enumerate(out.tokens.tolist()):
         prob, text = problems[row // n], toy_tasks.decode(toks)
         r = "?" if prob is None else f"{task.reward(prob, text):.0f}"
         print(f"{prompts[row // n]}{text}    reward {r}")

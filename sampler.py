@@ -41,9 +41,13 @@ whole sequence at every step. Tests check that both agree token for token and
 that their log-probs agree to 1e-5.
 
 Steps 1 and 2 of an RL step (THEORY.md section 1) are ``rollouts``: G samples
-per prompt, each rewarded by the task's verifier. ``evaluate`` is the greedy
-held-out accuracy.
+per prompt, each rewarded by the task's verifier, returned as one ``Rollouts``
+record. ``evaluate`` is the greedy held-out accuracy.
 """
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
 
 import torch
 
@@ -51,6 +55,38 @@ import advantage
 import toy_tasks
 from model import amp, attention_mask, left_pad, positions
 from toy_tasks import EOS, PAD
+
+
+@dataclass
+class Rollouts:
+    """One batch of N = B * G completions, row-aligned: row i answers prompt i // G.
+
+    The log-probs recorded when a completion is sampled are those of the policy that sampled
+    it, pi_old: every later optimizer step's ratio is exp(log pi_new - old_logprobs).
+    ``sample`` fills the first five fields; ``rollouts`` adds the rewards (and ReMax's
+    baseline); train.py adds the rest when its options need them."""
+    prompts: list  # N prompts (token-id lists), each repeated for its group's G rows
+    tokens: torch.Tensor  # [N, T] completion tokens, PAD after EOS
+    mask: torch.Tensor  # [N, T] True on a completion's own tokens (its EOS included)
+    old_logprobs: torch.Tensor  # [N, T] log pi_old of each token, 0 on padding
+    group: torch.Tensor  # [N] which prompt's group a row belongs to
+    rewards: Optional[torch.Tensor] = None  # [N] the verifier's reward of each completion
+    baseline: Optional[torch.Tensor] = None  # [N] --adv=remax: the greedy completion's reward
+    max_len: Optional[int] = None  # the completion budget: the L_max of dr_grpo's denominator
+    ref_logprobs: Optional[torch.Tensor] = None  # [N, T] the frozen reference's, for --beta
+    problems: Optional[list] = None  # the problem each row answers (experiments' probes)
+
+    def rows(self, idx):
+        """The same record restricted to rows ``idx`` (a list or a 1-D index tensor)."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        cut = {}
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if torch.is_tensor(v):
+                cut[f.name] = v[idx.to(v.device)]
+            elif isinstance(v, list):
+                cut[f.name] = [v[i] for i in idx.tolist()]
+        return dataclasses.replace(self, **cut)
 
 
 class KVCache:
@@ -121,11 +157,8 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     """Draw ``n_per_prompt`` completions for each prompt (a list of token-id lists).
 
     Rows are grouped: row ``b * n_per_prompt + j`` is completion j of prompt b.
-    Returns a dict with
-      ``tokens``   [N, T] completion ids, PAD after EOS;
-      ``mask``     [N, T] True on completion tokens, EOS included;
-      ``logprobs`` [N, T] log pi_T of each sampled token (0 where masked);
-      ``prompts``  the N prompt id lists, ``group`` [N] prompt index of each row.
+    Returns a ``Rollouts`` without rewards: ``tokens`` and ``mask`` [N, T], ``old_logprobs``
+    [N, T] (log pi_T of each sampled token, 0 where masked), the N ``prompts`` and ``group``.
     ``temperature=0`` means greedy decoding (log-probs are then at T=1).
     ``use_cache=False`` is the reference: every step recomputes the whole sequence.
 
@@ -192,8 +225,8 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-PAD columns
     tokens, mask = tokens[:, :T], mask[:, :T]
     group = torch.arange(B, device=device).repeat_interleave(G)
-    return {"tokens": tokens, "mask": mask, "logprobs": logp_out[:, :T] * mask,
-            "prompts": [p for p in prompts for _ in range(G)], "group": group}
+    return Rollouts(prompts=[p for p in prompts for _ in range(G)], tokens=tokens, mask=mask,
+                    old_logprobs=logp_out[:, :T] * mask, group=group)
 
 
 # ------------------------------------------------------------------ rollouts and their rewards
@@ -206,24 +239,22 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
                      cfg.top_k, generator=gen)
         greedy = (
-            sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)["tokens"].tolist()
+            sample(model, prompts, 1, task.max_new_tokens, temperature=0.0).tokens.tolist()
             if getattr(cfg, "adv", None) == "remax"
             else None
         )  # ReMax's baseline: a greedy completion
-    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
-    out["rewards"] = torch.tensor([task.reward(problems[i // cfg.group_size], t)
+    texts = [toy_tasks.decode(t) for t in out.tokens.tolist()]
+    out.rewards = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
     if getattr(
         cfg, "permute_rewards", False
     ):  # the null-reward control (this process's own groups)
-        out["rewards"] = advantage.permute_within_groups(out["rewards"], out["group"], gen)
+        out.rewards = advantage.permute_within_groups(out.rewards, out.group, gen)
     if greedy is not None:  # its reward, on each of the prompt's G rows
-        out["baseline"] = torch.tensor(
+        out.baseline = torch.tensor(
             [float(task.reward(p, toy_tasks.decode(t))) for p, t in zip(problems, greedy)],
             device=device,
         ).repeat_interleave(cfg.group_size)
-    # the log-probs recorded now are the "old" policy's of every later optimizer step
-    out["old_logprobs"] = out.pop("logprobs")
     return out
 
 
@@ -233,5 +264,5 @@ def evaluate(model, task, problems, cfg, device):
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
-    texts = [toy_tasks.decode(t) for t in out["tokens"].tolist()]
+    texts = [toy_tasks.decode(t) for t in out.tokens.tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)

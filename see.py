@@ -85,8 +85,8 @@ def pick_group(model, task, cfg):
             gen,
             "cpu",
         )
-        batch["problems"] = [drawn[i // cfg.group_size] for i in range(len(batch["group"]))]
-        r, g, lens = batch["rewards"], batch["group"], batch["mask"].sum(1)
+        batch.problems = [drawn[i // cfg.group_size] for i in range(len(batch.group))]
+        r, g, lens = batch.rewards, batch.group, batch.mask.sum(1)
         for k in range(cfg.prompts):
             rows = g == k
             if r[rows].min() < r[rows].max() and lens[rows].min() < lens[rows].max():
@@ -96,23 +96,23 @@ def pick_group(model, task, cfg):
 
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
-    adv = advantage.advantages(batch["rewards"], batch["group"], loss.own_estimator(name))
+    adv = advantage.advantages(batch.rewards, batch.group, loss.own_estimator(name))
     new = probes.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, objective=name)
     delta = probes.token_deltas(model64, new, batch)
     coef = probes.token_coefficients(model64, batch, adv, name)
-    res = loss.exch_residual(coef, adv, batch["tokens"], batch["mask"], batch["group"])
+    res = loss.exch_residual(coef, adv, batch.tokens, batch.mask, batch.group)
     return delta, adv, res
 
 
 def draw(plt, batch, k, task, panels, cfg):
     """Long because: it draws one figure panel by panel; split, one figure's layout would be
     scattered over several functions."""
-    rows = (batch["group"] == k).nonzero()[:, 0].tolist()
-    rows.sort(key=lambda i: -float(batch["rewards"][i]))
-    p = batch["problems"][rows[0]]
-    tok, mask = batch["tokens"], batch["mask"]
-    sets = loss.history_token_sets(tok, mask, batch["group"])
-    sign = torch.sign(batch["rewards"][rows] - batch["rewards"][rows].mean())
+    rows = (batch.group == k).nonzero()[:, 0].tolist()
+    rows.sort(key=lambda i: -float(batch.rewards[i]))
+    p = batch.problems[rows[0]]
+    tok, mask = batch.tokens, batch.mask
+    sets = loss.history_token_sets(tok, mask, batch.group)
+    sign = torch.sign(batch.rewards[rows] - batch.rewards[rows].mean())
     both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
             {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
     T = int(mask[rows].sum(1).max())
@@ -154,7 +154,7 @@ def draw(plt, batch, k, task, panels, cfg):
             ax.text(
                 -0.4,
                 -y,
-                f"r={float(batch['rewards'][i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
+                f"r={float(batch.rewards[i]):.0f} A{'+' if a > 0 else ('-' if a < 0 else '0')}",
                 ha="right",
                 va="center",
                 fontsize=11,
@@ -221,15 +221,15 @@ def main(cfg):
         import matplotlib.pyplot as plt
     except ImportError:
         plt = None
-    rows = (batch["group"] == k).nonzero()[:, 0].tolist()
+    rows = (batch.group == k).nonzero()[:, 0].tolist()
     for n, (delta, adv, res) in panels.items():
         print(f"{n} (exch_residual {res:.3f}):")
         for i in rows:
             toks = [
                 toy_tasks.decode([x]) or "<eos>"
-                for x in batch["tokens"][i, : int(batch["mask"][i].sum())].tolist()
+                for x in batch.tokens[i, : int(batch.mask[i].sum())].tolist()
             ]
-            print(f"  r={float(batch['rewards'][i]):.0f} A={float(adv[i]):+.2f}  " +
+            print(f"  r={float(batch.rewards[i]):.0f} A={float(adv[i]):+.2f}  " +
                   " ".join(f"{c}{'+' if d > 0 else '-'}" for c, d in zip(toks, delta[i].tolist())))
     if plt is None:
         print("(matplotlib is not installed: no figure; pip install -r requirements-plots.txt)")

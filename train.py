@@ -144,9 +144,9 @@ def sft(run):
 def logprobs_of(net, batch, rows, cfg, hidden=False):
     """log pi(y_t | s_t) of the batch's ``rows`` under ``net``, tempered as at sampling."""
     # the same temperature as the sampler's, so that an on-policy ratio is exactly 1
-    with amp(cfg, batch["mask"].device.type):
-        return completion_logprobs(net, [batch["prompts"][i] for i in rows.tolist()],
-                                   batch["tokens"][rows], batch["mask"][rows], PAD,
+    with amp(cfg, batch.mask.device.type):
+        return completion_logprobs(net, [batch.prompts[i] for i in rows.tolist()],
+                                   batch.tokens[rows], batch.mask[rows], PAD,
                                    cfg.temperature, return_hidden=hidden)
 
 
@@ -158,7 +158,7 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
     # a step in one part sees every row of every group: policy_loss computes w~ itself
     if not (loss.OBJECTIVES[cfg.loss].group_transform and cfg.norm == "global" and parts.split):
         return None
-    mask, old = batch["mask"], batch["old_logprobs"]
+    mask, old = batch.mask, batch.old_logprobs
     with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
         ratio = torch.cat([loss.sequence_ratio(logprobs_of(plain, batch, mb[p], cfg), old[mb[p]],
                                                mask[mb[p]]) for p in parts.parts])
@@ -166,7 +166,7 @@ def whole_step_weights(plain, batch, adv, mb, parts, cfg):
     ratio = parts.whole(ratio)
     # --clip on a dfpo loss truncates w before the transform
     bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
-    return loss.dfpo_weights(ratio, adv[mb], batch["group"][mb], cfg.loss, bounds)
+    return loss.dfpo_weights(ratio, adv[mb], batch.group[mb], cfg.loss, bounds)
 
 
 def step_metrics(acc, coef, batch, adv, mb):
@@ -176,10 +176,10 @@ def step_metrics(acc, coef, batch, adv, mb):
     keys = sorted(acc)  # the same order on every rank, for one all-reduce
     total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
     out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
-    group, mask = batch["group"][mb], batch["mask"][mb]
+    group, mask = batch.group[mb], batch.mask[mb]
     # how far the copies of a shared token were from cancelling in this step (loss.py)
     out["first_token_residual"] = loss.first_token_residual(coef, group)
-    out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch["tokens"][mb], mask, group)
+    out["exch_residual"] = loss.exch_residual(coef, adv[mb], batch.tokens[mb], mask, group)
     return out
 
 
@@ -204,7 +204,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     share, in micro-batches whose gradients accumulate. --norm=global: every part uses
     the step's denominators and DFPO weights (the same update however the step is
     split); --norm=local: each uses its own."""
-    mask, group, old = batch["mask"], batch["group"], batch["old_logprobs"]
+    mask, group, old = batch.mask, batch.group, batch.old_logprobs
     # this rank's rows of the mini-batch, cut into micro-batches (plumbing/dist_utils.py)
     parts = dist_utils.StepParts(model, mb, cfg.micro_batch)
     # --norm=global: every part divides by the whole step's counts, so splitting a step
@@ -213,7 +213,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
     settings = loss.LossSettings.from_config(cfg)
 
     def counts_of(rows, m=1):  # the denominators N, sum L, L_max of these rows
-        return loss.step_counts(mask[rows], adv[rows], max_len=batch["max_len"], micro_batches=m)
+        return loss.step_counts(mask[rows], adv[rows], max_len=batch.max_len, micro_batches=m)
 
     # bnpo: TRL divides by the accumulation steps
     counts = counts_of(mb, len(parts) * parts.world)
@@ -235,7 +235,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
                 new_logp, old[rows], mask[rows], adv[rows], group[rows],
                 counts=counts if glob else counts_of(rows),
                 weights=None if weights is None else weights[p],
-                ref_logprobs=batch["ref_logprobs"][rows] if cfg.beta else None,
+                ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
                 entropy=entropy, keep=keep)
             value, stats = loss.policy_loss(inputs, settings)
             if not torch.isfinite(value):  # stop before a NaN reaches the weights
@@ -262,12 +262,12 @@ def optimizer_step(model, opt, batch, adv, mb, cfg):
 def rl_update(model, opt, batch, cfg, gen):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
-    rewards, group, mask = batch["rewards"], batch["group"], batch["mask"]
+    rewards, group, mask = batch.rewards, batch.group, batch.mask
     lens = mask.sum(1)
     # 3. one advantage per completion, from its own group (or batch) of rewards; fixed for
     # every epoch: the data are reused, the credit is not recomputed
     adv = advantage.advantages(rewards, group, cfg.adv, lengths=lens,
-                               baseline=batch.get("baseline"))
+                               baseline=batch.baseline)
     logs, steps = [], []
     for _ in range(cfg.epochs):
         # 4. the scheduler decides which rollouts meet in one step, and so whether the
@@ -283,7 +283,7 @@ def rl_update(model, opt, batch, cfg, gen):
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
     # where the shared tokens' coefficients went, over every step of the batch
-    out["ledger"] = ledger.ledger_sums(steps, adv, batch["tokens"], mask, group)
+    out["ledger"] = ledger.ledger_sums(steps, adv, batch.tokens, mask, group)
     # how the last epoch's cut split the groups and the signs (logged every step)
     out["mb_stats"] = batching.minibatch_stats(mbs, group, adv, lens)
     out["steps"] = logs  # per optimizer step, in order
@@ -314,22 +314,22 @@ def rl_step(run, opt, ref_model):
     # holds the whole batch, so advantages, the cut and the denominators are global
     batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
                      cfg.prompts_per_step // run.world)
-    batch["max_len"] = run.task.max_new_tokens
+    batch.max_len = run.task.max_new_tokens
     batch = dist_utils.gather_rollouts(batch)  # rank 0's groups first
     if ref_model is not None:  # --beta: the frozen reference's log-probs of the same tokens
         with torch.no_grad(), amp(cfg, run.device):
-            batch["ref_logprobs"] = completion_logprobs(
-                ref_model, batch["prompts"], batch["tokens"], batch["mask"], PAD, cfg.temperature
+            batch.ref_logprobs = completion_logprobs(
+                ref_model, batch.prompts, batch.tokens, batch.mask, PAD, cfg.temperature
             ).float()
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
-    mixed = 1.0 - advantage.zero_variance_fraction(batch["rewards"], batch["group"])
+    mixed = 1.0 - advantage.zero_variance_fraction(batch.rewards, batch.group)
     # the learning tax is a KL at the histories a group shares: take them before the update
     before = diagnostics.tax_before(run.raw, batch) if run.master else None
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
     stats = rl_update(run.model, opt, batch, cfg, state.gen)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
     sums_of = stats.pop("ledger")  # this batch's ledger sums (ledger.py)
-    rec = {"phase": "rl", "step": step, "reward": float(batch["rewards"].mean()), "mixed": mixed,
+    rec = {"phase": "rl", "step": step, "reward": float(batch.rewards.mean()), "mixed": mixed,
            **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
            **stats["mb_stats"], "ledger_mass": sums_of["mass"],
            **{f"ledger_{k}": v for k, v in ledger.ledger_shares(sums_of).items()}}

@@ -15,6 +15,7 @@
 """
 
 import copy
+import dataclasses
 import json
 import math
 import multiprocessing
@@ -384,7 +385,7 @@ def rl_states(opts, seed, steps, lr=None):
             break
         model.train()
         batch = train.rollouts(model, task, draw, cfg, gen, "cpu")
-        batch["max_len"] = task.max_new_tokens
+        batch.max_len = task.max_new_tokens
         train.rl_update(model, opt, batch, cfg, gen)
     return paths
 
@@ -462,9 +463,9 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     )  # a same-dtype load would share the moments
     cfg = Config(loss=loss, clip="none", grad_clip=grad_clip)
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
-        old = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD)
+        old = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD)
     rows = torch.arange(len(adv))
-    train.optimizer_step(new, new_opt, {**batch, "old_logprobs": old}, adv, rows, cfg)
+    train.optimizer_step(new, new_opt, dataclasses.replace(batch, old_logprobs=old), adv, rows, cfg)
     for p in new.parameters():
         p.requires_grad_(True)
     return new, new_opt
@@ -479,6 +480,6 @@ def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
         return drawn[-1]
     cfg = Config(prompts_per_step=prompts, group_size=group_size, temperature=temperature)
     batch = train.rollouts(model, task, record, cfg, gen, "cpu")
-    batch["problems"] = [drawn[i // group_size] for i in range(prompts * group_size)]
-    batch["max_len"] = task.max_new_tokens
+    batch.problems = [drawn[i // group_size] for i in range(prompts * group_size)]
+    batch.max_len = task.max_new_tokens
     return batch

@@ -61,14 +61,14 @@ RESTATE = toy_tasks.encode("(")[0]
 
 def restated(batch):
     """[N] bool: does rollout i open with the restatement ``(``?"""
-    return batch["tokens"][:, 0] == RESTATE
+    return batch.tokens[:, 0] == RESTATE
 
 
 def credit(batch, adv):
     """Real credit of the restate choice in one rollout batch: ``credit_gap``
     (accuracy with minus without restating; None if either is absent) and
     ``credit_cov`` (within-group covariance of restated and A, mean over groups)."""
-    x, r, g = restated(batch).double(), batch["rewards"].double(), batch["group"]
+    x, r, g = restated(batch).double(), batch.rewards.double(), batch.group
     gap = None
     if bool(x.bool().any()) and not bool(x.bool().all()):
         gap = float(r[x.bool()].mean() - r[~x.bool()].mean())
@@ -106,10 +106,10 @@ def restate_log_odds(model, task, problems):
 def first_token_logprobs(model, batch):
     """log pi(y_{i,0} | prompt_i) [N] from the prompts alone: the first completion
     token sees nothing else, so this equals column 0 of completion_logprobs."""
-    dev = batch["tokens"].device
-    ids, valid, _ = left_pad(batch["prompts"], PAD, dev)
+    dev = batch.tokens.device
+    ids, valid, _ = left_pad(batch.prompts, PAD, dev)
     logp = torch.log_softmax(model(ids, valid)[:, -1], -1)
-    return logp.gather(1, batch["tokens"][:, :1])[:, 0]
+    return logp.gather(1, batch.tokens[:, :1])[:, 0]
 
 
 def step_coefficients(logp, old, batch, adv, cfg):
@@ -117,12 +117,12 @@ def step_coefficients(logp, old, batch, adv, cfg):
     on this (mini-)batch: --loss with its PPO ratio against ``old``, --clip and, for
     DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
     new = logp.detach().clone().requires_grad_(True)
-    counts = loss.step_counts(batch["mask"], adv, max_len=batch.get("max_len"))
+    counts = loss.step_counts(batch.mask, adv, max_len=batch.max_len)
     value, _ = loss.policy_loss(
-        loss.LossBatch(new, old, batch["mask"], adv, batch["group"], counts=counts),
+        loss.LossBatch(new, old, batch.mask, adv, batch.group, counts=counts),
         loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
     )
-    return loss.coefficients(value, new).detach() * batch["mask"]
+    return loss.coefficients(value, new).detach() * batch.mask
 
 
 def _grad(scalar, params, keep=False):
@@ -152,10 +152,10 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     params = [p for p in model.parameters() if p.requires_grad]
     ell0, entropy = choice(model, task, problems)
     g_ell = _grad(ell0, params)
-    logp, h = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
+    logp, h = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD,
                                   return_hidden=True)
     old_policy = torch.log_softmax(model.lm_head(h.detach()).float(), -1).detach()
-    c = step_coefficients(logp, batch.get("old_logprobs", logp.detach()), batch, adv, cfg)
+    c = step_coefficients(logp, batch.old_logprobs, batch, adv, cfg)
     g = _grad(-(c * logp).sum(), params)
     g_d = _grad(-(c[:, 0] * first_token_logprobs(model, batch)).sum(), params)
     g_c = [a - b for a, b in zip(g, g_d)]
@@ -205,10 +205,10 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     out["exact"] = _dot(g_ell, [p.detach() - q for p, q in zip(params, before)])
     with torch.no_grad():
         out["measured"] = float(restate_log_odds(model, task, problems) - ell0)
-        _, h_new = completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], PAD,
+        _, h_new = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD,
                                        return_hidden=True)
         new_policy = torch.log_softmax(model.lm_head(h_new).float(), -1)
         kl = (new_policy.exp() * (new_policy - old_policy)).sum(-1)
-        out["kl"] = float(kl[batch["mask"]].mean())
+        out["kl"] = float(kl[batch.mask].mean())
     out["entropy"] = entropy
     return out

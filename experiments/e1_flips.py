@@ -82,14 +82,14 @@ def one_seed(item):
         rewards = []
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-            b["max_len"] = task.max_new_tokens
-            adv = advantage.advantages(b["rewards"], b["group"], "grpo")
-            rewards.append(float(b["rewards"].mean()))
+            b.max_len = task.max_new_tokens
+            adv = advantage.advantages(b.rewards, b.group, "grpo")
+            rewards.append(float(b.rewards.mean()))
             new = {"adam": common.real_step(m64, opt, b, adv)[0],
                    "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}
             for o in OPTS:
-                pooled[o][0].append(probes.token_deltas(m64, new[o], b)[b["mask"]])
-                pooled[o][1].append(per_token(adv, b["mask"]))
+                pooled[o][0].append(probes.token_deltas(m64, new[o], b)[b.mask])
+                pooled[o][1].append(per_token(adv, b.mask))
         out = {"reward": sum(rewards) / len(rewards)}
         for o in OPTS:
             d, a = torch.cat(pooled[o][0]), torch.cat(pooled[o][1])

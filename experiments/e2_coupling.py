@@ -84,9 +84,9 @@ def one_state(opts, seed, step, path, task, draw):
     recs = []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        b["max_len"] = task.max_new_tokens
-        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
-        m = b["mask"]
+        b.max_len = task.max_new_tokens
+        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        m = b.mask
         a_tok = adv[:, None].expand_as(m)[m]
         live = a_tok != 0
         coef = probes.token_coefficients(m64, b, adv)
@@ -116,7 +116,7 @@ def one_state(opts, seed, step, path, task, draw):
                 rec[f"{k}_{sel_name}_w"] = (
                     probes.sign_agreement(full[k], head[k], sel, weighted=True) if ok else None
                 )
-        cats = probes.token_categories(task, b["problems"], b["tokens"], m)[m]
+        cats = probes.token_categories(task, b.problems, b.tokens, m)[m]
         rows = torch.bucketize(ct["conf"], torch.tensor(BINS, dtype=ct["conf"].dtype), right=True)
         rows = torch.where(cats == probes.CATEGORIES.index("style"), len(BINS) + 1, rows)
         rec.update(probes.coupling_by_row(ct["terms"], ct["y"], rows, len(ROWS)))

@@ -107,9 +107,9 @@ def one_seed(item):
     cf, advs = {v: [] for v in VARIANTS}, []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
-        m = b["mask"]
-        a_tok, y = adv[:, None].expand_as(m)[m], b["tokens"][m]
+        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        m = b.mask
+        a_tok, y = adv[:, None].expand_as(m)[m], b.tokens[m]
         advs.append(a_tok)
         for lr, ds in probes.masked_update_deltas(m64, b, adv, lrs).items():
             for v, d in ds.items():

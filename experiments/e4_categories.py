@@ -79,11 +79,11 @@ def one_seed(item):
         count = torch.zeros(len(CATS), dtype=torch.float64)
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-            m = b["mask"]
-            cats = probes.token_categories(task, b["problems"], b["tokens"], m)[m]
+            m = b.mask
+            cats = probes.token_categories(task, b.problems, b.tokens, m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
-                adv = advantage.advantages(b["rewards"], b["group"], loss.own_estimator(l))
+                adv = advantage.advantages(b.rewards, b.group, loss.own_estimator(l))
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
                        "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], objective=l)}
                 for o in OPTS:

@@ -91,19 +91,19 @@ def one_seed(item):
     rewards = []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
-        rewards.append(float(b["rewards"].float().mean()))
+        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        rewards.append(float(b.rewards.float().mean()))
         m64 = copy.deepcopy(model).double()
         with torch.no_grad():
             lp0 = probes.logp_of(m64, b)
         deltas = {}
-        for a, av in arm_advantages(adv, b["group"], gen).items():
+        for a, av in arm_advantages(adv, b.group, gen).items():
             for o in OPTS:
                 new = (common.real_step(m64, opt, b, av, "grpo")[0] if o == "adam"
                        else probes.one_update(m64, b, av, "sgd", opts["sgd_lr"]))
                 with torch.no_grad():
-                    deltas[o, a] = (probes.logp_of(new, b) - lp0) * b["mask"]
-        moved = torch.stack([d.abs() > opts["eps"] for d in deltas.values()]).any(0) & b["mask"]
+                    deltas[o, a] = (probes.logp_of(new, b) - lp0) * b.mask
+        moved = torch.stack([d.abs() > opts["eps"] for d in deltas.values()]).any(0) & b.mask
         rows_t = torch.cat([probes.pick_tokens(moved & (adv > 0)[:, None], opts["tokens"], gen),
                             probes.pick_tokens(moved & (adv < 0)[:, None], opts["tokens"], gen)])
         if not len(rows_t):

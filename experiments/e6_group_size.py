@@ -73,15 +73,15 @@ def setting(model, opt, task, draw, gen, B, G, opts):
     batches, deltas, moved, rewards = [], [], [], []
     for _ in range(math.ceil(opts["rollouts"] / (B * G))):
         b = common.rollout_batch(model, task, draw, B, G, gen)
-        adv = advantage.advantages(b["rewards"], b["group"], "grpo")
+        adv = advantage.advantages(b.rewards, b.group, "grpo")
         m64 = copy.deepcopy(model).double()
         new = common.real_step(m64, opt, b, adv, "grpo")[0]
         with torch.no_grad():
-            d = (probes.logp_of(new, b) - probes.logp_of(m64, b)) * b["mask"]
+            d = (probes.logp_of(new, b) - probes.logp_of(m64, b)) * b.mask
         batches.append((b, adv))
         deltas.append(d)
-        moved.append(b["mask"] & (adv != 0)[:, None] & (d.abs() > opts["eps"]))
-        rewards.append(float(b["rewards"].float().mean()))
+        moved.append(b.mask & (adv != 0)[:, None] & (d.abs() > opts["eps"]))
+        rewards.append(float(b.rewards.float().mean()))
     # one draw over the setting's moved tokens, rows offset per batch
     offsets = [0]
     for mv in moved:

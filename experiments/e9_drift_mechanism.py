@@ -182,8 +182,7 @@ def warm(opts, seed, arm):
 def rows_of(batch, mb):
     """The rollout batch restricted to the rows ``mb`` (a mini-batch): tensors and the
     prompt list indexed, per-batch scalars (``max_len``) kept."""
-    return {k: [v[i] for i in mb.tolist()] if k == "prompts" else v[mb] if torch.is_tensor(v) else v
-            for k, v in batch.items()}
+    return batch.rows(mb)
 
 
 def run_arm(opts, seed, arm, rl_steps, lr=None):
@@ -210,15 +209,15 @@ def run_arm(opts, seed, arm, rl_steps, lr=None):
     for _ in range(rl_steps):
         model.train()
         batch = rollouts(model, task, draw, cfg, gen, "cpu")
-        batch["max_len"] = task.max_new_tokens
-        lens = batch["mask"].sum(1)
-        adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv, lengths=lens)
+        batch.max_len = task.max_new_tokens
+        lens = batch.mask.sum(1)
+        adv = advantage.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
         step = {k: 0.0 for k in PARTS + ("kl",)}
-        step.update(DP.credit(batch, adv), reward=float(batch["rewards"].mean()), entropy=None)
+        step.update(DP.credit(batch, adv), reward=float(batch.rewards.mean()), entropy=None)
         n = 0
         for _ in range(cfg.epochs):
             for mb in batching.make_minibatches(
-                cfg.batching, batch["group"], adv, lens, cfg.minibatches, gen
+                cfg.batching, batch.group, adv, lens, cfg.minibatches, gen
             ):
                 out = DP.split_step(
                     model, opt, rows_of(batch, mb), adv[mb], cfg, task, held_out, memo
@@ -261,7 +260,7 @@ def warm_credit(opts, seed, arm="adamw", prompts=256, group_size=8):
         b = common.rollout_batch(
             model, task, draw, n, group_size, torch.Generator().manual_seed(5000 + seed)
         )
-    x, r = DP.restated(b), b["rewards"]
+    x, r = DP.restated(b), b.rewards
     acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
     return {
         "rollouts": len(r),

@@ -49,6 +49,7 @@ identity or a no-op, and the step is the plain one.
 """
 
 import contextlib
+import dataclasses
 import datetime
 import os
 import sys
@@ -179,28 +180,31 @@ def gather_rollouts(batch):
     rank, world = rank_world()
     if world == 1:
         return batch
-    device = batch["tokens"].device
-    mine = {k: (v.cpu() if torch.is_tensor(v) else v) for k, v in batch.items()}
+    device = batch.tokens.device
+    tensors = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
+    mine = dataclasses.replace(batch, **{k: v.cpu() for k, v in tensors.items()
+                                         if torch.is_tensor(v)})
     parts = [None] * world
     dist.all_gather_object(parts, mine)
-    T = max(p["tokens"].shape[1] for p in parts)
+    T = max(p.tokens.shape[1] for p in parts)
     pad = lambda x, v: torch.nn.functional.pad(x, (0, T - x.shape[1]), value=v)
-    out, offset = {}, 0
-    groups = []
+    groups, offset = [], 0
     for p in parts:
-        groups.append(p["group"] + offset)
-        offset += int(p["group"].max()) + 1
-    out["tokens"] = torch.cat([pad(p["tokens"], PAD) for p in parts]).to(device)
-    out["mask"] = torch.cat([pad(p["mask"], False) for p in parts]).to(device)
-    out["old_logprobs"] = torch.cat([pad(p["old_logprobs"], 0.0) for p in parts]).to(device)
-    out["rewards"] = torch.cat([p["rewards"] for p in parts]).to(device)
-    if "baseline" in batch:  # --adv=remax: each row's greedy reward
-        out["baseline"] = torch.cat([p["baseline"] for p in parts]).to(device)
-    out["group"] = torch.cat(groups).to(device)
-    out["prompts"] = [q for p in parts for q in p["prompts"]]
-    for k in batch:  # anything else (e.g. max_len) is the same on every rank
-        out.setdefault(k, batch[k])
-    return out
+        groups.append(p.group + offset)
+        offset += int(p.group.max()) + 1
+    cat = lambda xs: torch.cat(xs).to(device)
+    # anything not concatenated here (max_len) is the same on every rank
+    return dataclasses.replace(
+        batch,
+        prompts=[q for p in parts for q in p.prompts],
+        tokens=cat([pad(p.tokens, PAD) for p in parts]),
+        mask=cat([pad(p.mask, False) for p in parts]),
+        old_logprobs=cat([pad(p.old_logprobs, 0.0) for p in parts]),
+        group=cat(groups),
+        rewards=cat([p.rewards for p in parts]),
+        # --adv=remax: each row's greedy reward
+        baseline=None if batch.baseline is None else cat([p.baseline for p in parts]),
+    )
 
 
 def broadcast_cut(mbs):

@@ -16,6 +16,7 @@ moves the weights); each rank SIGKILLs itself in its K-th rollout (K = 0: never)
 The single-process references are computed by test_ddp.py with the same
 functions.
 """
+import dataclasses
 import os
 import sys
 
@@ -30,6 +31,7 @@ import toy_tasks  # noqa: E402
 import train  # noqa: E402
 from plumbing.config import Config  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
+from sampler import Rollouts  # noqa: E402
 
 B, G = 4, 4  # groups, rollouts per group
 
@@ -58,8 +60,8 @@ def fixed_batch(dtype=torch.float64, seed=0):
     with torch.no_grad():
         logp = completion_logprobs(tiny_model(dtype), prompts, tokens, mask, toy_tasks.PAD)
     old = (logp - (torch.rand(N, Tm, generator=g, dtype=dtype) - 0.5) * 0.6) * mask
-    return {"prompts": prompts, "tokens": tokens, "mask": mask, "old_logprobs": old,
-            "rewards": rewards, "group": torch.arange(B).repeat_interleave(G), "max_len": Tm}
+    return Rollouts(prompts=prompts, tokens=tokens, mask=mask, old_logprobs=old,
+                    rewards=rewards, group=torch.arange(B).repeat_interleave(G), max_len=Tm)
 
 
 def step_config(objective, clip, micro_batch, **kw):
@@ -82,10 +84,9 @@ CASES = [(objective, clip, k) for objective in INVARIANT for clip in loss.CLIPS 
 
 def share(batch, rank, world):
     """Rank ``rank``'s whole groups of a batch, group ids from 0 (as sample gives)."""
-    n = len(batch["rewards"]) // world
-    rows = slice(rank * n, (rank + 1) * n)
-    out = {k: (v[rows] if k != "max_len" else v) for k, v in batch.items()}
-    out["group"] = out["group"] - out["group"].min()
+    n = len(batch.rewards) // world
+    out = batch.rows(range(rank * n, (rank + 1) * n))
+    out.group = out.group - out.group.min()
     return out
 
 
@@ -93,7 +94,7 @@ def fixed_rollouts(batch):
     """A stand-in for train.rollouts: this rank's share of ``batch``, every step."""
     def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-        return {k: v for k, v in share(batch, rank, world).items() if k != "max_len"}
+        return dataclasses.replace(share(batch, rank, world), max_len=None)
     return rollouts
 
 

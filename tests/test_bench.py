@@ -73,9 +73,9 @@ def test_greedy_kv_equals_full_recompute():
     model, prompts = tiny_model(), mixed_prompts()
     a = sample(model, prompts, 2, 12, temperature=0.0, use_cache=True)
     b = sample(model, prompts, 2, 12, temperature=0.0, use_cache=False)
-    assert torch.equal(a["tokens"], b["tokens"])
-    assert torch.equal(a["mask"], b["mask"])
-    assert torch.allclose(a["logprobs"], b["logprobs"], atol=1e-5)
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.equal(a.mask, b.mask)
+    assert torch.allclose(a.old_logprobs, b.old_logprobs, atol=1e-5)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -87,12 +87,12 @@ def test_seeded_sampling_same_on_both_paths(seed):
         out.append(sample(model, prompts, 4, 12, temperature=1.0, generator=gen,
                           use_cache=use_cache))
     a, b = out
-    assert torch.equal(a["tokens"], b["tokens"])
-    assert torch.equal(a["mask"], b["mask"])
-    assert torch.allclose(a["logprobs"], b["logprobs"], atol=1e-5)
-    assert a["prompts"] == b["prompts"] and torch.equal(a["group"], b["group"])
-    assert bool(a["mask"][:, 0].all())  # every row emits at least one token
-    assert (a["logprobs"][a["mask"]] < 0).all() and (a["logprobs"][~a["mask"]] == 0).all()
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.equal(a.mask, b.mask)
+    assert torch.allclose(a.old_logprobs, b.old_logprobs, atol=1e-5)
+    assert a.prompts == b.prompts and torch.equal(a.group, b.group)
+    assert bool(a.mask[:, 0].all())  # every row emits at least one token
+    assert (a.old_logprobs[a.mask] < 0).all() and (a.old_logprobs[~a.mask] == 0).all()
 
 
 def test_sampler_outputs_feed_a_backward_pass():
@@ -100,16 +100,16 @@ def test_sampler_outputs_feed_a_backward_pass():
     for backward): they must be ordinary tensors, whatever mode sampled them."""
     model, prompts = tiny_model(), mixed_prompts()
     out = sample(model, prompts, 2, 8, generator=torch.Generator().manual_seed(0))
-    logp = completion_logprobs(model, out["prompts"], out["tokens"], out["mask"],
+    logp = completion_logprobs(model, out.prompts, out.tokens, out.mask,
                                toy_tasks.PAD)
-    ((logp - out["logprobs"]) * out["mask"]).sum().backward()
+    ((logp - out.old_logprobs) * out.mask).sum().backward()
     assert model.lm_head.weight.grad is not None
-    assert torch.allclose(logp, out["logprobs"], atol=1e-5)  # on-policy: ratio 1
+    assert torch.allclose(logp, out.old_logprobs, atol=1e-5)  # on-policy: ratio 1
 
 
 def test_seeded_sampling_is_reproducible():
     model, prompts = tiny_model(), mixed_prompts()
     runs = [sample(model, prompts, 4, 12, generator=torch.Generator().manual_seed(7))
             for _ in range(2)]
-    assert torch.equal(runs[0]["tokens"], runs[1]["tokens"])
-    assert torch.equal(runs[0]["logprobs"], runs[1]["logprobs"])
+    assert torch.equal(runs[0].tokens, runs[1].tokens)
+    assert torch.equal(runs[0].old_logprobs, runs[1].old_logprobs)

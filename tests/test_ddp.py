@@ -26,6 +26,7 @@ from plumbing.errors import CliError
 from ddp_driver import (CASES, INVARIANT, MAIN_FLAGS, fixed_batch, fixed_rollouts, one_update, step_config,
                         tiny_model)
 from model import completion_logprobs
+from sampler import Rollouts
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
@@ -68,9 +69,8 @@ def test_micro_batches_and_permutation_give_the_same_step(unsplit, objective, cl
         assert_same(params_after(step_config(objective, clip, k)), ref)
     # a permutation of the rollouts: query cuts by group, so the same groups meet
     batch = fixed_batch()
-    perm = torch.randperm(len(batch["rewards"]), generator=torch.Generator().manual_seed(1))
-    shuffled = {k: (v if k == "max_len" else v[perm] if torch.is_tensor(v) else [v[i] for i in perm])
-                for k, v in batch.items()}
+    perm = torch.randperm(len(batch.rewards), generator=torch.Generator().manual_seed(1))
+    shuffled = batch.rows(perm)
     cfg = dict(objective=objective, clip=clip, batching="query")
     assert_same(params_after(step_config(micro_batch=3, **cfg), shuffled),
                 params_after(step_config(micro_batch=0, **cfg), batch))
@@ -111,9 +111,9 @@ def shared_group():
     prompts = [toy_tasks.encode("12+34=")] * 4
     with torch.no_grad():
         logp = completion_logprobs(tiny_model(), prompts, tokens, mask, toy_tasks.PAD)
-    return {"prompts": prompts, "tokens": tokens, "mask": mask, "old_logprobs": logp,
-            "rewards": torch.tensor([1.0, 1, 0, 0]), "group": torch.zeros(4, dtype=torch.long),
-            "max_len": 4}
+    return Rollouts(prompts=prompts, tokens=tokens, mask=mask, old_logprobs=logp,
+                    rewards=torch.tensor([1.0, 1, 0, 0]), group=torch.zeros(4, dtype=torch.long),
+                    max_len=4)
 
 
 @pytest.mark.parametrize("norm, expected", [("global", 0.0), ("local", 1 / 3)])

@@ -11,6 +11,7 @@ import advantage
 import toy_tasks
 from model import GPT, GPTConfig
 from toy_tasks import EOS, PAD, encode
+from sampler import Rollouts
 
 
 def tiny_model(seed=0, double=True):
@@ -31,47 +32,48 @@ def hand_batch(seed=0, groups=4, G=4, T=4):
     tokens[col == lens[:, None] - 1] = EOS
     tokens = tokens.masked_fill(col >= lens[:, None], PAD)
     rewards = torch.tensor([float(i % 2 == (i // G) % 2) for i in range(N)])
-    return {"prompts": prompts, "tokens": tokens, "mask": tokens != PAD,
-            "group": torch.arange(groups).repeat_interleave(G), "rewards": rewards,
-            "old_logprobs": torch.zeros(N, T)}
+    return Rollouts(prompts=prompts, tokens=tokens, mask=tokens != PAD,
+                    group=torch.arange(groups).repeat_interleave(G), rewards=rewards,
+                    old_logprobs=torch.zeros(N, T))
 
 
 def shared_batch():
     rows = [[1, 2, 3, EOS], [1, 2, 4, EOS], [5, EOS, PAD, PAD], [6, 7, EOS, PAD],
             [8, EOS, PAD, PAD], [8, EOS, PAD, PAD]]
     tok = torch.tensor(rows)
-    return {"prompts": [encode("12+34=")] * 2 + [encode("5+6=")] * 2 + [encode("99=")] * 2,
-            "tokens": tok, "mask": tok != PAD, "group": torch.tensor([0, 0, 1, 1, 2, 2]),
-            "rewards": torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]), "old_logprobs": torch.zeros(6, 4)}
+    return Rollouts(prompts=[encode("12+34=")] * 2 + [encode("5+6=")] * 2 + [encode("99=")] * 2,
+                    tokens=tok, mask=tok != PAD, group=torch.tensor([0, 0, 1, 1, 2, 2]),
+                    rewards=torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 0.0]),
+                    old_logprobs=torch.zeros(6, 4))
 
 
 def test_shared_histories_hand_made():
     b = shared_batch()
-    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
+    h = diagnostics.shared_histories(b.tokens, b.mask, b.group)
     assert h.tolist() == [[0, 0], [0, 1], [0, 2], [2, 0], [4, 0], [4, 1]]
 
 
 def test_policy_at_matches_a_forward_pass_per_history():
     model, b = tiny_model(), shared_batch()
-    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
-    lp = diagnostics.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
+    h = diagnostics.shared_histories(b.tokens, b.mask, b.group)
+    lp = diagnostics.policy_at(model, b.prompts, b.tokens, b.mask, h)
     for k, (r, t) in enumerate(h.tolist()):
-        seq = torch.tensor([b["prompts"][r] + b["tokens"][r, :t].tolist()])
+        seq = torch.tensor([b.prompts[r] + b.tokens[r, :t].tolist()])
         ref = torch.log_softmax(model(seq)[0, -1], -1)
         assert torch.allclose(lp[k], ref, atol=1e-10)
 
 
 def test_learning_tax_kl_zero_without_change_positive_with():
     model, b = tiny_model(), shared_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
-    h = diagnostics.shared_histories(b["tokens"], b["mask"], b["group"])
-    before = diagnostics.policy_at(model, b["prompts"], b["tokens"], b["mask"], h)
+    adv = advantage.advantages(b.rewards, b.group)
+    h = diagnostics.shared_histories(b.tokens, b.mask, b.group)
+    before = diagnostics.policy_at(model, b.prompts, b.tokens, b.mask, h)
     same = probes.one_update(model, b, adv, "sgd", 0.0)
-    assert float(diagnostics.kl(before, diagnostics.policy_at(same, b["prompts"], b["tokens"], b["mask"], h)).abs().max()) == 0.0
+    assert float(diagnostics.kl(before, diagnostics.policy_at(same, b.prompts, b.tokens, b.mask, h)).abs().max()) == 0.0
     moved = probes.one_update(model, b, adv, "adam", 1e-2)
-    k = diagnostics.kl(before, diagnostics.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h))
+    k = diagnostics.kl(before, diagnostics.policy_at(moved, b.prompts, b.tokens, b.mask, h))
     assert bool((k > 0).all())
-    p, q = before.exp(), diagnostics.policy_at(moved, b["prompts"], b["tokens"], b["mask"], h).exp()
+    p, q = before.exp(), diagnostics.policy_at(moved, b.prompts, b.tokens, b.mask, h).exp()
     assert torch.allclose(k, (q * (q / p).log()).sum(-1))  # KL(new || old), not the reverse
 
 

@@ -14,14 +14,16 @@ import common  # noqa: E402
 import drift_probes as DP  # noqa: E402
 import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from sampler import Rollouts
 
 
 def test_credit_by_hand():
     # group 0: restated rows 0, 1 (rewards 1, 0), not: rows 2, 3 (1, 1); group 1: none restated
     tok = torch.full((8, 3), toy_tasks.encode("1")[0])
     tok[0, 0] = tok[1, 0] = DP.RESTATE
-    batch = {"tokens": tok, "rewards": torch.tensor([1.0, 0, 1, 1, 0, 1, 0, 1]),
-             "group": torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])}
+    batch = Rollouts(prompts=[[]] * 8, tokens=tok, mask=torch.ones(tok.shape, dtype=torch.bool),
+                     old_logprobs=torch.zeros(tok.shape), group=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
+                     rewards=torch.tensor([1.0, 0, 1, 1, 0, 1, 0, 1]))
     adv = torch.tensor([0.25, -0.75, 0.25, 0.25, -0.5, 0.5, -0.5, 0.5])
     out = DP.credit(batch, adv)
     assert out["credit_gap"] == pytest.approx(0.5 - 4 / 6)  # 1/2 with, 4/6 without
@@ -49,8 +51,8 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
     memo = {}
     for step in range(2):  # the second AdamW step carries the first one's momentum
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)  # the sampler is fp32
-        batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
-        adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
+        batch.rewards = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
+        adv = advantage.advantages(batch.rewards, batch.group, "dr_grpo")
         cfg = common.Config(loss="dr_grpo", grad_clip=clip)
         out = DP.split_step(model, opt, batch, adv, cfg, task, problems, memo)
         assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
@@ -70,9 +72,9 @@ def test_momentum_of_first_token_copies_alone_is_all_direct():
     memo = {}
     for step in range(2):
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
-        batch["mask"][:, 1:] = False
-        batch["rewards"] = torch.tensor([float(i % 2) for i in range(12)])
-        adv = advantage.advantages(batch["rewards"], batch["group"], "dr_grpo")
+        batch.mask[:, 1:] = False
+        batch.rewards = torch.tensor([float(i % 2) for i in range(12)])
+        adv = advantage.advantages(batch.rewards, batch.group, "dr_grpo")
         out = DP.split_step(model, opt, batch, adv, common.Config(loss="dr_grpo", grad_clip=1e9), task, problems,
                             memo)
         assert abs(out["coupled"]) < 1e-12 * max(1.0, abs(out["direct"])) and out["direct"] != 0
@@ -83,7 +85,7 @@ def test_momentum_of_first_token_copies_alone_is_all_direct():
 def test_first_token_logprobs_equal_column_0_of_the_completion():
     task, model, opt, draw, gen, problems = _setup("sgd", 1e-3)
     batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
-    full = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
+    full = train.completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, toy_tasks.PAD)
     assert torch.allclose(DP.first_token_logprobs(model, batch), full[:, 0], atol=1e-12)
 
 
@@ -95,18 +97,17 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
     task, model, opt, draw, gen, problems = _setup(opt_name, 1e-2 if opt_name == "sgd" else 3e-3)
     cfg = common.Config(loss=loss, grad_clip=0.5)
     batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
-    batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(12)])
-    adv = advantage.advantages(batch["rewards"], batch["group"], cfg.adv)
+    batch.rewards = torch.tensor([float(i % 3 == 0) for i in range(12)])
+    adv = advantage.advantages(batch.rewards, batch.group, cfg.adv)
     with torch.no_grad():
-        batch["old_logprobs"] = train.completion_logprobs(model, batch["prompts"], batch["tokens"], batch["mask"], toy_tasks.PAD)
+        batch.old_logprobs = train.completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, toy_tasks.PAD)
     if offpolicy:  # one step first, so that the ratio is not 1 and the clip binds for some tokens
         train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg)
     twin = copy.deepcopy(model)
     twin_opt = train.rl_optimizer(twin.parameters(), opt_name, opt.param_groups[0]["lr"])
     twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))  # load_state_dict shares same-dtype tensors
     rows = torch.arange(6) if offpolicy else torch.arange(12)  # a mini-batch: the first 2 groups
-    sub = {k: ([v[i] for i in rows.tolist()] if k == "prompts" else v[rows] if torch.is_tensor(v) else v)
-           for k, v in batch.items()}
+    sub = batch.rows(rows)
     train.optimizer_step(model, opt, batch, adv, rows, cfg)
     out = DP.split_step(twin, twin_opt, sub, adv[rows], cfg, task, problems)
     moved = max(float((p - q).detach().abs().max()) for p, q in zip(model.parameters(), twin.parameters()))

@@ -57,8 +57,8 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
     torch.manual_seed(0)
     model = tiny_model(double=True)
     b = hand_batch()
-    b["old_logprobs"], b["max_len"] = torch.zeros(b["mask"].shape, dtype=torch.float64), 4
-    adv = advantage.advantages(b["rewards"], b["group"], "grpo")
+    b.old_logprobs, b.max_len = torch.zeros(b.mask.shape, dtype=torch.float64), 4
+    adv = advantage.advantages(b.rewards, b.group, "grpo")
     assert bool((adv != 0).any())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -62,20 +62,20 @@ def test_greedy_kv_cache_equals_full_recompute(seed):
     m = tiny(seed)
     a = sample(m, mixed_prompts(), 1, 12, temperature=0.0, use_cache=True)
     b = sample(m, mixed_prompts(), 1, 12, temperature=0.0, use_cache=False)
-    assert torch.equal(a["tokens"], b["tokens"])
-    assert torch.equal(a["mask"], b["mask"])
-    torch.testing.assert_close(a["logprobs"], b["logprobs"], atol=1e-5, rtol=1e-5)
+    assert torch.equal(a.tokens, b.tokens)
+    assert torch.equal(a.mask, b.mask)
+    torch.testing.assert_close(a.old_logprobs, b.old_logprobs, atol=1e-5, rtol=1e-5)
 
 
 def test_seeded_sampling_is_deterministic_and_paths_agree():
     m = tiny(3)
     outs = [sample(m, mixed_prompts(), 4, 10, 1.0, generator=torch.Generator().manual_seed(7),
                    use_cache=c) for c in (True, True, False)]
-    assert torch.equal(outs[0]["tokens"], outs[1]["tokens"])
-    assert torch.equal(outs[0]["tokens"], outs[2]["tokens"])
+    assert torch.equal(outs[0].tokens, outs[1].tokens)
+    assert torch.equal(outs[0].tokens, outs[2].tokens)
     other = sample(m, mixed_prompts(), 4, 10, 1.0, generator=torch.Generator().manual_seed(8))
-    assert not torch.equal(other["tokens"], outs[0]["tokens"])
-    assert torch.equal(outs[0]["group"], torch.arange(6).repeat_interleave(4))
+    assert not torch.equal(other.tokens, outs[0].tokens)
+    assert torch.equal(outs[0].group, torch.arange(6).repeat_interleave(4))
 
 
 def test_sampler_masks_eos_and_recorded_logprobs():
@@ -83,16 +83,16 @@ def test_sampler_masks_eos_and_recorded_logprobs():
     with torch.no_grad():  # make EOS likely so that rows stop at different times
         m.lm_head.weight[toy_tasks.EOS] += 0.5 * m.lm_head.weight.abs().max()
     out = sample(m, mixed_prompts(), 3, 10, 1.0, generator=torch.Generator().manual_seed(0))
-    tok, mask = out["tokens"], out["mask"]
+    tok, mask = out.tokens, out.mask
     lens = mask.sum(1)
     assert lens.min() < lens.max()  # rows ended at different steps
     for row, n in zip(tok.tolist(), lens.tolist()):
         assert toy_tasks.PAD not in row[:n] and all(t == toy_tasks.PAD for t in row[n:])
         if toy_tasks.EOS in row:
             assert row.index(toy_tasks.EOS) == n - 1  # mask covers EOS, nothing after it
-    assert torch.all(out["logprobs"][~mask] == 0) and torch.all(out["logprobs"][mask] < 0)
-    recomputed = completion_logprobs(m, out["prompts"], tok, mask, toy_tasks.PAD)
-    torch.testing.assert_close(recomputed, out["logprobs"], atol=1e-5, rtol=1e-5)  # on-policy ratio 1
+    assert torch.all(out.old_logprobs[~mask] == 0) and torch.all(out.old_logprobs[mask] < 0)
+    recomputed = completion_logprobs(m, out.prompts, tok, mask, toy_tasks.PAD)
+    torch.testing.assert_close(recomputed, out.old_logprobs, atol=1e-5, rtol=1e-5)  # on-policy ratio 1
 
 
 def test_temperature_and_top_k():
@@ -100,7 +100,7 @@ def test_temperature_and_top_k():
     g = torch.Generator().manual_seed(0)
     out = sample(m, mixed_prompts(), 8, 6, temperature=1.0, top_k=1, generator=g)
     greedy = sample(m, mixed_prompts(), 1, 6, temperature=0.0)
-    assert torch.equal(out["tokens"][::8], greedy["tokens"][:, :out["tokens"].shape[1]])
+    assert torch.equal(out.tokens[::8], greedy.tokens[:, :out.tokens.shape[1]])
 
 
 def test_sft_steps_lower_the_loss():

@@ -14,11 +14,11 @@ from toy_tasks import EOS, PAD, encode
 
 def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
+    adv = advantage.advantages(b.rewards, b.group)
     coef = probes.token_coefficients(model, b, adv)
     lr = 1e-2
     ct = probes.coupling_terms(model, b, coef, lr)
-    actual = probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, params="head"), b)[b["mask"]]
+    actual = probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, params="head"), b)[b.mask]
     rel = lambda x: float((x - actual).norm() / actual.norm())
     assert actual.abs().max() > 1e-5  # a real, first-order-sized change
     assert rel(ct["pred"]) < 0.05
@@ -28,7 +28,7 @@ def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
 
 def test_head_only_update_moves_only_the_head():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
+    adv = advantage.advantages(b.rewards, b.group)
     new = probes.one_update(model, b, adv, "adam", 1e-3, params="head")
     for (n, p), q in zip(model.named_parameters(), new.parameters()):
         assert torch.equal(p, q) == (n != "lm_head.weight"), n
@@ -36,9 +36,9 @@ def test_head_only_update_moves_only_the_head():
 
 def test_coupling_summary_shares_and_same_token_alpha():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
+    adv = advantage.advantages(b.rewards, b.group)
     ct = probes.coupling_terms(model, b, probes.token_coefficients(model, b, adv), 1.0)
-    s = probes.coupling_summary(ct, adv[:, None].expand_as(b["mask"])[b["mask"]])
+    s = probes.coupling_summary(ct, adv[:, None].expand_as(b.mask)[b.mask])
     assert s["mass_same"] + s["mass_diff"] == pytest.approx(1.0)
     grid = torch.tensor(s["mass_by_conf_same"]) + torch.tensor(s["mass_by_conf_diff"])
     assert float(grid.sum()) == pytest.approx(1.0)
@@ -47,11 +47,11 @@ def test_coupling_summary_shares_and_same_token_alpha():
 
 def test_masked_closed_form_twin_matches_masked_head_step():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
-    m = b["mask"]
+    adv = advantage.advantages(b.rewards, b.group)
+    m = b.mask
     lr = 1e-2
     d = probes.masked_update_deltas(model, b, adv, lr, params="head")
-    y, a = b["tokens"][m], adv[:, None].expand_as(m)[m]
+    y, a = b.tokens[m], adv[:, None].expand_as(m)[m]
     coef = probes.token_coefficients(model, b, adv)
     keep = probes.opposite_same_token_keep(y, a)
     assert not keep.all()
@@ -68,8 +68,8 @@ def test_masked_sweep_equals_separate_sgd_steps():
     """The linear route (one gradient per class, theta + lr (G - G_drop)) against
     separate one_update steps with the removed coefficients zeroed, at two lrs."""
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b["rewards"], b["group"])
-    m, tok = b["mask"], b["tokens"]
+    adv = advantage.advantages(b.rewards, b.group)
+    m, tok = b.mask, b.tokens
     sgn = torch.sign(adv)[:, None].expand_as(tok)
     coef = probes.token_coefficients(model, b, adv)
     sweep = probes.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
@@ -120,17 +120,17 @@ def test_mc_value_known_values():
     problems = [probs[i // 3] for i in range(6)]
     one = encode("1")[0]
     first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
-    b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
-                                 for p, t in zip(problems, b["tokens"].tolist())])
+    b.rewards = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
+                                 for p, t in zip(problems, b.tokens.tolist())])
     V = probes.mc_values(model, first_is_1, b, problems, 4, gen)
-    lens = b["mask"].sum(1)
-    assert torch.equal(V[:, 1], (b["tokens"][:, 0] == one).float())  # decided by the first token
-    assert torch.equal(V[torch.arange(6), lens], b["rewards"])
+    lens = b.mask.sum(1)
+    assert torch.equal(V[:, 1], (b.tokens[:, 0] == one).float())  # decided by the first token
+    assert torch.equal(V[torch.arange(6), lens], b.rewards)
     assert bool(((V[:, 0] >= 0) & (V[:, 0] <= 1)).all())
     past = torch.arange(V.shape[1])[None, :] > lens[:, None]
     assert bool(torch.isnan(V[past]).all()) and not bool(torch.isnan(V[~past]).any())
     always = dataclasses.replace(task, reward=lambda p, t: 1.0)
-    b["rewards"] = torch.ones(6)
+    b.rewards = torch.ones(6)
     V = probes.mc_values(model, always, b, problems, 2, gen)
     assert bool((V[~torch.isnan(V)] == 1).all())
 
@@ -170,15 +170,15 @@ def test_token_values_match_mc_values_on_the_subset():
     probs = [(12, 34), (56, 78)]
     gen = torch.Generator().manual_seed(0)
     b = sample(model, [encode(task.prompt(p)) for p in probs], 2, task.max_new_tokens, 1.0, generator=gen)
-    b["problems"] = [probs[i // 2] for i in range(4)]
+    b.problems = [probs[i // 2] for i in range(4)]
     first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
-    b["rewards"] = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
-                                 for p, t in zip(b["problems"], b["tokens"].tolist())])
-    rows_t = torch.tensor([[0, 0], [3, 0], [1, int(b["mask"][1].sum()) - 1]])
+    b.rewards = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
+                                 for p, t in zip(b.problems, b.tokens.tolist())])
+    rows_t = torch.tensor([[0, 0], [3, 0], [1, int(b.mask[1].sum()) - 1]])
     v = probes.token_values(model, first_is_1, b, rows_t, 3, gen)
     one = encode("1")[0]
-    assert v[0] == float(b["tokens"][0, 0] == one) and v[1] == float(b["tokens"][3, 0] == one)
-    assert v[2] == b["rewards"][1]  # the prefix ending in EOS is the whole completion: its reward
+    assert v[0] == float(b.tokens[0, 0] == one) and v[1] == float(b.tokens[3, 0] == one)
+    assert v[2] == b.rewards[1]  # the prefix ending in EOS is the whole completion: its reward
 
 
 def test_token_categories_rule():

@@ -9,6 +9,7 @@ import toy_tasks
 from plumbing.config import parse_args
 from plumbing.errors import CliError
 from model import GPT, GPTConfig
+from sampler import Rollouts
 
 TASK = toy_tasks.make_task("chain")
 
@@ -31,10 +32,11 @@ def teacher_batch(G=4, n_prompts=3):
     for i, s in enumerate(seqs):
         tok[i, :len(s)] = torch.tensor(s)
     rows = [p for p in probs for _ in range(G)]
-    return {"prompts": [toy_tasks.encode(TASK.prompt(p)) for p in rows], "tokens": tok, "mask": tok != toy_tasks.PAD,
-            "group": torch.arange(n_prompts).repeat_interleave(G), "problems": rows,
-            "rewards": torch.tensor([TASK.reward(p, t) for p, t in zip(rows, texts)]),
-            "max_len": TASK.max_new_tokens}
+    return Rollouts(prompts=[toy_tasks.encode(TASK.prompt(p)) for p in rows], tokens=tok,
+                    mask=tok != toy_tasks.PAD, old_logprobs=torch.zeros(tok.shape),
+                    group=torch.arange(n_prompts).repeat_interleave(G), problems=rows,
+                    rewards=torch.tensor([TASK.reward(p, t) for p, t in zip(rows, texts)]),
+                    max_len=TASK.max_new_tokens)
 
 
 def test_panels_and_figure(tmp_path):
@@ -46,7 +48,7 @@ def test_panels_and_figure(tmp_path):
     assert panels["dr_grpo"][2] < 1e-9            # equal weights: every (history, token) set cancels
     assert panels["grpo"][2] > 1e-3               # 1/L_i with unequal lengths does not
     for delta, adv, _ in panels.values():
-        assert delta.shape == batch["tokens"].shape and float(delta.abs().max()) > 0
+        assert delta.shape == batch.tokens.shape and float(delta.abs().max()) > 0
     assert torch.all(panels["positive_only"][1] >= 0)
     matplotlib = pytest.importorskip("matplotlib")
     matplotlib.use("Agg")

@@ -83,8 +83,8 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
     task = toy_tasks.make_task("add", 2)
     gen = torch.Generator().manual_seed(0)
     batch = train.rollouts(m, task, toy_tasks.train_sampler(task, [], 0), cfg, gen, "cpu")
-    batch["rewards"] = torch.tensor([float(i % 3 == 0) for i in range(len(batch["rewards"]))])
-    batch["max_len"] = task.max_new_tokens
+    batch.rewards = torch.tensor([float(i % 3 == 0) for i in range(len(batch.rewards))])
+    batch.max_len = task.max_new_tokens
     opt = torch.optim.SGD(m.parameters(), lr=cfg.lr)
     snapshots = []
     real_step = opt.step
