@@ -1,7 +1,7 @@
 """Checks for the classroom exercises of EXERCISES.md.
 
-    python exercises/check.py ex2      # one exercise
-    python exercises/check.py          # all of them
+    python -m exercises.check ex2      # one exercise
+    python -m exercises.check          # all of them
 
 Each line names a property and the input it was tested on. A failing line
 says what does not hold there; it never prints the value or the option that
@@ -19,15 +19,19 @@ import os
 import sys
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:0] = [HERE, os.path.dirname(HERE)]
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as python -m exercises.check\n")
+    sys.exit(2)
+import torch
 
-import batching  # noqa: E402
-import advantage  # noqa: E402
-import loss  # noqa: E402
-import problems  # noqa: E402
-import toy_tasks  # noqa: E402
+import advantage
+import batching
+import loss
+import toy_tasks
+from exercises import problems
+from exercises.problems import SheetError, read_sheet
+
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 torch.set_num_threads(1)
 MIN_WORDS = 20
@@ -76,42 +80,6 @@ def close(got, truth, rel=0.01):
         and not isinstance(got, bool)
         and abs(got - truth) <= rel * abs(truth) + 1e-9
     )
-
-
-def read_sheet(path):
-    """The answer sheet as data, never run as code: every top-level statement must assign
-    a literal (a number, a string, None, or a dict of those) to a NAME, and nothing else is
-    read. A sheet that does anything else is refused with the line that does it."""
-    import ast
-    from types import SimpleNamespace
-    try:
-        with open(path, encoding="utf-8") as f:
-            tree = ast.parse(f.read(), path)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
-        raise SheetError(f"{path} is not a readable sheet ({type(e).__name__})") from None
-    values = {}
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
-            continue  # the docstring
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            raise SheetError(f"{path}, line {node.lineno}: the sheet may only assign values "
-                             "(NAME = number, text, None or a dict of those)")
-        try:
-            value = ast.literal_eval(node.value)
-        except ValueError:
-            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} is not a "
-                             "plain value") from None
-        leaves = value.values() if isinstance(value, dict) else [value]
-        if not all(v is None or type(v) in (int, float, str) for v in leaves):
-            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} holds "
-                             "something other than numbers, text or None")
-        values[node.targets[0].id] = value
-    return SimpleNamespace(**values)
-
-
-class SheetError(Exception):
-    """A sheet that is not plain data (read_sheet): one line, exit 2."""
 
 
 def written(sheet, name):
@@ -535,7 +503,7 @@ def main(argv):
             f"error: unknown exercise {bad[0]!r}; choose from {', '.join(CHECKS)}", file=sys.stderr
         )
         return 2
-    import ex6_buggy_loss
+    from exercises import ex6_buggy_loss
     try:
         sheet = read_sheet(os.path.join(HERE, "sheet.py"))
     except SheetError as e:

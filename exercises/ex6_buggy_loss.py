@@ -16,7 +16,7 @@ so that a token shared by a whole group gets sum_i w~_i Â_i / (N L_max) = 0.
 The function returns the right loss *value*, but one line is wrong. Find it
 by measuring, not by reading:
 
-    python exercises/check.py ex6
+    python -m exercises.check ex6
 
 prints, for one group whose first token is shared, the coefficients autograd
 gives next to the specified ones, on-policy and off-policy, and the shared
@@ -24,11 +24,7 @@ token's residual. Fix the function here (keep its signature), run the check
 again, then write EX6_WHY in exercises/sheet.py.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import loss  # noqa: E402
+import loss
 
 
 def dfpo_orth_loss(new_logp, old_logp, mask, adv, group, max_len):

@@ -1,6 +1,6 @@
 """Build the student copy of this repository: no answers, no teacher notes.
 
-    python exercises/handout.py OUT_DIR
+    python -m exercises.handout OUT_DIR
 
 OUT_DIR must not exist or be empty. It receives the files git tracks (plus
 untracked ones it does not ignore), as plain files with no git history, less
@@ -10,7 +10,7 @@ library functions that exercises ask students to write keep their signature
 and docstring; their bodies become ``raise NotImplementedError("exercise N:
 ...")``. Everything that calls them still imports. In the copy,
 ``python -m pytest -q tests`` passes, skipping each test that needs an
-unsolved exercise (tests/conftest.py), and ``python exercises/check.py``
+unsolved exercise (tests/conftest.py), and ``python -m exercises.check``
 fails cleanly until the exercises are solved.
 """
 
@@ -70,7 +70,7 @@ def stub(source, functions, module):
         name = f"{module[:-3]}.{node.name}"
         raise_line = (
             f"    raise NotImplementedError(\"exercise {ex[2:]}: write {name} \"\n"
-            "                              \"(EXERCISES.md; check: python exercises/check.py "
+            "                              \"(EXERCISES.md; check: python -m exercises.check "
             f"{ex})\")\n"
         )
         lines[first:node.end_lineno] = [raise_line]
@@ -94,7 +94,7 @@ def build(out_dir):
 
 def main(argv):
     if len(argv) != 1 or argv[0].startswith("-"):
-        print("error: usage: python exercises/handout.py OUT_DIR", file=sys.stderr)
+        print("error: usage: python -m exercises.handout OUT_DIR", file=sys.stderr)
         return 2
     out_dir = os.path.abspath(argv[0])
     if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):

@@ -3,7 +3,7 @@
 Every student gets different numbers, drawn from the name or id written in
 STUDENT in exercises/sheet.py, so answers cannot be copied from a neighbour.
 
-    python exercises/problems.py          # print your tables
+    python -m exercises.problems          # print your tables
 
 Nothing here computes an answer: it prints the inputs only.
 """
@@ -12,8 +12,6 @@ import hashlib
 import os
 import random
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 
 def rng(student, ex):
@@ -86,8 +84,49 @@ def show(student):
     print(f"  (no scratchpad) over every problem a+b= with {p['lo']} <= a, b <= {p['hi']}.")
 
 
+
+def read_sheet(path):
+    """The answer sheet as data, never run as code: every top-level statement must assign
+    a literal (a number, a string, None, or a dict of those) to a NAME, and nothing else is
+    read. A sheet that does anything else is refused with the line that does it."""
+    import ast
+    from types import SimpleNamespace
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read(), path)
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
+        raise SheetError(f"{path} is not a readable sheet ({type(e).__name__})") from None
+    values = {}
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
+            continue  # the docstring
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
+            raise SheetError(f"{path}, line {node.lineno}: the sheet may only assign values "
+                             "(NAME = number, text, None or a dict of those)")
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} is not a "
+                             "plain value") from None
+        leaves = value.values() if isinstance(value, dict) else [value]
+        if not all(v is None or type(v) in (int, float, str) for v in leaves):
+            raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} holds "
+                             "something other than numbers, text or None")
+        values[node.targets[0].id] = value
+    return SimpleNamespace(**values)
+
+
+class SheetError(Exception):
+    """A sheet that is not plain data (read_sheet): one line, exit 2."""
+
+
 if __name__ == "__main__":
-    import sheet
+    try:
+        sheet = read_sheet(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sheet.py"))
+    except SheetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     if not str(sheet.STUDENT).strip():
         print(
             "error: write your name or student id in STUDENT in exercises/sheet.py first",

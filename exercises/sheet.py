@@ -3,7 +3,7 @@
 Write your name or student id in STUDENT, then run ``python
 exercises/problems.py`` to see your own tables. Numbers are computed by hand
 (a calculator is fine) from those tables and THEORY.md: no script in this
-repository prints them. ``python exercises/check.py exN`` tells you whether
+repository prints them. ``python -m exercises.check exN`` tells you whether
 each number is right; the written answers are read by your teacher (the
 check only confirms that you wrote something).
 """

@@ -26,16 +26,19 @@ predicts < 0 (grpo drifts towards restating). Secondary: the same for the
 ``sep`` points (predicted about 0), |restate drift| grpo minus dr_grpo
 (predicted > 0), final accuracy grpo minus dr_grpo (no prediction).
 
-    python experiments/chain_style.py --quick     # one seed, 60 RL steps (out/quick/)
-    python experiments/chain_style.py             # seeds 0-9 (results/)
-    python experiments/chain_style.py --replot    # redraw results/chain_style.png from its JSON
+    python -m experiments.chain_style --quick     # one seed, 60 RL steps (out/quick/)
+    python -m experiments.chain_style             # seeds 0-9 (results/)
+    python -m experiments.chain_style --replot    # redraw results/chain_style.png from its JSON
 """
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.chain_style\n")
+    sys.exit(2)
+from experiments import common
 
 ARMS = ("grpo", "dr_grpo")
 METRICS = (

@@ -26,16 +26,14 @@ import time
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
 
-from plumbing import checkpoint  # noqa: E402
-from plumbing import config  # noqa: E402
-from plumbing.console import progress  # noqa: E402
-import train  # noqa: E402
-from model import completion_logprobs  # noqa: E402
-from toy_tasks import PAD  # noqa: E402
-from stats import (
+from plumbing import checkpoint
+from plumbing import config
+from plumbing.console import progress
+import train
+from model import completion_logprobs
+from toy_tasks import PAD
+from experiments.stats import (
     ci,
     contrast,
     fmt,
@@ -46,9 +44,9 @@ from stats import (
     t_quantile,
     verdict,
 )
-from plumbing.config import Config, check_out_dir, parse_args  # noqa: E402
+from plumbing.config import Config, check_out_dir, parse_args
 from plumbing.errors import CliError, fail
-from output import (
+from experiments.output import (
     caption,
     ci_note,
     clean,

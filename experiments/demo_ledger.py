@@ -27,15 +27,18 @@ Seen before this was fixed: while the ledger was built, a few short runs from se
 start (6 RL steps, other settings) printed ``shared_dlogp`` values between -3.3e-4 and +2.8e-4;
 no 100-step run of either arm had been made.
 
-    python experiments/demo_ledger.py --quick     # one seed, 20 RL steps (out/quick/)
-    python experiments/demo_ledger.py             # seeds 0-9 (results/)
+    python -m experiments.demo_ledger --quick     # one seed, 20 RL steps (out/quick/)
+    python -m experiments.demo_ledger             # seeds 0-9 (results/)
 """
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.demo_ledger\n")
+    sys.exit(2)
+from experiments import common
 
 ARMS = ("grpo", "dr_grpo")
 LEDGER = ("ledger_cancelled", "ledger_credit", "ledger_weights", "ledger_ratios", "ledger_split",

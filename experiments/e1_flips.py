@@ -34,21 +34,24 @@ points of share), *contradict* if it lies wholly outside +-0.10, else
 *inconclusive*. Secondary: the same at steps 0 and 200, at eps = 0, and for
 the plain-SGD step.
 
-    python experiments/e1_flips.py --quick      # one seed, steps 0 and 20 (out/quick/)
-    python experiments/e1_flips.py              # seeds 0-9 (results/)
-    python experiments/e1_flips.py --replot     # redraw results/e1_flips.png from its JSON
+    python -m experiments.e1_flips --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m experiments.e1_flips              # seeds 0-9 (results/)
+    python -m experiments.e1_flips --replot     # redraw results/e1_flips.png from its JSON
 """
 import copy
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402  (puts the repository root on sys.path)
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e1_flips\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
+import probes
+import advantage
 
 EXTRA = dict(
     common.DIAG_FLAGS,

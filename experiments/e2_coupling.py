@@ -40,22 +40,25 @@ and for plain SGD; the coupling-mass share of same-token pairs whose tokens
 both have p < 0.5 minus the share of such pairs, paired by seed, predicted > 0
 ([P2]: coupling sits "primarily" there).
 
-    python experiments/e2_coupling.py --quick      # one seed, steps 0 and 20 (out/quick/)
-    python experiments/e2_coupling.py              # seeds 0-9 (results/)
-    python experiments/e2_coupling.py --replot     # redraw results/e2_coupling.png from its JSON
+    python -m experiments.e2_coupling --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m experiments.e2_coupling              # seeds 0-9 (results/)
+    python -m experiments.e2_coupling --replot     # redraw results/e2_coupling.png from its JSON
 """
 import copy
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e2_coupling\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
-from e1_flips import nan  # noqa: E402
+import probes
+import advantage
+from experiments.e1_flips import nan
 
 EXTRA = dict(
     common.DIAG_FLAGS,

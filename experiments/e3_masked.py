@@ -44,9 +44,9 @@ network" and "closed form". Secondary: the same at eps = 0 and at the other
 lrs; ``full`` minus ``positive_only`` (predicted > 0: without negatives no
 A > 0 token is pushed down by them).
 
-    python experiments/e3_masked.py --quick      # one seed, out/quick/
-    python experiments/e3_masked.py              # seeds 0-9, results/
-    python experiments/e3_masked.py --replot     # redraw the figure from the JSON
+    python -m experiments.e3_masked --quick      # one seed, out/quick/
+    python -m experiments.e3_masked              # seeds 0-9, results/
+    python -m experiments.e3_masked --replot     # redraw the figure from the JSON
 """
 
 import copy
@@ -54,12 +54,15 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e3_masked\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
+import probes
+import advantage
 
 EXTRA = dict(
     common.DIAG_FLAGS,

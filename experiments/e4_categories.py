@@ -35,22 +35,25 @@ tokens). Secondary: each category's share on its own (template and style
 predicted < 0, compute > 0, copy "about 0": P2 names no direction for it), and
 the primary at step 0.
 
-    python experiments/e4_categories.py --quick      # one seed, out/quick/
-    python experiments/e4_categories.py              # seeds 0-9, results/
-    python experiments/e4_categories.py --replot     # redraw the figure from the JSON
+    python -m experiments.e4_categories --quick      # one seed, out/quick/
+    python -m experiments.e4_categories              # seeds 0-9, results/
+    python -m experiments.e4_categories --replot     # redraw the figure from the JSON
 """
 import copy
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e4_categories\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
-import loss  # noqa: E402
+import probes
+import advantage
+import loss
 
 EXTRA = dict(
     common.DIAG_FLAGS,

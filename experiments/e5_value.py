@@ -46,21 +46,24 @@ gap must come from the reward, which the shuffled control removes).
 Secondary: grpo - positive_only in A < 0; both controls in A > 0; the same
 four after the SGD step; and GRPO's own gaps (against 0), all predicted > 0.
 
-    python experiments/e5_value.py --quick      # one seed, out/quick/
-    python experiments/e5_value.py              # seeds 0-9, results/
-    python experiments/e5_value.py --replot     # redraw the PNG from the JSON
+    python -m experiments.e5_value --quick      # one seed, out/quick/
+    python -m experiments.e5_value              # seeds 0-9, results/
+    python -m experiments.e5_value --replot     # redraw the PNG from the JSON
 """
 import copy
 import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e5_value\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
+import probes
+import advantage
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
              K=(8, "Monte Carlo continuations per valued prefix"),

@@ -37,9 +37,9 @@ minus the smallest B (at G = --group_size), paired by seed; [P2] predicts
 > 0 for both. Secondary: the same for the gap inside the top value quantile
 ("most pronounced for higher-value token subsets"), predicted > 0.
 
-    python experiments/e6_group_size.py --quick      # one seed, out/quick/
-    python experiments/e6_group_size.py              # seeds 0-9, results/
-    python experiments/e6_group_size.py --replot     # redraw the PNG from the JSON
+    python -m experiments.e6_group_size --quick      # one seed, out/quick/
+    python -m experiments.e6_group_size              # seeds 0-9, results/
+    python -m experiments.e6_group_size --replot     # redraw the PNG from the JSON
 """
 import copy
 import math
@@ -47,12 +47,15 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import torch  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e6_group_size\n")
+    sys.exit(2)
+from experiments import common
+import torch
 
-import probes  # noqa: E402
-import advantage  # noqa: E402
+import probes
+import advantage
 
 EXTRA = dict(
     common.DIAG_FLAGS,

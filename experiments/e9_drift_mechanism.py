@@ -88,10 +88,10 @@ earlier --calibrate in --out tried); the lr whose mean per-step KL matches
 adamw's, interpolated in log-log between the tried lrs around it. It looks at
 the KL only.
 
-    python experiments/e9_drift_mechanism.py --quick       # seed 0, 40 RL steps (out/quick/)
-    python experiments/e9_drift_mechanism.py --calibrate  # the SGD lr (results/e9_calibration.json)
-    python experiments/e9_drift_mechanism.py --jobs=2      # seeds 0-9 (results/)
-    python experiments/e9_drift_mechanism.py --replot
+    python -m experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/quick/)
+    python -m experiments.e9_drift_mechanism --calibrate  # the SGD lr (results/e9_calibration.json)
+    python -m experiments.e9_drift_mechanism --jobs=2      # seeds 0-9 (results/)
+    python -m experiments.e9_drift_mechanism --replot
 """
 
 import contextlib
@@ -103,16 +103,19 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import drift_probes as DP  # noqa: E402
-import advantage  # noqa: E402
-import batching  # noqa: E402
-from plumbing import checkpoint  # noqa: E402
-import stats  # noqa: E402
-import toy_tasks  # noqa: E402
-from model import rl_optimizer  # noqa: E402
-from sampler import evaluate, rollouts  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e9_drift_mechanism\n")
+    sys.exit(2)
+from experiments import common
+from experiments import drift_probes as DP
+import advantage
+import batching
+from plumbing import checkpoint
+from experiments import stats
+import toy_tasks
+from model import rl_optimizer
+from sampler import evaluate, rollouts
 
 ARMS = {
     "adamw": {"loss": "dr_grpo"},

@@ -18,7 +18,7 @@ Secondaries are exploratory: their raw p is shown, and Holm's p inside the
 experiment's secondaries beside it, so that a reader sees which would survive
 a correction too. Nothing is re-run: the numbers are the JSON's.
 
-    python experiments/multiplicity.py            # results/ -> results/multiplicity.json
+    python -m experiments.multiplicity            # results/ -> results/multiplicity.json
 """
 
 import glob
@@ -27,9 +27,12 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import stats  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.multiplicity\n")
+    sys.exit(2)
+from experiments import common
+from experiments import stats
 
 
 def family(contrasts):

@@ -19,7 +19,7 @@ import platform
 import subprocess
 
 from plumbing.errors import fail
-from stats import print_contrasts
+from experiments.stats import print_contrasts
 
 
 def errbars(pairs, floor=None, ceil=None):

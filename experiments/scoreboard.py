@@ -50,8 +50,8 @@ tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
-    python experiments/scoreboard.py          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
-    python experiments/scoreboard.py --quick    # 3 groups, seed 0: out/quick/ (CI)
+    python -m experiments.scoreboard          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
+    python -m experiments.scoreboard --quick    # 3 groups, seed 0: out/quick/ (CI)
 """
 
 import os
@@ -60,11 +60,14 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
-import advantage  # noqa: E402
-import loss  # noqa: E402
-import loss_engines  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.scoreboard\n")
+    sys.exit(2)
+from experiments import common
+import advantage
+import loss
+import loss_engines
 
 REGIMES = loss.REGIMES
 SHORT = "on, off, clip, split"

@@ -6,7 +6,6 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 torch.set_num_threads(1)
-sys.path.insert(0, os.path.join(ROOT, "experiments"))  # experiments/common.py and the scripts
 
 
 # In a student copy (exercises/handout.py) some library functions are exercises

@@ -94,7 +94,6 @@ def flags_reference():
     docs/REFERENCE.md between <!-- flags --> and <!-- /flags -->."""
     import glob
     import importlib
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
     import bench
     from plumbing import config
     import plot
@@ -112,7 +111,7 @@ def flags_reference():
     for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py"))):
         if 'if __name__ == "__main__"' in open(path).read():
             name = os.path.basename(path)[:-3]
-            text = captured_help(lambda: importlib.import_module(name).main(["--help"]))
+            text = captured_help(lambda: importlib.import_module("experiments." + name).main(["--help"]))
             parts.append((f"experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip()))
     return "\n\n".join(f"### `{name}`\n\n```\n{text}\n```" for name, text in parts)
 

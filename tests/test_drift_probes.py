@@ -6,12 +6,10 @@ import sys
 
 import pytest
 import torch
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
 import advantage  # noqa: E402
 import train  # noqa: E402
-import common  # noqa: E402
-import drift_probes as DP  # noqa: E402
+from experiments import common
+from experiments import drift_probes as DP
 import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from sampler import Rollouts

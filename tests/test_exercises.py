@@ -15,12 +15,11 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):
     pytest.skip("teacher's copy only: exercises/answers/ is not in a student copy", allow_module_level=True)
-sys.path[:0] = [os.path.join(ROOT, "exercises"), os.path.join(ROOT, "exercises", "answers")]
 
 import batching  # noqa: E402
-import check  # noqa: E402
-import ex6_buggy_loss  # noqa: E402
-import key  # noqa: E402
+from exercises import check
+from exercises import ex6_buggy_loss
+from exercises.answers import key
 import advantage  # noqa: E402
 import loss  # noqa: E402
 
@@ -67,7 +66,7 @@ def test_students_get_different_tables():
 @pytest.mark.parametrize("name", STUDENTS)
 def test_the_key_matches_closed_forms_computed_another_way(name):
     """The key comes from loss.py's autograd; here each number from its closed form."""
-    import problems
+    from exercises import problems
     import toy_tasks
     k, p1, p4, p7 = key.key(name), problems.ex1(name), problems.ex4(name), problems.ex7(name)
     r, n = p1["rewards"], p1["lengths"]
@@ -100,7 +99,7 @@ def test_the_key_matches_closed_forms_computed_another_way(name):
 # from the right numbers or the table, and must be refused.
 
 def wrong_numbers(name):
-    import problems
+    from exercises import problems
     k = key.key(name)
     p1, p4 = problems.ex1(name), problems.ex4(name)
     r = torch.tensor(p1["rewards"], dtype=torch.float64)
@@ -262,7 +261,7 @@ def test_ex6_shows_the_measurements(capsys):
 @pytest.fixture(scope="module")
 def student_copy(tmp_path_factory):
     out = tmp_path_factory.mktemp("handout") / "class"
-    proc = subprocess.run([sys.executable, "exercises/handout.py", str(out)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(out)], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return out
@@ -281,7 +280,7 @@ def test_the_student_copy_holds_no_answers(student_copy):
 
 def test_the_student_copy_fails_cleanly_until_solved(student_copy):
     for ex in check.CHECKS:
-        proc = subprocess.run([sys.executable, "exercises/check.py", ex], cwd=student_copy,
+        proc = subprocess.run([sys.executable, "-m", "exercises.check", ex], cwd=student_copy,
                               capture_output=True, text=True, timeout=300)
         assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, (ex, proc.stdout, proc.stderr)
         assert "FAIL" in proc.stdout, proc.stdout
@@ -298,7 +297,7 @@ def test_the_student_copy_passes_its_tests(student_copy):
 
 def test_handout_refuses_a_used_folder(tmp_path):
     (tmp_path / "x").write_text("keep me")
-    proc = subprocess.run([sys.executable, "exercises/handout.py", str(tmp_path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True)
     assert proc.returncode == 2 and proc.stderr.startswith("error: ") and (tmp_path / "x").read_text() == "keep me"
 
@@ -306,7 +305,7 @@ def test_handout_refuses_a_used_folder(tmp_path):
 def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     """Under a file, the folder cannot exist: one error line, exit 2, nothing written."""
     (tmp_path / "f").write_text("a file")
-    proc = subprocess.run([sys.executable, "exercises/handout.py", str(tmp_path / "f" / "class")],
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "f" / "class")],
                           cwd=ROOT, capture_output=True, text=True)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")
@@ -323,20 +322,25 @@ def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
 def test_a_sheet_is_read_as_data_never_run(tmp_path, body):
     """A sheet that does anything but assign plain values is refused in one line by both the
     student's check and the teacher's key, and none of its code runs."""
-    sys.path[:0] = [os.path.join(ROOT, "exercises")]
-    import check
+    from exercises import check
     path = tmp_path / "sheet.py"
     path.write_text(body)
     with pytest.raises(check.SheetError):
         check.read_sheet(str(path))
-    proc = subprocess.run([sys.executable, "exercises/answers/key.py", "x", str(path)], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "exercises.answers.key", "x", str(path)], cwd=ROOT,
                           capture_output=True, text=True)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc
 
 
 def test_the_committed_sheet_reads_as_data():
-    sys.path[:0] = [os.path.join(ROOT, "exercises")]
-    import check
+    from exercises import check
     sheet = check.read_sheet(os.path.join(ROOT, "exercises", "sheet.py"))
     assert sheet.STUDENT == "" and set(sheet.EX1) >= {"grpo_net", "grpo_residual"}
+
+
+def test_the_key_run_as_a_file_says_how_to_run_it():
+    out = subprocess.run([sys.executable, "exercises/answers/key.py"], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and out.stderr == (
+        "error: run it from the repository root as python -m exercises.answers.key\n")

@@ -10,9 +10,7 @@ import torch
 import probes
 import advantage
 from test_diagnostics import hand_batch, tiny_model
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-import common  # noqa: E402
+from experiments import common
 
 
 def test_verdict_rule_by_hand():
@@ -100,7 +98,7 @@ def test_kept_steps_rules():
 def test_every_saved_result_names_the_commit_torch_and_cpu(tmp_path):
     """A committed number can be traced to the code and the machine that produced it."""
     import json
-    import output
+    from experiments import output
     output.save("probe", {"x": 1}, str(tmp_path))
     prov = json.load(open(tmp_path / "probe.json"))["provenance"]
     commit = prov["commit"].split("+")[0]  # "unknown" outside a git checkout

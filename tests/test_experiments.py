@@ -13,7 +13,6 @@ import pytest
 import toy_tasks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "experiments"))
 
 TINY = ["--quick", "--sft_steps=20", "--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_batch=8",
         "--prompts=4", "--group_size=4", "--batches=1"]
@@ -86,7 +85,7 @@ def rewards(request, monkeypatch):
 def test_experiment_quick_mode_writes_json_and_png(name, out, rewards, capsys):
     extra, check = EXPERIMENTS[name]
     d = os.path.join(out, rewards)
-    mod = importlib.import_module(name)
+    mod = importlib.import_module("experiments." + name)
     mod.main(TINY + extra + [f"--out={d}"])
     data = strict(open(os.path.join(d, f"{name}.json")).read())
     for key in ("experiment", "config", "per_seed", "summary", "wall_s"):

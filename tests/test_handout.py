@@ -24,8 +24,7 @@ HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 def tracked_files(*suffixes):
     """exercises/handout.py's list (git's view, or every file in a copy without git), by ending."""
-    sys.path.insert(0, os.path.join(ROOT, "exercises"))
-    import handout
+    from exercises import handout
     return [f for f in handout.tracked_files() if f.endswith(suffixes)]
 
 
@@ -168,8 +167,7 @@ def test_help_is_grouped_with_examples_and_hides_no_flag():
 
 
 def test_experiment_help_has_one_flag_per_line():
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import common
+    from experiments import common
     text = common.help_text("E0: a doc.", {"eps": (1e-4, "a threshold"), "threads": (1, "torch threads")})
     flags = [line for line in text.splitlines() if line.lstrip().startswith("--")]
     assert not re.search(r"--\w+(=\S*)?\s+--\w", text), "two flags on one line"
@@ -251,8 +249,7 @@ def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, ".git")), reason="not a git checkout (a student copy)")
 def test_quick_mode_writes_to_a_scratch_folder_that_git_ignores():
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import common
+    from experiments import common
     quick, full = common.default_out(True), common.default_out(False)
     assert full == os.path.join(ROOT, "results")
     assert not (quick + os.sep).startswith(full + os.sep)
@@ -262,8 +259,7 @@ def test_quick_mode_writes_to_a_scratch_folder_that_git_ignores():
 
 
 def test_quick_flag_picks_the_scratch_folder_and_out_overrides(tmp_path):
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import common
+    from experiments import common
     assert common.parse(["--quick", "--replot"])["out"] == common.default_out(True)
     assert common.parse(["--replot"])["out"] == common.default_out(False)
     assert common.parse(["--quick", f"--out={tmp_path}"])["out"] == str(tmp_path)

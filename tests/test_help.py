@@ -81,9 +81,8 @@ def test_plot_and_bench_help_list_their_flags(capsys):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_help(name, capsys, monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    common = importlib.import_module("common")
-    mod = importlib.import_module(name)
+    common = importlib.import_module("experiments.common")
+    mod = importlib.import_module("experiments." + name)
     real, seen_extra, seen_unused = common.help_text, {}, set()
 
     def capture(doc, extra=None, unused=()):

@@ -25,6 +25,11 @@ TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--sft_steps=4", "--sft_batc
         "--device=cpu", "--pass_k=1"]
 
 
+def command(script):
+    """The command line that runs ``script``: a package's module runs with -m from the root."""
+    return ["-m", script[:-3].replace("/", ".")] if "/" in script else [script]
+
+
 def digest(folder):
     return {f: hashlib.sha256(open(os.path.join(folder, f), "rb").read()).hexdigest()
             for f in sorted(os.listdir(folder)) if os.path.isfile(os.path.join(folder, f))}
@@ -195,7 +200,7 @@ def test_other_entry_points_refuse_hostile_input(finished, tmp_path, script, arg
     (d / "list").mkdir()
     (d / "list" / "metrics.jsonl").write_text("[1, 2]\n")
     before = digest(d)
-    out = subprocess.run([sys.executable, script] + [a.format(d=d) for a in argv], cwd=ROOT,
+    out = subprocess.run([sys.executable, *command(script)] + [a.format(d=d) for a in argv], cwd=ROOT,
                          capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
@@ -255,7 +260,7 @@ def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, scri
     before, out_before = digest(os.path.join(ROOT, "results")), sorted(os.listdir(tmp_path))
     inputs = {p: open(p, "rb").read() for d in folders.values() for p in map(str, d.iterdir())}
     argv = [a.format(empty=tmp_path / "empty", **folders) for a in args]
-    run = subprocess.run([sys.executable, script] + argv + (["--out=" + str(tmp_path / "x.png")]
+    run = subprocess.run([sys.executable, *command(script)] + argv + (["--out=" + str(tmp_path / "x.png")]
                                                             if script == "plot.py" else []),
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     err = [x for x in run.stderr.splitlines() if x.strip()]

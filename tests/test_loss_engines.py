@@ -285,8 +285,7 @@ def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
 def test_scoreboard_quick_mode(tmp_path, capsys):
     """Every loss x estimator and every switch row, each measured against its
     prediction; the quick board agrees with the tables everywhere."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import scoreboard
+    from experiments import scoreboard
     data = scoreboard.main(["--quick", f"--out={tmp_path}"])
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
@@ -302,8 +301,7 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
 def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
     """The board can fail: claim that grpo's 1/L_i weights are exchangeable, and that
     reinforce_plus_plus is centred, and the measurements disagree."""
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import scoreboard
+    from experiments import scoreboard
     monkeypatch.setitem(loss.OBJECTIVES, "grpo", dataclasses.replace(loss.OBJECTIVES["grpo"],
                                                                   cancels=loss.EVERY_REGIME))
     monkeypatch.setitem(advantage.ESTIMATORS, "reinforce_plus_plus", dataclasses.replace(

@@ -75,8 +75,7 @@ def test_an_unregistered_name_is_refused_with_the_registered_choices(toy):
 
 def test_the_table_and_the_scoreboard_know_a_registered_objective(toy):
     assert "| `toy` | r_i - mu_g | Â_i / sum L, no ratio | yes, in every regime |" in loss.table()
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import scoreboard
+    from experiments import scoreboard
     board = scoreboard.score(["toy · dr_grpo"], 3)
     for regime in loss.REGIMES:
         cell = board["toy · dr_grpo"][regime]

@@ -2,6 +2,7 @@
 validated; a second run never clobbers the first; and every entry point answers
 bad input with one 'error:' line and exit status 2, before doing any work."""
 import dataclasses
+import importlib
 import json
 import os
 import random
@@ -39,6 +40,7 @@ import train
 from plumbing import checkpoint
 where, k = sys.argv[1], int(sys.argv[2])
 calls = {"n": 0}
+
 def kill():
     os.kill(os.getpid(), signal.SIGKILL)
 def counting(fn, name):
@@ -65,6 +67,11 @@ elif where == "save":
     checkpoint.torch.save = save
 train.cli(sys.argv[3:])
 """
+
+
+def command(script):
+    """The command line that runs ``script``: a package's module runs with -m from the root."""
+    return ["-m", script[:-3].replace("/", ".")] if "/" in script else [script]
 
 
 @pytest.fixture
@@ -319,9 +326,8 @@ def entry(name):
     if name in ("train", "sample", "bench", "see", "plot"):
         mod = __import__(name)
         return mod.cli, mod
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import common
-    mod = __import__(name)
+    from experiments import common
+    mod = importlib.import_module("experiments." + name)
     return (lambda argv: (setattr(sys, "argv", [name] + argv), common.cli(mod.main))), common
 
 
@@ -335,8 +341,7 @@ def test_bad_input_is_one_error_line_and_status_2(name, argv, message, files, ca
     monkeypatch.setattr(toy_tasks, "eval_problems", work)  # train.main's first step after writing
     import bench
     monkeypatch.setattr(bench, "matmul_peak", work)
-    sys.path.insert(0, os.path.join(ROOT, "experiments"))
-    import common
+    from experiments import common
     for f in ("warm_start", "diag_setup", "run"):
         monkeypatch.setattr(common, f, work)
     argv = fmt(argv, files)
@@ -359,9 +364,18 @@ def test_bad_input_is_one_error_line_and_status_2(name, argv, message, files, ca
                                           ("bench.py", ["--device=tpu"]),
                                           ("experiments/e7_schedulers.py", ["--seeds=x"])])
 def test_bad_input_from_a_real_process(script, argv):
-    out = subprocess.run([sys.executable, script] + argv, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, *command(script)] + argv, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: "), out.stderr
+
+
+@pytest.mark.parametrize("script", ["experiments/e1_flips.py", "experiments/multiplicity.py",
+                                    "exercises/check.py"])
+def test_a_package_module_run_as_a_file_says_how_to_run_it(script):
+    out = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True)
+    module = script[:-3].replace("/", ".")
+    assert out.returncode == 2 and out.stderr == (
+        f"error: run it from the repository root as python -m {module}\n"), out.stderr
 
 
 def test_config_json_states_what_ran_with_init_from(tmp_path, capsys):

@@ -4,10 +4,8 @@ import os
 import sys
 
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
-import common  # noqa: E402
-import stats  # noqa: E402
+from experiments import common
+from experiments import stats
 
 
 @pytest.mark.parametrize("df, t", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622),
@@ -71,7 +69,7 @@ def test_e8_primary_contrast_by_hand(capsys):
     computation; a factor pair and accuracy over the last 3 evaluations; one seed
     prints n/a, and the JSON stays strict."""
     import json
-    import e8_objectives
+    from experiments import e8_objectives
     drift = {"grpo": [2.0, 3.0, 4.0], "dr_grpo": [1.5, 3.0, 3.0], "dfpo_min": [1.0, 1.0, 1.0],
              "dfpo_orth": [2.0, 3.0, 4.0], "dapo": [2.0, 2.0, 2.0]}
     order = {"grpo": [0, 1, 2], "dr_grpo": [2, 0, 1], "dfpo_min": [1, 2, 0], "dfpo_orth": [0, 2, 1], "dapo": [1, 0, 2]}
@@ -178,7 +176,7 @@ def test_holm_by_hand():
 def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     """The results report's table of counts is the script's, row by row, and one p
     is recomputed by hand from its per-seed values."""
-    import multiplicity
+    from experiments import multiplicity
     data = multiplicity.main([f"--out={tmp_path}"])
     text = open(os.path.join(ROOT, "results", "README.md")).read()
     table = text[text.index("## Multiple comparisons"):text.index("## The testbed")]

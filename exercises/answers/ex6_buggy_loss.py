@@ -8,11 +8,7 @@ longer carry coefficients proportional to w~_i Â_i, and sum_i c_i != 0,
 on-policy too. The loss value is the same with or without the stop-gradient.
 """
 
-import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-import loss  # noqa: E402
+import loss
 
 
 def dfpo_orth_loss(new_logp, old_logp, mask, adv, group, max_len):

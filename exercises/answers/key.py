@@ -1,7 +1,7 @@
 """Teacher's key: the numbers of exercises 1, 4 and 7 for one student.
 
-    python exercises/answers/key.py "Ada Lovelace"      # print the key
-    python exercises/answers/key.py "Ada Lovelace" path/to/their/sheet.py   # mark a sheet
+    python -m exercises.answers.key "Ada Lovelace"      # print the key
+    python -m exercises.answers.key "Ada Lovelace" path/to/their/sheet.py   # mark a sheet
 
 The numbers come from exercises/check.py (loss.py, toy_tasks.py, and a
 least-squares projection for dfpo_orth's w~). The written answers are yours
@@ -12,8 +12,10 @@ import os
 import sys
 import types
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import check  # noqa: E402
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as python -m exercises.answers.key\n")
+    sys.exit(2)
+from exercises import check
 
 TRUTHS = {"EX1": check.ex1_truth, "EX4": check.ex4_truth, "EX7": check.ex7_truth}
 
