@@ -14,7 +14,7 @@ at the histories the whole group shares (``shared_histories``), and
 ``tax_interior`` at those strictly before the group diverges. On held-out
 problems, each evaluation also measures drift that the reward does not ask
 for: the log-odds between two equally correct answers (``answer_drift``) and
-between the two forms of a reward-irrelevant choice (``style_drift``,
+between the two forms of a choice the verifier does not check (``style_drift``,
 ``style_entropy``), plus the mean token entropy and pass@k.
 ``eval_diagnostics`` gathers what train.py logs at an evaluation.
 
@@ -270,7 +270,7 @@ def pass_at_k_eval(model, task, problems, n, k, generator=None, temperature=1.0)
 def eval_diagnostics(model, task, held_out, cfg, ref=None, n_problems=64):
     """Entropy, pass@k, and drift since the warm start on held-out problems: the
     log-odds between two correct answers (tasks with several) and at the style
-    points (tasks with reward-irrelevant choices). ``ref`` holds the warm start's
+    points (tasks with choices the verifier does not check). ``ref`` holds the warm start's
     values (None at the warm start itself, which then returns them in ``_ref``).
     Uses its own generator, so the training run is the same with or without it."""
     probs = held_out[:n_problems]

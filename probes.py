@@ -58,7 +58,7 @@ CATEGORIES = (
     "copy",
     "compute",
     "style",
-)  # style: reward-irrelevant choices (task chain)
+)  # style: choices the verifier does not check (task chain)
 
 
 # ----------------------------------------------------------------------------- one update

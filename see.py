@@ -20,8 +20,8 @@ The picture: for one group of ``--task=chain`` rollouts (a mixed one, picked
 from a rollout batch), rows are rollouts, marked with reward and the sign of
 A; each token is a box coloured by Delta log pi after one update on the whole
 batch (blue: boosted, red: suppressed; one colour scale, in nats, for every
-panel, so that colours compare across objectives). Style tokens (reward-irrelevant
-choices) have a thick black outline; tokens whose (history, token) the whole
+panel, so that colours compare across objectives). Style tokens (choices the
+verifier does not check) have a thick black outline; tokens whose (history, token) the whole
 group shares have a dashed one. One panel per objective, same rollouts,
 stacked so the figure stays narrow.
 
@@ -175,7 +175,7 @@ def draw(plt, batch, k, task, panels, cfg):
     )
     bar.set_label(
         "Δ log π(token) after the update (nats; one scale for every panel):\nblue boosted, red "
-        "suppressed. Thick outline: style token (reward-irrelevant);\ndashed: the same token "
+        "suppressed. Thick outline: style token (not checked by the verifier);\ndashed: the same token "
         "after the same history in a positive and a negative rollout",
         fontsize=11,
     )

@@ -1,4 +1,4 @@
-"""Style drift on the chain testbed: does GRPO's 1/L_i move a reward-irrelevant choice?
+"""Style drift on the chain testbed: does GRPO's 1/L_i move a choice the verifier does not check?
 
 Question [P1, arXiv 2604.13088]: when the weights of an objective are not
 exchangeable, tokens that every rollout shares drift in a direction no reward

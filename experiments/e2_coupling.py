@@ -296,7 +296,7 @@ def plot(plt, data):
         "(step 0: the warm start, fresh optimizer). Solid: plain share; dashed: weighted by "
         "|Δ_full|. Black: the run's AdamW step with its moments; blue: one plain-SGD step. Right: "
         "coupling mass "
-        "of the closed form by the row of the moved token (style: the chain's reward-irrelevant "
+        "of the closed form by the row of the moved token (style: the chain's unchecked "
         "choices), bars for same and different partner tokens, black ticks for the share of "
         "(i, j) pairs in the same cell: a bar above its tick is coupling stronger than the count "
         "of pairs. Mean over seeds. " + common.ci_note(n, "0 and 1"),

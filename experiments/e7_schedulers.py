@@ -19,7 +19,7 @@ settings: one epoch and ``--epochs=2``. Every run of a seed starts from the
 same warm start with the same seed (so the same first rollout batch).
 ``--diagnostics`` logs, per RL step, ``tax_interior`` (KL(pi_new || pi_old)
 summed over the step's optimizer steps, at histories strictly before a
-group's divergence point: reward-irrelevant by construction) and its
+group's divergence point: the verifier does not check it) and its
 running sum; at ``--evals`` equally spaced evaluations, greedy accuracy on
 ``--eval_size`` = 1024 held-out problems and the style drift on 256 of them.
 

@@ -1,4 +1,4 @@
-"""E9: why does an exchangeable objective still drift a reward-irrelevant choice?
+"""E9: why does an exchangeable objective still drift a choice the verifier does not check?
 
 On ``--task=chain`` the first completion token is a choice the verifier ignores:
 restate the problem, ``(``, or not. chain_style found the restate log-odds

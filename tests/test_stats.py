@@ -180,20 +180,23 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     data = multiplicity.main([f"--out={tmp_path}"])
     text = open(os.path.join(ROOT, "results", "README.md")).read()
     table = text[text.index("## Multiple comparisons"):text.index("## The testbed")]
-    rows = {c[0].strip("` ").lower(): (int(c[1]), int(c[2]), int(c[3].split()[0]))
+    rows = {c[0].strip("` ").lower(): (int(c[1]), int(c[2]), int(c[3]), int(c[4].split()[0]))
             for c in (line.strip("|").split("|") for line in table.splitlines())
-            if len(c) == 4 and c[1].strip().isdigit()}
+            if len(c) == 5 and c[1].strip().isdigit()}
     mine = {e.split("_")[0] if e.startswith("e") and e[1].isdigit() else e: f for e, f in data["families"].items()}
     for name, f in mine.items():
         survive = sum(r["survives_holm"] for r in f["primary"].values())
-        assert rows.pop(name) == (len(f["primary"]), len(f["secondary"]), survive), name
-    total = tuple(sum(v) for v in zip(*[(len(f["primary"]), len(f["secondary"]),
+        assert rows.pop(name) == (len(f["primary"]), len(f["secondary"]), len(f["post_hoc"]), survive), name
+    total = tuple(sum(v) for v in zip(*[(len(f["primary"]), len(f["secondary"]), len(f["post_hoc"]),
                                          sum(r["survives_holm"] for r in f["primary"].values())) for f in mine.values()]))
     assert rows.pop("all") == total and not rows
     # the README repeats the two totals: they are the script's too
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert f"; {total[0]} primary contrasts in all" in readme
-    assert f"\n{total[1]} secondaries are exploratory" in readme
+    assert f"\n{total[1]} secondaries and {total[2]} post-hoc contrasts are exploratory" in readme
+    gap = data["families"]["e9_drift_mechanism"]["post_hoc"]["warm_credit_gap adamw"]
+    assert (f"`adamw` {100 * gap['diff']:.1f} ± {100 * gap['half']:.1f} points, raw p = "
+            f"{gap['p']:.3f},\nHolm {gap['p_holm']:.3f} within the two").replace("-", "−") in text
     row = data["families"]["e8_objectives"]["secondary"]["tax_interior_sum dr_grpo - grpo"]
     d = row["per_seed"]
     m = sum(d) / len(d)
