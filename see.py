@@ -175,7 +175,8 @@ def draw(plt, batch, k, task, panels, cfg):
     )
     bar.set_label(
         "Δ log π(token) after the update (nats; one scale for every panel):\nblue boosted, red "
-        "suppressed. Thick outline: style token (not checked by the verifier);\ndashed: the same token "
+        "suppressed. Thick outline: style token (not checked by the verifier);\n"
+        "dashed: the same token "
         "after the same history in a positive and a negative rollout",
         fontsize=11,
     )

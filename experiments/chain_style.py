@@ -135,7 +135,7 @@ def plot(plt, data):
     """Signed restate and sep drift over RL steps, per arm: mean and 95 % t band over seeds."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.0))
     fig.suptitle(
-        "Reward-irrelevant drift on the chain testbed: grpo against dr_grpo, 200 RL steps",
+        "Drift of the unchecked choices on the chain testbed: grpo against dr_grpo",
         fontsize=11,
     )
     colors = {"grpo": "tab:red", "dr_grpo": "tab:blue"}
