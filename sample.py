@@ -35,7 +35,7 @@ def parse_problem(task_name, prompt):
     body = prompt[:-1] if prompt.endswith("=") else None
     if body is None:
         return None
-    if task_name == "chain":  # 7+8*3-5=: single digits and operators, alternating
+    if task_name in ("chain", "chain_check"):  # 7+8*3-5=: single digits and operators, alternating
         ok = len(body) % 2 == 1 and all(c in "123456789" for c in body[::2]) and \
             all(c in "+-*" for c in body[1::2])
         return tuple(int(c) if i % 2 == 0 else c for i, c in enumerate(body)) if ok else None

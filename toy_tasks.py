@@ -239,7 +239,8 @@ def make_primes(max_n=198):
     )
 
 
-def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, p_comma=0.6):
+def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, p_comma=0.6,
+               max_checks=0, p_check=0.5, name="chain"):
     """``chain``: a left-to-right chain of operations, worked in steps.
 
     Prompt ``7+8*3-5=`` (3 or 4 operations on digits 1-9, every running value in
@@ -258,6 +259,14 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
       its copies get a smaller weight than the others';
     * ``sep``: each boundary between steps is ``,`` (p = 0.6) or ``;``: two forms of
       equal length.
+
+    ``chain_check`` adds a third, at the end: after its last step the teacher writes the
+    step again as a check, ``,15-5=10``, and again, each time with p = 0.5 and at most
+    twice (``max_checks=2``; 3 operations per problem, so that two checks fit the block).
+    A check adds up to 8 tokens and never changes the reward (a wrong answer checked
+    stays wrong): the length of a completion can grow or shrink without its correctness
+    changing, the lever on which GRPO's 1/L_i is said to lengthen wrong completions
+    (experiments/e10_length.py).
 
     ``style_points`` exposes where they are and their two variants. The flawed
     teacher forgets the carry of an addition (``7+8=5``, ``47+8=45``): wrong
@@ -317,6 +326,10 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
         text += st[0]
         for s in st[1:]:
             text += ("," if rng.random() < p_comma else ";") + s
+        for _ in range(max_checks):  # chain_check: the last step again, as a check
+            if rng.random() >= p_check:
+                break
+            text += "," + st[-1]
         return text
 
     def reward(p, text):
@@ -357,7 +370,8 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
         return out
 
     longest = len(f"({'9+9' * max_ops})") + max_ops * len("99*9=99") + max_ops - 1
-    return Task("chain", sample=sample, prompt=prompt,
+    longest += max_checks * len(",99*9=99")
+    return Task(name, sample=sample, prompt=prompt,
                 solution=lambda p, rng=None: write(p, rng),
                 reward=reward, categories=categories,
                 answers=lambda p: [str(_chain_value(p, ops))],
@@ -403,6 +417,8 @@ TASKS = {
     "primes": lambda digits=2, scratchpad=False: _no_scratchpad("primes", scratchpad)
     or make_primes(),
     "chain": lambda digits=2, scratchpad=False: make_chain(digits, scratchpad),
+    "chain_check": lambda digits=2, scratchpad=False: make_chain(
+        digits, scratchpad, min_ops=3, max_ops=3, max_checks=2, name="chain_check"),
 }
 
 

@@ -306,6 +306,14 @@ def evaluate_step(run, rec):
                f"[{time.time() - run.t0:.0f}s]")
 
 
+def lengths_by_outcome(batch):
+    """Mean completion length (tokens, EOS included) of the right and of the wrong rollouts:
+    what GRPO's 1/L_i is said to bend (Dr. GRPO: wrong ones grow). None when there are none."""
+    lens, right = batch.mask.sum(1).float(), batch.rewards > 0  # rewards are 0 or 1
+    mean = lambda rows: float(lens[rows].mean()) if bool(rows.any()) else None
+    return {"length_correct": mean(right), "length_incorrect": mean(~right)}
+
+
 def rl_step(run, opt, ref_model):
     """One RL step: rollouts, update, (diagnostics), evaluation -> its metrics line."""
     cfg, state, sums, step = run.cfg, run.state, run.state.sums, run.state.step
@@ -330,6 +338,7 @@ def rl_step(run, opt, ref_model):
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
     sums_of = stats.pop("ledger")  # this batch's ledger sums (ledger.py)
     rec = {"phase": "rl", "step": step, "reward": float(batch.rewards.mean()), "mixed": mixed,
+           **lengths_by_outcome(batch),
            **{k: v for k, v in stats.items() if k not in ("mb_stats", "steps")},
            **stats["mb_stats"], "ledger_mass": sums_of["mass"],
            **{f"ledger_{k}": v for k, v in ledger.ledger_shares(sums_of).items()}}

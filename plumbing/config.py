@@ -317,6 +317,7 @@ def parse_args(argv, cls=Config, doc="", check=True):
 TASK_DEFAULTS = {
     "add": {"scratchpad": True, "sft_steps": 400, "rl_steps": 100},  # the demo
     "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
+    "chain_check": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
 }
 
 
@@ -326,7 +327,8 @@ def default_of(name, task):
 
 
 # Flags a task has no use for: giving one is an error, not a silent no-op.
-TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "primes": ("digits",)}
+TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "chain_check": ("digits", "scratchpad"),
+                     "primes": ("digits",)}
 
 
 def check_numbers(cfg):

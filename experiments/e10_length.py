@@ -1,0 +1,209 @@
+"""E10: does GRPO's 1/L_i lengthen wrong completions?
+
+Question. Liu et al. ("Dr. GRPO", arXiv 2503.20783) report that GRPO's 1/|o_i|
+"artificially increases response length (especially for incorrect outputs)
+during training", and that removing it stops the growth. 1/L_i is also the weight
+that [P1] (arXiv 2604.13088) says breaks gradient exchangeability. This experiment
+asks whether the length consequence appears on a task where a completion's length
+can change without its correctness changing.
+
+Testbed: ``--task=chain_check`` (toy_tasks.py): ``chain`` with 3 operations per
+problem, whose teacher may also write its last step again as a check (``,15-5=10``),
+each time with p = 0.5, at most twice. A check adds up to 8 tokens and never changes
+the reward; the restatement at the start (about eight tokens) is a second such lever.
+
+Predictions from the objective's algebra (THEORY.md section 2; c_{i,t} is the
+coefficient of log pi(y_{i,t})):
+* grpo: c = Â_i / (G L_i). At the end of a wrong completion (Â_i < 0) the choice
+  between stopping and checking again is pushed down by |Â_i| / L_i: less in a longer
+  completion. So stopping is pushed down more than checking, and wrong completions
+  grow; in right ones (Â_i > 0) stopping is pushed up more, and they shrink. This is
+  Dr. GRPO's reading: grpo - dr_grpo > 0 on the wrong completions' length change, < 0
+  on the right ones'.
+* dr_grpo (c = Â_i / (G L_max)) and dapo (c = Â_i / sum of the step's lengths) weigh
+  every token of a step alike: no length preference from the weights; predicted
+  dapo - dr_grpo about 0 on both.
+* [P1]'s exchangeability reading is about copies of a token that rollouts of *both*
+  signs share after the same history: with unequal weights they do not cancel. The
+  check decisions come after the answer is written, where the rollouts of a group
+  that share a history almost always share its reward: [P1] predicts nothing there.
+  At the restatement (the prompt is shared by every rollout) both readings predict
+  that grpo favours the longer, restating form, as chain_style.py did (a null there).
+  So the two readings coincide in sign on the restatement and only Dr. GRPO's
+  predicts the length primaries below.
+
+Method. Per seed, the chain_check warm start (1500 SFT steps, flawed teacher 0.6,
+the chain sizes), then 200 on-policy RL steps of each arm (grpo, dr_grpo, dapo) from
+it with the same seed, so the first rollout batch is the same; ``--diagnostics``.
+Every RL step logs the mean length (tokens, EOS included) of its right and of its
+wrong rollouts (``length_correct``, ``length_incorrect``: 128 rollouts sampled at
+temperature 1).
+
+Outcome (fixed before any run): a run's *length change* of the wrong completions is
+the mean of ``length_incorrect`` over its last W RL steps minus the mean over its
+first W, W = rl_steps // 10 (20 of 200), over the steps that have wrong rollouts;
+the same for the right ones.
+
+Primary contrasts (one Holm family of two, paired Student t over seeds 0-9):
+1. length change of wrong completions, grpo - dr_grpo: predicted > 0;
+2. length change of right completions, grpo - dr_grpo: predicted < 0.
+Secondary (exploratory, Holm within them shown by multiplicity.py):
+* the same two for dapo - dr_grpo, predicted about 0: equivalence margin +-1 token
+  (a seventh of one check), judged on the 95 % interval;
+* the same two for grpo - dapo, predicted > 0 and < 0;
+* final greedy accuracy, grpo - dr_grpo (no prediction);
+* signed restate drift at the last evaluation, grpo - dr_grpo (predicted < 0:
+  towards restating, as in chain_style);
+* mean token entropy at the last evaluation, grpo - dr_grpo (no prediction).
+
+Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
+and any look before the full run use seeds >= 100). Each run's record is cached in
+<out>/runs/e10/ with its flags: an interrupted run continues where it stopped.
+
+    python -m experiments.e10_length --quick     # seed 100, 40 RL steps (out/quick/)
+    python -m experiments.e10_length             # seeds 0-9 (results/)
+    python -m experiments.e10_length --replot    # redraw results/e10_length.png
+"""
+import json
+import os
+import sys
+import time
+
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m experiments.e10_length\n")
+    sys.exit(2)
+from experiments import common
+
+ARMS = ("grpo", "dr_grpo", "dapo")
+MARGIN = 1.0  # tokens: the equivalence margin of the dapo - dr_grpo secondaries (docstring)
+QUICK_SEED, QUICK_STEPS = 100, 40
+EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (quick: 100)"),
+         "rl_steps": (200, f"RL steps per arm (quick: {QUICK_STEPS})"),
+         "sft_steps": (1500, "SFT steps of the chain_check warm start"),
+         "small": (False, "tiny model and batches, for smoke tests")}
+FINAL = ("eval_acc", "style_drift_signed_restate", "mean_token_entropy")
+
+
+def length_change(values, window):
+    """Mean of the last ``window`` values minus the mean of the first ``window``, over the
+    steps that have such rollouts (None elsewhere); None if either end has none."""
+    first = [v for v in values[:window] if v is not None]
+    last = [v for v in values[-window:] if v is not None]
+    if not first or not last:
+        return None
+    return sum(last) / len(last) - sum(first) / len(first)
+
+
+def one_run(o, seed, arm, rl_steps, warm):
+    """One arm of one seed: its per-step lengths and final evaluation, cached on disk."""
+    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {}
+    flags = ["--task=chain_check", f"--init_from={warm}", f"--seed={seed}", f"--loss={arm}",
+             f"--rl_steps={rl_steps}", f"--eval_every={max(rl_steps // 4, 1)}",
+             "--diagnostics=true"]
+    if o["small"]:
+        flags += ["--prompts_per_step=4", "--group_size=4", "--eval_size=16"]
+    flags += [f"--{k}={v}" for k, v in size.items()]
+    cache = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}.json")
+    if os.path.exists(cache):
+        rec = json.load(open(cache))
+        if rec.get("flags") == flags:
+            return rec
+    ms = common.run(flags, os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}"))
+    steps = [m for m in ms if m["phase"] == "rl" and m["step"] >= 1]  # step 0: the warm start
+    evals = [m for m in steps if "eval_acc" in m]
+    rec = {"seed": seed, "arm": arm, "flags": flags,
+           "length_correct": [m["length_correct"] for m in steps],
+           "length_incorrect": [m["length_incorrect"] for m in steps],
+           "reward": [m["reward"] for m in steps],
+           **{k: evals[-1].get(k) if evals else None for k in FINAL}}
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    tmp = cache + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(rec, f)
+    os.replace(tmp, cache)  # a record on disk is a finished run
+    return rec
+
+
+def main(argv):
+    """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
+    the report), in the order they happen."""
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e10_length", plot))
+    if o["quick"]:  # the evaluation seeds are not looked at before the full run
+        o["seeds"] = [QUICK_SEED] if not any(a.startswith("--seeds=") for a in argv) else o["seeds"]
+    rl_steps = min(o["rl_steps"], QUICK_STEPS) if o["quick"] else o["rl_steps"]
+    window = max(rl_steps // 10, 1)
+    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
+    t0 = time.time()
+    runs = {a: [] for a in ARMS}
+    for seed in o["seeds"]:
+        warm = common.warm_start(o["out"], seed, "chain_check", sft_steps=o["sft_steps"],
+                                 sft_flawed=0.6, **size)
+        for arm in ARMS:
+            rec = one_run(o, seed, arm, rl_steps, warm)
+            rec["change_incorrect"] = length_change(rec["length_incorrect"], window)
+            rec["change_correct"] = length_change(rec["length_correct"], window)
+            runs[arm].append(rec)
+    seeds = o["seeds"]
+    of = lambda arm, k: [r[k] for r in runs[arm]]
+    pair = lambda a, b, k, pred: common.contrast(of(a, k), of(b, k), pred, seeds)
+    primary = {
+        "length change wrong, grpo - dr_grpo": pair("grpo", "dr_grpo", "change_incorrect", "> 0"),
+        "length change right, grpo - dr_grpo": pair("grpo", "dr_grpo", "change_correct", "< 0"),
+    }
+    secondary = {
+        "length change wrong, dapo - dr_grpo": pair("dapo", "dr_grpo", "change_incorrect",
+                                                    "about 0"),
+        "length change right, dapo - dr_grpo": pair("dapo", "dr_grpo", "change_correct",
+                                                    "about 0"),
+        "length change wrong, grpo - dapo": pair("grpo", "dapo", "change_incorrect", "> 0"),
+        "length change right, grpo - dapo": pair("grpo", "dapo", "change_correct", "< 0"),
+        "final accuracy, grpo - dr_grpo": pair("grpo", "dr_grpo", "eval_acc", "none"),
+        "signed restate drift, grpo - dr_grpo": pair("grpo", "dr_grpo",
+                                                     "style_drift_signed_restate", "< 0"),
+        "mean token entropy, grpo - dr_grpo": pair("grpo", "dr_grpo", "mean_token_entropy",
+                                                   "none"),
+    }
+    for k in ("length change wrong, dapo - dr_grpo", "length change right, dapo - dr_grpo"):
+        secondary[k]["equivalence"] = common.verdict(secondary[k], MARGIN)
+    per_arm = {a: {k: common.ci(of(a, k)) for k in ("change_incorrect", "change_correct")
+                   + FINAL} for a in ARMS}
+    data = {"experiment": "e10_length", "seeds": seeds, "rl_steps": rl_steps,
+            "window": window, "quick": o["quick"], "arms": ARMS, "margin": MARGIN,
+            "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs,
+            "seconds": round(time.time() - t0, 1)}
+    for a in ARMS:
+        print(f"{a}: " + "  ".join(f"{k} {common.fmt(v)}" for k, v in per_arm[a].items()))
+    common.print_contrasts(primary)
+    common.print_contrasts(secondary, "secondary")
+    print(f"e10_length took {data['seconds']:.0f}s")
+    data = common.clean(data)
+    common.save("e10_length", data, o["out"], lambda plt: plot(plt, data))
+    return data
+
+
+def plot(plt, data):
+    """Mean length of the wrong and of the right rollouts over RL steps, per arm: the mean
+    over seeds with a 95 % t band."""
+    fig, axes = plt.subplots(2, 1, figsize=(8, 6.8), sharex=True, layout="constrained")
+    colors = {"grpo": "tab:red", "dr_grpo": "tab:blue", "dapo": "tab:green"}
+    for ax, k, title in ((axes[0], "length_incorrect", "wrong rollouts"),
+                         (axes[1], "length_correct", "right rollouts")):
+        for arm, runs in data["runs"].items():
+            n = len(runs[0][k])
+            cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(n)]
+            pts = [(i + 1, *common.ci(c)) for i, c in enumerate(cols) if c]
+            x = [p[0] for p in pts]
+            mean, half = [p[1] for p in pts], [p[2] or 0 for p in pts]
+            ax.plot(x, mean, color=colors[arm], label=arm, lw=1.2)
+            ax.fill_between(x, [m - h for m, h in zip(mean, half)],
+                            [m + h for m, h in zip(mean, half)], color=colors[arm], alpha=0.15)
+        ax.set_ylabel("mean completion length (tokens)")
+        ax.set_title(title, fontsize=12)
+        ax.legend(fontsize=11)
+    axes[1].set_xlabel("RL step")
+    return fig
+
+
+if __name__ == "__main__":
+    common.cli(main)

@@ -1,0 +1,79 @@
+"""E10's pieces: the chain_check task (a check changes the length, never the reward),
+the per-step lengths train.py logs, the length change, and the quick run's contrasts
+recomputed from its own records."""
+import random
+
+import pytest
+import torch
+
+import toy_tasks
+import train
+from sampler import Rollouts
+from test_experiments_e78 import _load
+from experiments import e10_length
+
+
+def test_a_check_changes_the_length_and_not_the_reward():
+    task, rng = toy_tasks.make_task("chain_check"), random.Random(0)
+    seen = set()
+    for _ in range(300):
+        p = task.sample(rng)
+        for text in (task.solution(p, rng), task.flawed(p, rng)):
+            steps = text[text.find(")") + 1:].replace(";", ",").split(",")
+            checks = len(steps) - (len(p) - 1) // 2  # steps beyond one per operation
+            seen.add(checks)
+            unchecked = text
+            for _ in range(checks):  # each check is ",<the last step>"
+                assert unchecked.endswith("," + steps[-1])
+                unchecked = unchecked[:-len(steps[-1]) - 1]
+            assert task.reward(p, text) == task.reward(p, unchecked)
+            assert len(task.categories(p, text)) == len(text) + 1
+            assert len(text) + 1 <= task.max_new_tokens
+    assert seen == {0, 1, 2}  # every number of checks, 0 to 2, occurs
+
+
+def test_chain_is_unchanged_by_the_checks():
+    """chain (no checks) draws the same completions from the same random stream."""
+    plain, checked = toy_tasks.make_task("chain"), toy_tasks.make_chain(max_checks=0)
+    a, b = random.Random(3), random.Random(3)
+    for _ in range(50):
+        p, q = plain.sample(a), checked.sample(b)
+        assert p == q and plain.solution(p, a) == checked.solution(q, b)
+
+
+def test_lengths_by_outcome_by_hand():
+    mask = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1], [1, 0, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
+    batch = Rollouts(prompts=[[]] * 4, tokens=torch.zeros(4, 4, dtype=torch.long), mask=mask,
+                     old_logprobs=torch.zeros(4, 4), group=torch.zeros(4, dtype=torch.long),
+                     rewards=torch.tensor([1.0, 0.0, 0.0, 1.0]))
+    assert train.lengths_by_outcome(batch) == {"length_correct": 2.5, "length_incorrect": 2.5}
+    batch.rewards = torch.tensor([1.0, 1.0, 1.0, 1.0])
+    assert train.lengths_by_outcome(batch) == {"length_correct": 2.5, "length_incorrect": None}
+
+
+def test_length_change_by_hand():
+    assert e10_length.length_change([4, None, 6, 7, 8, 9], 2) == pytest.approx(8.5 - 4)
+    assert e10_length.length_change([None, None, 6, 7], 2) is None
+    assert e10_length.length_change([1, 2, 3], 1) == 2
+
+
+def test_e10_quick(tmp_path):
+    """Seed 100 (never an evaluation seed), each primary the paired difference of the runs'
+    length changes, recomputed here; a second call reads every run from its cache."""
+    data, saved = _load("e10_length", tmp_path)
+    assert saved["seeds"] == [100] and saved["window"] == 1 and set(saved["runs"]) == {
+        "grpo", "dr_grpo", "dapo"}
+    for arm, (r,) in saved["runs"].items():
+        assert r["seed"] == 100 and len(r["length_incorrect"]) == 2
+        assert r["change_incorrect"] == e10_length.length_change(r["length_incorrect"], 1)
+    for key, k in (("length change wrong, grpo - dr_grpo", "change_incorrect"),
+                   ("length change right, grpo - dr_grpo", "change_correct")):
+        a, b = saved["runs"]["grpo"][0][k], saved["runs"]["dr_grpo"][0][k]
+        c = saved["primary"][key]
+        assert c["n"] == (0 if a is None or b is None else 1)
+        if c["n"]:
+            assert c["diff"] == pytest.approx(a - b)
+    assert "equivalence" in saved["secondary"]["length change wrong, dapo - dr_grpo"]
+    again = e10_length.main(["--quick", "--small", "--sft_steps=5", "--rl_steps=2",
+                             f"--out={tmp_path}"])
+    assert again["runs"] == data["runs"]  # from the cache, not rerun
