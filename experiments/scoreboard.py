@@ -480,7 +480,8 @@ def plot(plt, board):
             txt = code(cells, "whole_group", "whole_match")
             ax.text(j, i, txt, ha="center", va="center", fontsize=11, family="monospace",
                     color="white" if vals[i, j] >= 3 else "black")
-    im = ax.imshow(vals, cmap="Greens", vmin=0, vmax=4, aspect="auto")
+    # an integer scale: five discrete colours, one per count of regimes (0-4)
+    im = ax.imshow(vals, cmap=plt.get_cmap("Greens", 5), vmin=-0.5, vmax=4.5, aspect="auto")
     ax.set_xticks(range(n_e))
     ax.set_xticklabels(list(advantage.ESTIMATORS), rotation=40, ha="right", fontsize=11)
     ax.set_yticks(range(n_l))

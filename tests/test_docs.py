@@ -164,3 +164,13 @@ def regenerate():
 
 if __name__ == "__main__":  # python tests/test_docs.py: rewrite every generated block
     regenerate()
+
+
+def test_the_readme_names_every_task_of_the_registry():
+    """README's --task row and toy_tasks.py's layout row list the registry's tasks."""
+    import toy_tasks
+    text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
+    row = next(line for line in text.splitlines() if line.startswith("| `--task` |"))
+    layout = next(line for line in text.splitlines() if line.startswith("| `toy_tasks.py` |"))
+    for name in toy_tasks.TASKS:
+        assert f"`{name}`" in row and f"`{name}`" in layout, name
