@@ -144,20 +144,9 @@ def plot(plt, data):
         (axes[1], "style_drift_signed_sep", "separator points (variants of equal length)"),
     ):
         for arm, runs in data["runs"].items():
-            steps = runs[0]["steps"]
+            steps = runs[0]["steps"]  # no drift at the warm start itself: None there
             cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(len(steps))]
-            pts = [
-                (s, *common.ci(c)) for s, c in zip(steps, cols) if c
-            ]  # no drift at the warm start itself
-            steps, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0 for p in pts]
-            ax.plot(steps, mean, marker="o", ms=3, color=colors[arm], label=arm)
-            ax.fill_between(
-                steps,
-                [a - b for a, b in zip(mean, half)],
-                [a + b for a, b in zip(mean, half)],
-                color=colors[arm],
-                alpha=0.15,
-            )
+            common.mean_band(ax, steps, cols, colors[arm], arm, marker="o", ms=3)
         ax.axhline(0, color="k", lw=0.6)
         ax.set_xlabel("RL step")
         ax.set_ylabel(

@@ -53,6 +53,7 @@ from experiments.output import (
     contrast_panel,
     draw,
     errbars,
+    mean_band,
     provenance,
     replot,
     report,

@@ -197,12 +197,7 @@ def plot(plt, data):
         for arm, runs in data["runs"].items():
             n = len(runs[0][k])
             cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(n)]
-            pts = [(i + 1, *common.ci(c)) for i, c in enumerate(cols) if c]
-            x = [p[0] for p in pts]
-            mean, half = [p[1] for p in pts], [p[2] or 0 for p in pts]
-            ax.plot(x, mean, color=colors[arm], label=arm, lw=1.2)
-            ax.fill_between(x, [m - h for m, h in zip(mean, half)],
-                            [m + h for m, h in zip(mean, half)], color=colors[arm], alpha=0.15)
+            common.mean_band(ax, range(1, n + 1), cols, colors[arm], arm, lw=1.2)
         ax.set_ylabel("mean completion length (tokens)")
         ax.set_title(title, fontsize=12)
         ax.legend(fontsize=11)

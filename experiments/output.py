@@ -19,7 +19,7 @@ import platform
 import subprocess
 
 from plumbing.errors import fail
-from experiments.stats import print_contrasts
+from experiments.stats import ci, print_contrasts
 
 
 def errbars(pairs, floor=None, ceil=None):
@@ -33,6 +33,16 @@ def errbars(pairs, floor=None, ceil=None):
         below.append(max(0.0, min(h, m - floor)) if floor is not None else h)
         above.append(max(0.0, min(h, ceil - m)) if ceil is not None else h)
     return [below, above]
+
+
+def mean_band(ax, x, columns, color, label, **line):
+    """One arm over RL steps: the mean of each column of per-seed values (None skipped) as a
+    line, its 95 % t interval as a band; points with no value are left out."""
+    pts = [(xi, *ci(c)) for xi, c in zip(x, columns) if c]
+    x, mean, half = [p[0] for p in pts], [p[1] for p in pts], [p[2] or 0 for p in pts]
+    ax.plot(x, mean, color=color, label=label, **line)
+    ax.fill_between(x, [m - h for m, h in zip(mean, half)], [m + h for m, h in zip(mean, half)],
+                    color=color, alpha=0.15)
 
 
 def caption(fig, text, width=150):
