@@ -172,8 +172,8 @@ register(Estimator("grpo_passk", _grpo_passk,
     formula="(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
     centred=False, centred_text="no: Â >= 0", upstream="verl `grpo_passk`", one_signed=True))
 register(Estimator("positive_only", lambda r, g, mu, n, L, b, eps: (r > 0).float(),
-    formula="1[r_i > 0]", centred=False, centred_text="no: Â >= 0", upstream="(rejection sampling)",
-    one_signed=True))
+    formula="1[r_i > 0]", centred=False, centred_text="no: Â >= 0",
+    upstream="(rejection sampling)", one_signed=True))
 
 
 def table():
@@ -220,6 +220,7 @@ def zero_variance_fraction(rewards, group):
     """Fraction of groups whose rewards are all equal (no within-group signal)."""
     g = compact(group)
     K = int(g.max()) + 1
-    hi = torch.full((K,), -float("inf")).scatter_reduce(0, g, rewards.float(), "amax")
-    lo = torch.full((K,), float("inf")).scatter_reduce(0, g, rewards.float(), "amin")
+    r = rewards.float()
+    hi = torch.full((K,), -float("inf"), device=g.device).scatter_reduce(0, g, r, "amax")
+    lo = torch.full((K,), float("inf"), device=g.device).scatter_reduce(0, g, r, "amin")
     return float((hi == lo).float().mean())

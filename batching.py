@@ -82,6 +82,12 @@ def _sizes(count, M):
     return [q + 1 if c < r else q for c in range(M)]
 
 
+def _randperm(n, generator):
+    """A random permutation of 0..n-1 from ``generator`` (drawn on the generator's device,
+    so that a run's stream is the same whatever its device), as a CPU index tensor."""
+    return torch.randperm(n, generator=generator, device=generator.device).cpu()
+
+
 def _cut(order, M):
     """Cut a 1-D index tensor into M consecutive chunks (tensor_split sizes)."""
     return [chunk.clone() for chunk in torch.tensor_split(order, M)]
@@ -89,7 +95,7 @@ def _cut(order, M):
 
 def _shuffled(idx, generator):
     """A random permutation of the index tensor `idx`."""
-    return idx[torch.randperm(len(idx), generator=generator)]
+    return idx[_randperm(len(idx), generator)]
 
 
 def _sign_classes(advantages):
@@ -116,12 +122,12 @@ def full(group, advantages, lengths, M, generator):
         raise ValueError(
             f"batching 'full' takes the whole batch in one step; "
             f"it needs minibatches=1, got {M}")
-    return [torch.arange(len(group), dtype=torch.long)]
+    return [torch.arange(len(group), dtype=torch.long, device="cpu")]
 
 
 def shuffle(group, advantages, lengths, M, generator):
     """Random permutation cut into M chunks: a group lands wherever it lands."""
-    return _cut(torch.randperm(len(group), generator=generator), M)
+    return _cut(_randperm(len(group), generator), M)
 
 
 def length(group, advantages, lengths, M, generator):
@@ -137,7 +143,7 @@ def length(group, advantages, lengths, M, generator):
     Long rollouts are spread out first, and the short ones fill the gaps.
     """
     n = len(lengths)
-    order = torch.randperm(n, generator=generator)
+    order = _randperm(n, generator)
     order = order[torch.sort(lengths[order], descending=True, stable=True).indices]
     room = _sizes(n, M)
     tokens = [0] * M
@@ -147,13 +153,13 @@ def length(group, advantages, lengths, M, generator):
         chunks[c].append(i)
         tokens[c] += int(lengths[i])
         room[c] -= 1
-    return [torch.tensor(chunk, dtype=torch.long) for chunk in chunks]
+    return [torch.tensor(chunk, dtype=torch.long, device="cpu") for chunk in chunks]
 
 
 def query(group, advantages, lengths, M, generator):
     """QB: permute the groups and give each mini-batch whole groups."""
     _, members = _groups(group)
-    group_order = torch.randperm(len(members), generator=generator)
+    group_order = _randperm(len(members), generator)
     return [torch.cat([members[g] for g in part.tolist()])
             for part in torch.tensor_split(group_order, M)]
 
@@ -203,7 +209,7 @@ def query_balanced(group, advantages, lengths, M, generator):
     p = [int((advantages[m] > 0).sum()) for m in members]
     n = [int((advantages[m] < 0).sum()) for m in members]
 
-    order = torch.randperm(n_groups, generator=generator).tolist()
+    order = _randperm(n_groups, generator).tolist()
     order.sort(key=lambda g: -(p[g] + n[g]))  # list.sort is stable
 
     room = _sizes(n_groups, M)
@@ -279,9 +285,10 @@ def make_minibatches(name, group, advantages, lengths, M, generator):
     Each error raises ValueError with a one-line message.
     """
     run = scheduler(name)
-    group = torch.as_tensor(group, dtype=torch.long)
-    advantages = torch.as_tensor(advantages, dtype=torch.float32)
-    lengths = torch.as_tensor(lengths, dtype=torch.long)
+    # index bookkeeping runs on the CPU, whatever device the rollouts live on
+    group = torch.as_tensor(group, dtype=torch.long, device="cpu")
+    advantages = torch.as_tensor(advantages, dtype=torch.float32, device="cpu")
+    lengths = torch.as_tensor(lengths, dtype=torch.long, device="cpu")
     if not (group.dim() == advantages.dim() == lengths.dim() == 1):
         raise ValueError(
             f"group, advantages and lengths must be 1-D; got shapes "

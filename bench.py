@@ -25,7 +25,8 @@
   over the 2-process step time. The all-gather also waits for the slower
   rank's sampling, and DDP overlaps its all-reduce with backward, so this is
   an upper bound on what communication adds. Two processes on
-  a machine with few cores share them: read ``others_busy``.
+  a machine with few cores share them: read ``others_busy``. On CUDA it needs
+  two GPUs (train.py runs one process per GPU): with one, the line says skipped.
 * ``hf_generate``: the KV sampler against Hugging Face transformers'
   ``generate`` (``GPT2LMHeadModel``, the same sizes, random weights, KV cache
   on, temperature-1 sampling, the same 16 prompts x 8 completions x 32 new
@@ -481,6 +482,10 @@ def parse(argv):
     if opts["device"] not in ("auto", "cpu", "cuda"):
         raise CliError(f"unknown device {opts['device']!r}; choose cpu, cuda or auto")
     opts["device"] = dist_utils.resolve_device(opts["device"])
+    one_gpu = opts["device"] == "cuda" and torch.cuda.device_count() < 2
+    if opts["ddp"] and one_gpu:  # train.py runs one process per GPU (dist_utils.check_world)
+        raise CliError("--ddp on cuda needs 2 GPUs (one per process); this machine has "
+                       f"{torch.cuda.device_count()}")
     if opts["out"]:
         if os.path.isdir(opts["out"]):
             raise CliError(f"--out={opts['out']} is a folder; give a file name")
@@ -514,8 +519,10 @@ def main(argv):
         emit(dict(bench_rl_step(model, P, device), **size), device, out)
     if opts["ddp"] or (opts["ddp"] is None and not opts["quick"]):
         n_layer, n_embd, n_head = P["sizes"][0]
-        emit(dict(bench_ddp(P, device, P["sizes"][0], opts["quick"]), model=f"{n_layer}x{n_embd}",
-                  n_head=n_head), device, out)
+        one_gpu = device == "cuda" and torch.cuda.device_count() < 2
+        rec = ({"name": "ddp", "skipped": "2 processes need 2 GPUs (one per process)"} if one_gpu
+               else bench_ddp(P, device, P["sizes"][0], opts["quick"]))
+        emit(dict(rec, model=f"{n_layer}x{n_embd}", n_head=n_head), device, out)
     emit({"name": "memory"}, device, out)
     if out:
         out.close()

@@ -39,9 +39,10 @@ from toy_tasks import EOS, PAD
 # ----------------------------------------------------------------------------- learning tax, drift
 
 def common_prefix(tokens, mask, group):
-    """Per row, the length of its group's longest common completion prefix."""
-    g = advantage.compact(group)
-    out = torch.zeros(len(g), dtype=torch.long)
+    """Per row, the length of its group's longest common completion prefix (on the CPU:
+    bookkeeping, one small loop per group)."""
+    tokens, mask, g = tokens.cpu(), mask.cpu(), advantage.compact(group).cpu()
+    out = torch.zeros(len(g), dtype=torch.long, device="cpu")
     for k in range(int(g.max()) + 1):
         rows = (g == k).nonzero()[:, 0]
         t0, m0 = tokens[rows[0]], mask[rows[0]]
@@ -61,20 +62,22 @@ def shared_histories(tokens, mask, group, interior=False):
     same token after them, so with exchangeable weights their gradient cancels,
     and whatever moves there is learning tax."""
     ell = common_prefix(tokens, mask, group)
-    g = advantage.compact(group)
+    g, mask = advantage.compact(group).cpu(), mask.cpu()
     pairs = []
     for k in range(int(g.max()) + 1):
         r = int((g == k).nonzero()[0, 0])
         last = int(ell[r]) - 1 if interior else int(ell[r])
         pairs += [(r, t) for t in range(last + 1) if t < tokens.shape[1] and (t == 0 or mask[r, t])]
-    return torch.tensor(pairs, dtype=torch.long).reshape(-1, 2)
+    return torch.tensor(pairs, dtype=torch.long, device="cpu").reshape(-1, 2)
 
 
 def before_divergence(pairs, tokens, mask, group):
     """bool [K]: which (row, t) pairs of ``shared_histories`` lie strictly before
     their group's divergence point (t < ell)."""
     ell = common_prefix(tokens, mask, group)
-    return pairs[:, 1] < ell[pairs[:, 0]] if len(pairs) else torch.zeros(0, dtype=torch.bool)
+    if not len(pairs):
+        return torch.zeros(0, dtype=torch.bool, device="cpu")
+    return pairs[:, 1] < ell[pairs[:, 0]]
 
 
 @torch.no_grad()
@@ -150,12 +153,11 @@ def answer_logprobs(model, task, problems):
     prompts = [toy_tasks.encode(task.prompt(p)) for p, a in zip(problems, ans) for _ in a]
     seqs = [toy_tasks.encode(x) + [EOS] for a in ans for x in a]
     T = max(len(s) for s in seqs)
-    tok = torch.full((len(seqs), T), PAD, dtype=torch.long)
-    for i, s in enumerate(seqs):
-        tok[i, :len(s)] = torch.tensor(s)
+    dev = next(model.parameters()).device
+    tok = torch.tensor([s + [PAD] * (T - len(s)) for s in seqs], device=dev)
     with torch.no_grad():
-        lp = completion_logprobs(model, prompts, tok, tok != PAD, PAD).sum(1)
-    out = torch.full((len(problems), max(len(a) for a in ans)), float("-inf"))
+        lp = completion_logprobs(model, prompts, tok, tok != PAD, PAD).sum(1).cpu()
+    out = torch.full((len(problems), max(len(a) for a in ans)), float("-inf"), device="cpu")
     for i, chunk in enumerate(lp.split([len(a) for a in ans])):
         out[i, :len(chunk)] = chunk
     return out
@@ -198,7 +200,7 @@ def style_log_odds(model, task, problems, temperature=1.0):
     a = torch.tensor([toy_tasks.encode(x[3])[0] for x in pts], device=dev)
     b = torch.tensor([toy_tasks.encode(x[4])[0] for x in pts], device=dev)
     lo = logp.gather(1, a[:, None])[:, 0] - logp.gather(1, b[:, None])[:, 0]
-    return lo.cpu(), torch.tensor([x[0] for x in pts]), [x[1] for x in pts]
+    return lo.cpu(), torch.tensor([x[0] for x in pts], device="cpu"), [x[1] for x in pts]
 
 
 def style_drift(lo, lo_ref, problem, kinds):
@@ -210,7 +212,7 @@ def style_drift(lo, lo_ref, problem, kinds):
     d = lo - lo_ref
     out = {}
     for name in [None] + sorted(set(kinds)):
-        sel = torch.tensor([name is None or k == name for k in kinds])
+        sel = torch.tensor([name is None or k == name for k in kinds], device="cpu")
         probs = problem[sel].unique()
         per = torch.stack([d[sel & (problem == p)].mean() for p in probs])
         tag = "" if name is None else f"_{name}"
@@ -231,7 +233,7 @@ def style_entropy(lo, problem, kinds):
     h = -(q * torch.log(q.clamp(min=1e-300)) + (1 - q) * torch.log((1 - q).clamp(min=1e-300)))
     out = {}
     for name in [None] + sorted(set(kinds)):
-        sel = torch.tensor([name is None or k == name for k in kinds])
+        sel = torch.tensor([name is None or k == name for k in kinds], device="cpu")
         per = torch.stack([h[sel & (problem == p)].mean() for p in problem[sel].unique()])
         out["style_entropy" + ("" if name is None else f"_{name}")] = float(per.mean())
     return out
@@ -243,7 +245,7 @@ def mean_token_entropy(model, task, problems):
     prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
     out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
     rows = torch.tensor([[i, t] for i in range(len(prompts)) for t in range(out.tokens.shape[1])
-                         if out.mask[i, t]])
+                         if out.mask[i, t]], device="cpu")
     lp = policy_at(model, prompts, out.tokens, out.mask, rows)
     return float(-(lp.exp() * lp).sum(-1).mean())
 

@@ -68,13 +68,12 @@ def ledger_sums(steps, adv, tokens, mask, group):
         return zero
 
     def per_set(where, v):  # sum of v over the copies of each set
-        return torch.zeros(n_sets, dtype=torch.float64).index_add_(0, where, v)
+        return torch.zeros(n_sets, dtype=torch.float64, device="cpu").index_add_(0, where, v)
 
     on = ids >= 0
-    total, total_on = torch.zeros(ids.shape, dtype=torch.float64), torch.zeros(ids.shape,
-                                                                               dtype=torch.float64)
-    moved, mass = torch.zeros(n_sets, dtype=torch.float64), torch.zeros(n_sets,
-                                                                       dtype=torch.float64)
+    zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device="cpu")
+    total, total_on = zeros(ids.shape), zeros(ids.shape)
+    moved, mass = zeros(n_sets), zeros(n_sets)
     for rows, coef, coef_on in steps:
         rows = rows.cpu()
         sub, c = ids[rows], coef.detach().cpu().double()
@@ -87,7 +86,8 @@ def ledger_sums(steps, adv, tokens, mask, group):
     where = ids[on]
     a = adv.detach().cpu().double()[:, None].expand(ids.shape)
     a_g = (advantage.group_sum(adv.detach().cpu().double(), group.cpu())
-           / advantage.group_sum(torch.ones(len(adv), dtype=torch.float64), group.cpu()))
+           / advantage.group_sum(torch.ones(len(adv), dtype=torch.float64, device="cpu"),
+                                 group.cpu()))
     a_g = a_g[:, None].expand(ids.shape)
     copies, sum_a, abs_a = per_set(where, torch.ones_like(a[on])), per_set(where, a[on]), \
         per_set(where, a[on].abs())

@@ -291,7 +291,7 @@ def dfpo_term(x, s):
     if w is None:  # this batch is the whole step
         w = dfpo_weights(x.seq_ratio, x.adv, x.group, s.objective, x.bounds)
     total = -((w * x.adv * x.agg)[:, None] * x.pol_logp * x.mask.float()).sum()
-    binds = torch.tensor(0.0)
+    binds = x.adv.new_zeros(())
     if x.bounds is not None:
         binds = ((x.seq_ratio < x.bounds[0]) | (x.seq_ratio > x.bounds[1])).float().mean()
     return total, binds, {}
@@ -576,8 +576,8 @@ def first_token_residual(coef, group):
     c0 = coef[:, 0]
     g = advantage.compact(group)
     n_groups = int(g.max()) + 1
-    net = torch.zeros(n_groups, dtype=c0.dtype).index_add_(0, g, c0).abs()
-    mass = torch.zeros(n_groups, dtype=c0.dtype).index_add_(0, g, c0.abs())
+    net = torch.zeros(n_groups, dtype=c0.dtype, device=c0.device).index_add_(0, g, c0).abs()
+    mass = torch.zeros(n_groups, dtype=c0.dtype, device=c0.device).index_add_(0, g, c0.abs())
     live = mass > 1e-12
     return float((net[live] / mass[live]).mean()) if bool(live.any()) else 0.0
 
@@ -592,7 +592,7 @@ def history_token_sets(tokens, mask, group):
     completions."""
     g = advantage.compact(group).tolist()
     tok, m = tokens.tolist(), mask.tolist()
-    ids = torch.full(tokens.shape, -1, dtype=torch.long)
+    ids = torch.full(tokens.shape, -1, dtype=torch.long, device="cpu")
     trie = {}
     for i in range(len(tok)):
         node = ("g", g[i])
@@ -629,12 +629,12 @@ def exch_residual(coef, adv, tokens, mask, group):
     flat = ids[on]
     if flat.numel() == 0:
         return 0.0
-    c = coef.detach().double()[on]
-    a = adv.detach().double()[:, None].expand_as(ids)[on]
+    c = coef.detach().double().cpu()[on]  # bookkeeping on the CPU, where ids live
+    a = adv.detach().double().cpu()[:, None].expand_as(ids)[on]
     n_sets = int(flat.max()) + 1
 
     def per_set(v):
-        return torch.zeros(n_sets, dtype=torch.float64).index_add_(0, flat, v)
+        return torch.zeros(n_sets, dtype=torch.float64, device="cpu").index_add_(0, flat, v)
 
     net, mass, n = per_set(c), per_set(c.abs()), per_set(torch.ones_like(c))
     sum_a, abs_a, signed = per_set(a), per_set(a.abs()), per_set(torch.sign(a) * c)

@@ -137,7 +137,7 @@ def cispo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
 def sapo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     tau = torch.where(adv > 0, SAPO_TAU[0], SAPO_TAU[1])[:, None]
     gate = torch.sigmoid(tau * (log_ratio.exp() - 1)) * 4 / tau
-    return -(gate * (adv * agg)[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
+    return -(gate * (adv * agg)[:, None] * mask.float()).sum(), adv.new_zeros(()), {}
 
 
 def gmpo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
@@ -162,12 +162,12 @@ def clip_cov_cut(per_tok, clipped, new_logp, mask, adv, cov_ratio):
 def kl_cov(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     sel = cov_select(adv, new_logp, mask, opts["cov_ratio"])
     per_tok = -log_ratio.exp() * adv[:, None] + COV["kl_coef"] * log_ratio.abs() * sel.float()
-    return (per_tok * agg[:, None] * mask.float()).sum(), torch.tensor(0.0), \
+    return (per_tok * agg[:, None] * mask.float()).sum(), adv.new_zeros(()), \
         {"cov_frac": float(_frac(sel, mask))}
 
 
 def gpg(new_logp, log_ratio, mask, adv, agg, bounds, opts):
-    return -((adv * agg)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+    return -((adv * agg)[:, None] * new_logp * mask.float()).sum(), adv.new_zeros(()), {}
 
 
 def vespo_weight(log_ratio, mask, adv):
@@ -181,7 +181,7 @@ def vespo_weight(log_ratio, mask, adv):
 
 def vespo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     phi = vespo_weight(log_ratio, mask, adv)
-    return -((phi * adv * agg)[:, None] * new_logp * mask.float()).sum(), torch.tensor(0.0), {}
+    return -((phi * adv * agg)[:, None] * new_logp * mask.float()).sum(), adv.new_zeros(()), {}
 
 
 def _dppo(new_logp, log_ratio, mask, adv, agg, bounds, opts, test):
@@ -224,7 +224,7 @@ def dppo_kl_keep(p, p_old, d_low, d_high, pos):
 
 def dro(new_logp, log_ratio, mask, adv, agg, bounds, opts):
     per_tok = -(new_logp * adv[:, None] - 0.5 * opts["dro_beta"] * log_ratio ** 2)
-    return (per_tok * agg[:, None] * mask.float()).sum(), torch.tensor(0.0), {}
+    return (per_tok * agg[:, None] * mask.float()).sum(), adv.new_zeros(()), {}
 
 
 # ----------------------------------------------------------------------------- switches

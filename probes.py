@@ -170,12 +170,13 @@ def coupling_summary(ct, adv_tok, bins=(0.5, 0.9)):
     and the fraction of A != 0 tokens whose coupling outweighs and opposes its self term."""
     T, y = ct["terms"], ct["y"]
     M = len(y)
-    off = ~torch.eye(M, dtype=torch.bool)
+    off = ~torch.eye(M, dtype=torch.bool, device=T.device)
     same = (y[:, None] == y[None, :]) & off
     diff = (y[:, None] != y[None, :])
     mass = T.abs() * off
     total = float(mass.sum()) or float("nan")
-    b = torch.bucketize(ct["conf"], torch.tensor(bins, dtype=ct["conf"].dtype), right=True)
+    edges = torch.tensor(bins, dtype=ct["conf"].dtype, device=ct["conf"].device)
+    b = torch.bucketize(ct["conf"], edges, right=True)
     oppose = (torch.sign(T) * torch.sign(adv_tok)[:, None]) < 0
     grid = lambda sel: [[float((mass * sel * (b[:, None] == u) * (b[None, :] == v)).sum()) / total
                          for v in range(len(bins) + 1)] for u in range(len(bins) + 1)]
@@ -205,7 +206,7 @@ def coupling_by_row(terms, y, rows, n_rows):
     the same (different) token id, and the share of all i != j pairs that are
     such pairs. mass > pairs: the row's coupling is stronger than its count."""
     M = len(y)
-    off = ~torch.eye(M, dtype=torch.bool)
+    off = ~torch.eye(M, dtype=torch.bool, device=terms.device)
     same, diff = (y[:, None] == y[None, :]) & off, (y[:, None] != y[None, :])
     mass = terms.abs() * off
     total, pairs = float(mass.sum()) or float("nan"), max(int(off.sum()), 1)
@@ -315,7 +316,7 @@ def token_categories(task, problems, tokens, mask):
     positions are where the task expects them), else by character class: digit ->
     compute, anything else (separators, EOS) -> template. Without a scratchpad
     both rules give the same labels."""
-    out = torch.full(tokens.shape, -1, dtype=torch.long)
+    out = torch.full(tokens.shape, -1, dtype=torch.long, device=tokens.device)
     for i, (p, row) in enumerate(zip(problems, tokens.tolist())):
         text, n = toy_tasks.decode(row), int(mask[i].sum())
         sol = task.solution(p, random.Random(0))  # own rng: no side effect on global state
@@ -324,7 +325,8 @@ def token_categories(task, problems, tokens, mask):
                                                                 if a.isdigit()))
         labels = task.categories(p, text) if same else \
             ["compute" if ch.isdigit() else "template" for ch in text] + ["template"]
-        out[i, :n] = torch.tensor([CATEGORIES.index(x) for x in labels[:n]])
+        out[i, :n] = torch.tensor([CATEGORIES.index(x) for x in labels[:n]],
+                                    device=out.device)
     return out
 
 
@@ -341,8 +343,8 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
     tok, mask, r = batch.tokens, batch.mask, batch.rewards
     N, T = tok.shape
     lens = mask.sum(1).tolist()
-    V = torch.full((N, T + 1), float("nan"))
-    V[torch.arange(N), mask.sum(1)] = r.float()
+    V = torch.full((N, T + 1), float("nan"), device=r.device)
+    V[torch.arange(N, device=r.device), mask.sum(1)] = r.float()
     for t in range(T):
         keys = {}
         for i in range(N):
@@ -364,17 +366,25 @@ def mc_values(model, task, batch, problems, K, generator=None, temperature=1.0, 
     return V
 
 
+def _randperm(n, generator, device):
+    """A random permutation of 0..n-1 from ``generator`` (None: torch's global one), drawn
+    on the generator's own device and moved to ``device``."""
+    where = generator.device if generator is not None else "cpu"
+    return torch.randperm(n, generator=generator, device=where).to(device)
+
+
 def pick_tokens(cand, n, generator=None):
     """(row, t) pairs [<=n, 2]: a uniform random subset (without replacement) of the
     True entries of ``cand`` [N,T]; all of them when there are at most n."""
     idx = cand.nonzero()
-    return idx[torch.randperm(len(idx), generator=generator)[:n]] if len(idx) > n else idx
+    return idx[_randperm(len(idx), generator, idx.device)[:n]] if len(idx) > n else idx
 
 
 def token_values(model, task, batch, rows_t, K, generator=None):
     """V(s_{t+1}) of the tokens (row, t) of ``rows_t`` [M,2], the value of the prefix
     ending in each (mc_values on those prefixes only) [M]."""
-    at = torch.zeros(batch.tokens.shape[0], batch.tokens.shape[1] + 1, dtype=torch.bool)
+    at = torch.zeros(batch.tokens.shape[0], batch.tokens.shape[1] + 1, dtype=torch.bool,
+                     device=batch.tokens.device)
     at[rows_t[:, 0], rows_t[:, 1] + 1] = True
     V = mc_values(model, task, batch, batch.problems, K, generator, at=at)
     return V[rows_t[:, 0], rows_t[:, 1] + 1]
@@ -393,9 +403,9 @@ def value_gap(v, delta, eps):
 def value_bins(v, q, generator=None):
     """Quantile bin (0 = lowest value) of each of M values [M]: rank the values (ties in
     random order) and cut the ranks into q near-equal parts, bin = floor(q * rank / M)."""
-    order = torch.randperm(len(v), generator=generator)
-    ranks = torch.empty(len(v), dtype=torch.long)
-    ranks[order[torch.sort(v[order], stable=True).indices]] = torch.arange(len(v))
+    order = _randperm(len(v), generator, v.device)
+    ranks = torch.empty(len(v), dtype=torch.long, device=v.device)
+    ranks[order[torch.sort(v[order], stable=True).indices]] = torch.arange(len(v), device=v.device)
     return (q * ranks) // max(len(v), 1)
 
 
@@ -405,5 +415,5 @@ def shuffled_advantages(adv, group, generator=None):
     out = adv.clone()
     for g in group.unique().tolist():
         rows = (group == g).nonzero()[:, 0]
-        out[rows] = adv[rows[torch.randperm(len(rows), generator=generator)]]
+        out[rows] = adv[rows[_randperm(len(rows), generator, rows.device)]]
     return out

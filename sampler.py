@@ -78,7 +78,7 @@ class Rollouts:
 
     def rows(self, idx):
         """The same record restricted to rows ``idx`` (a list or a 1-D index tensor)."""
-        idx = torch.as_tensor(idx, dtype=torch.long)
+        idx = torch.as_tensor(idx, dtype=torch.long, device=self.tokens.device)
         cut = {}
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)

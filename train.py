@@ -99,9 +99,7 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
                              else task.solution(p, rng)) + [EOS] for p in probs]
     # completions are right-padded; PAD positions are masked out of the loss
     T = max(len(s) for s in sols)
-    tokens = torch.full((n, T), PAD, dtype=torch.long, device=device)
-    for i, s in enumerate(sols):
-        tokens[i, :len(s)] = torch.tensor(s)
+    tokens = torch.tensor([s + [PAD] * (T - len(s)) for s in sols], device=device)
     return prompts, tokens, tokens != PAD
 
 
@@ -112,7 +110,7 @@ def sft(run):
     if state.saved:  # resumed inside SFT: the optimizer's moments continue too
         state.restore(opt, run.rank)
     # each rank takes its share of the batch; the loss below is the token mean over all ranks
-    n_sft = len(dist_utils.shard(torch.arange(cfg.sft_batch), run.rank, run.world))
+    n_sft = len(dist_utils.shard(torch.arange(cfg.sft_batch, device="cpu"), run.rank, run.world))
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
     for step in bar:
         prompts, tokens, mask = sft_batch(run.task, state.draw, n_sft, state.sol_rng, run.device,
@@ -174,7 +172,9 @@ def step_metrics(acc, coef, batch, adv, mb):
     means, the loss a sum), and the residuals of every coefficient of the step (``coef``,
     already summed over ranks)."""
     keys = sorted(acc)  # the same order on every rank, for one all-reduce
-    total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64))
+    # on the rollouts' device: NCCL reduces CUDA tensors only
+    total = dist_utils.all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64,
+                                                   device=coef.device))
     out = {k: float(v) if k == "loss" else float(v) / len(mb) for k, v in zip(keys, total)}
     group, mask = batch.group[mb], batch.mask[mb]
     # how far the copies of a shared token were from cancelling in this step (loss.py)
@@ -485,10 +485,9 @@ def main(cfg, given=None):
     # one process, or one of torchrun's: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
     rank, local_rank, world = dist_utils.env_world()
     dist_utils.check_world(cfg, world)
-    device = dist_utils.resolve_device(cfg.device)
+    # every check before anything is written; on --resume, the saved config, device and model
+    cfg, device, found, model, saved = rundir.open_run(cfg, world, given)
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    # every check before anything is written; on --resume, the saved config and model
-    cfg, found, model, saved = rundir.open_run(cfg, device, world, given)
     # the same initial model on every rank: DDP assumes the replicas start equal
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)

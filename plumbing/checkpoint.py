@@ -225,6 +225,12 @@ def validate(ck):
 STREAMS = ("torch_gen", "torch_global", "python_random", "problems", "solutions")
 
 
+def is_cuda_generator_state(v):
+    """A CUDA generator's state: its seed and its offset, 8 bytes each (a CPU one's is
+    the whole Mersenne Twister, about 5 KB)."""
+    return v.dtype == torch.uint8 and v.shape == (16,)
+
+
 def validate_state(s, model_cfg=None):
     """The resume state's schema: every field that ``RunState.restore`` and the
     loop read, with its type, and where a size is known, its size. ValueError
@@ -245,8 +251,11 @@ def validate_state(s, model_cfg=None):
         if not isinstance(st, dict) or set(st) != set(STREAMS):
             raise ValueError(f"{where} does not hold {', '.join(STREAMS)}")
         for k in ("torch_gen", "torch_global"):  # a state of the wrong size or version fails here
+            v = _need(st, k, torch.Tensor, where).cpu()
+            if k == "torch_gen" and is_cuda_generator_state(v):  # a run sampled on a GPU
+                continue
             try:
-                torch.Generator().set_state(_need(st, k, torch.Tensor, where).cpu())
+                torch.Generator().set_state(v)
             except (RuntimeError, TypeError):
                 raise ValueError(f"{where}[{k!r}] is not a torch generator state") from None
         for k in ("python_random", "problems", "solutions"):

@@ -226,7 +226,7 @@ def micro_batches(n, k):
     """Positions 0..n-1 cut into consecutive micro-batches of k (the last may be
     smaller); k = 0 means one micro-batch."""
     k = n if k <= 0 else k
-    return [torch.arange(s, min(s + k, n)) for s in range(0, n, k)]
+    return [torch.arange(s, min(s + k, n), device="cpu") for s in range(0, n, k)]
 
 
 def all_reduce_rows(values, rows, n):

@@ -128,11 +128,12 @@ def init_from_checks(cfg, model, ck):
 
 # ----------------------------------------------------------------------------- a run's folder
 
-def open_run(cfg, device, world=1, given=None):
+def open_run(cfg, world=1, given=None):
     """Check --out_dir, --resume and --overwrite before anything is written.
-    Returns (cfg, found, model, saved): the config to run (a resumed run's own),
-    the run files already there, and for --resume with a ckpt.pt its model and
-    resume state (else None, None)."""
+    Returns (cfg, device, found, model, saved): the config to run (a resumed run's own),
+    the device it runs on (a resumed run's own: its random streams belong to that
+    device), the run files already there, and for --resume with a ckpt.pt its model
+    and resume state (else None, None)."""
     found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
     if found and not (cfg.resume or cfg.overwrite):
         raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
@@ -143,13 +144,19 @@ def open_run(cfg, device, world=1, given=None):
             os.path.abspath(cfg.init_from))) == os.path.realpath(cfg.out_dir)):
         raise CliError(f"--overwrite would delete --init_from={cfg.init_from} before the run reads "
                        f"it; copy it out of --out_dir first")
+    if cfg.resume:  # the saved config names the device the run was on ("cpu" or "cuda")
+        cfg = resumed_config(cfg, given)
+    device = dist_utils.resolve_device(cfg.device)
     if not (cfg.resume and "ckpt.pt" in found):
-        return (resumed_config(cfg, given) if cfg.resume else cfg), found, None, None
-    cfg = resumed_config(cfg, given)
+        return cfg, device, found, None, None
     model, ck = checkpoint.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
     if "resume" not in ck:
         raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
     saved = ck["resume"]
+    for r, st in enumerate(saved["streams"]):  # the sampling generator lives on one device
+        if checkpoint.is_cuda_generator_state(st["torch_gen"].cpu()) != (device == "cuda"):
+            raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was sampled on another device "
+                           f"than this run's {device}, so its random streams cannot continue")
     t = ck["task"]
     if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
         raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was trained on task {t}, not on this "
@@ -170,7 +177,7 @@ def open_run(cfg, device, world=1, given=None):
     if have < saved["metrics_bytes"]:
         raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
                        f"checkpoint says ({saved['metrics_bytes']})")
-    return cfg, found, model, saved
+    return cfg, device, found, model, saved
 
 
 def lock_run(cfg, found):

@@ -17,6 +17,7 @@ sys.path.insert(0, ROOT)
 import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
+import bench  # noqa: E402
 
 NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "memory"}
 
@@ -113,3 +114,13 @@ def test_seeded_sampling_is_reproducible():
             for _ in range(2)]
     assert torch.equal(runs[0].tokens, runs[1].tokens)
     assert torch.equal(runs[0].old_logprobs, runs[1].old_logprobs)
+
+
+def test_ddp_on_one_gpu_is_refused_before_any_measurement(monkeypatch):
+    """train.py runs one process per GPU, so --ddp on a one-GPU machine is refused in one
+    line (the default run skips that line with a note instead of failing at the end)."""
+    monkeypatch.setattr(bench.dist_utils, "resolve_device", lambda d: "cuda")
+    monkeypatch.setattr(bench.torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(bench.CliError, match="needs 2 GPUs"):
+        bench.parse(["--ddp", "--device=cuda"])
+    assert bench.parse(["--device=cuda"])["ddp"] is None  # the default: skipped, with a note

@@ -7,6 +7,7 @@ import os
 import shutil
 
 import pytest
+import torch
 
 import train
 from plumbing.config import parse_args
@@ -82,3 +83,31 @@ def test_a_run_that_predates_adv_resumes_on_its_objectives_own_estimator(runs, t
     cfg = rundir.resumed_config(parse_args(["--resume", f"--out_dir={d}"], check=False), {})
     assert cfg.loss == "rloo" and cfg.adv == "rloo"
     assert os.path.exists(d / "ckpt.pt")
+
+
+def test_a_bare_resume_runs_on_the_device_its_config_names(runs, tmp_path, monkeypatch):
+    """The sampling generator's stream belongs to one device, so a resume continues on
+    the saved run's device, not on what --device=auto would pick on this machine."""
+    from plumbing import dist_utils
+    asked = []
+    real = dist_utils.resolve_device
+    monkeypatch.setattr(dist_utils, "resolve_device", lambda d: asked.append(d) or real(d))
+    d = copy(runs, tmp_path, "sgd")
+    train.cli(["--resume", f"--out_dir={d}"])
+    assert asked == ["cpu"]  # the saved config's, although this command's default is auto
+
+
+def test_a_checkpoint_sampled_on_a_gpu_is_valid_but_resumes_only_there(runs, tmp_path, capsys):
+    """A CUDA generator's state (16 bytes) passes the checkpoint's validation, so that
+    sample.py and --init_from can read a GPU run's ckpt.pt anywhere; resuming it on
+    the CPU is refused with one line, before anything is written."""
+    from plumbing import checkpoint
+    d = copy(runs, tmp_path, "sgd")
+    ck = torch.load(d / "ckpt.pt", weights_only=False)
+    ck["resume"]["streams"][0]["torch_gen"] = torch.zeros(16, dtype=torch.uint8)
+    torch.save(ck, d / "ckpt.pt")
+    checkpoint.validate_state(ck["resume"])  # must not raise
+    checkpoint.load_checkpoint(str(d / "ckpt.pt"))  # must not raise
+    before = digest(d)
+    refused(["--resume", f"--out_dir={d}"], capsys, "sampled on another device")
+    assert digest(d) == before

@@ -189,6 +189,42 @@ def test_no_module_edits_sys_path():
             assert "sys.path" not in open(path, encoding="utf-8").read(), path
 
 
+FACTORIES = {"zeros", "ones", "full", "empty", "arange", "tensor", "as_tensor", "eye", "linspace",
+             "rand", "randn", "randint", "randperm"}
+
+
+def factories_without_device(src):
+    """Line numbers of the calls torch.<factory>(...) in ``src`` that name no device."""
+    return [n.lineno for n in ast.walk(ast.parse(src))
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in FACTORIES and isinstance(n.func.value, ast.Name)
+            and n.func.value.id == "torch" and not any(k.arg == "device" for k in n.keywords)]
+
+
+def test_the_device_finder_is_not_vacuous():
+    src = "x = torch.zeros(3)\ny = torch.zeros(3, device=d)\nz = torch.randperm(4, generator=g)\n"
+    assert factories_without_device(src) == [1, 3]
+
+
+def test_every_tensor_built_from_nothing_on_the_training_path_names_its_device():
+    """A tensor made from nothing lands on torch's default device, the CPU; on a GPU run
+    it then meets CUDA tensors and fails (index_add_, scatter_reduce, a CUDA generator
+    in randperm, NCCL's all_reduce). So every factory call in the code that
+    ``--device=cuda`` runs says where its tensor lives: the data's device, or "cpu"
+    for bookkeeping. The test suite runs on CPU, where the default is right by
+    accident; this is the check that holds without a GPU."""
+    paths = [os.path.join(ROOT, m + ".py") for m in sorted(LESSON | SCRIPTS)]
+    paths += [p for p in modules_in("plumbing")]
+    bad = {os.path.relpath(p, ROOT): factories_without_device(open(p, encoding="utf-8").read())
+           for p in paths}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def modules_in(folder):
+    d = os.path.join(ROOT, folder)
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".py"))
+
+
 def comment_density(path):
     """(comment lines, code lines) of a file: a line with a # comment counts as a
     comment line; code lines are the others that are not blank or a docstring."""
