@@ -1,52 +1,77 @@
-"""Build the student copy of this repository: no answers, no teacher notes.
+"""Build the student copy of this repository: no answers, no teacher notes, no key.
 
-    python -m exercises.handout OUT_DIR
+    python -m exercises.handout OUT_DIR --roster=names.txt   # one name per line
+    python -m exercises.handout OUT_DIR                      # numbers not checkable
 
-OUT_DIR must not exist or be empty. It receives the files git tracks (plus
-untracked ones it does not ignore), as plain files with no git history, less
-the teacher's files: exercises/answers/ (the key, the rubrics, the fixed loss
-of exercise 6) and tests/test_exercises.py (the catalogue of wrong work). The
-library functions that exercises ask students to write keep their signature
-and docstring; their bodies become ``raise NotImplementedError("exercise N:
-...")``. Everything that calls them still imports. In the copy,
-``python -m pytest -q tests`` passes, skipping each test that needs an
-unsolved exercise (tests/conftest.py), and ``python -m exercises.check``
-fails cleanly until the exercises are solved.
+The copy is the last commit (``git archive HEAD``), never the working tree: a key
+printout, a solved exercise or a notes folder left lying in the teacher's checkout
+cannot leak into it. Uncommitted changes or untracked files under exercises/ are
+refused (they would be silently missing) unless ``--allow_dirty``. OUT_DIR must not
+exist or be empty. Left out: the teacher's files, exercises/answers/ (the key, the
+rubrics, the fixed loss of exercise 6) and tests/test_exercises.py (the catalogue of
+wrong work), and the lab report's data under results/ (a one-paragraph
+results/README.md says where it is). The library functions that exercises ask
+students to write keep their signature and docstring; their bodies become
+``raise NotImplementedError("exercise N: ...")``. Everything that calls them still
+imports.
+
+With ``--roster``, exercises/roster.json holds each listed student's fingerprints
+(exercises/roster.py), so that ``python -m exercises.check`` can tell a student
+whether their numbers are right without holding them. In the copy,
+``python -m pytest -q tests/test_loss.py tests/test_batching.py`` passes, skipping
+each test that needs an unsolved exercise (tests/conftest.py), and
+``python -m exercises.check`` fails cleanly until the exercises are solved.
 """
 
 import ast
+import io
+import json
 import os
-import shutil
 import subprocess
 import sys
+import tarfile
+
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as python -m exercises.handout\n")
+    sys.exit(2)
+from exercises import roster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEACHER_ONLY = (
     "exercises/answers/",
     "tests/test_exercises.py",
 )  # the key, the rubrics, the wrong-work catalogue
+LEFT_OUT = TEACHER_ONLY + ("results/",)
 STUBS = {"loss.py": {"adv_orthogonal": "ex2", "min_replace": "ex3"},
          "batching.py": {"query_balanced": "ex5"}}
+RESULTS_NOTE = """# Results
+
+The lab report and its data are not part of the student copy. They are in the
+project's own repository, under `results/`.
+"""
 
 
-def tracked_files():
-    """Paths relative to ROOT: git's view when there is a checkout, else every file but caches
-    and runs."""
-    if os.path.isdir(os.path.join(ROOT, ".git")):
-        out = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-            cwd=ROOT,
-            capture_output=True,
-            check=True,
-        ).stdout.decode()
-        return sorted(p for p in out.split("\0") if p and os.path.isfile(os.path.join(ROOT, p)))
-    paths = []
-    for d, dirs, files in os.walk(ROOT):
-        dirs[:] = [x for x in dirs if not x.startswith((".", "__pycache__", "out"))]
-        paths += [
-            os.path.relpath(os.path.join(d, f), ROOT) for f in files if not f.endswith(".pyc")
-        ]
-    return sorted(paths)
+class HandoutError(Exception):
+    """A handout that cannot be built as asked: one line, exit 2."""
+
+
+def git(*args):
+    """git's stdout (bytes) in ROOT; HandoutError when git fails."""
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError) as e:
+        raise HandoutError(f"git {args[0]} failed here ({type(e).__name__}); the handout is built "
+                           "from a git checkout's last commit") from None
+
+
+def committed_files():
+    """{path: (bytes, mode)} of the last commit, as ``git archive HEAD`` gives them."""
+    out = {}
+    with tarfile.open(fileobj=io.BytesIO(git("archive", "--format=tar", "HEAD"))) as tar:
+        for m in tar.getmembers():
+            if m.isfile():
+                out[m.name] = (tar.extractfile(m).read(), m.mode)
+    return out
 
 
 def stub(source, functions, module):
@@ -57,7 +82,7 @@ def stub(source, functions, module):
     ]
     missing = set(functions) - {n.name for n in nodes}
     if missing:
-        raise SystemExit(f"error: {module} has no function {sorted(missing)[0]} to stub")
+        raise HandoutError(f"{module} has no function {sorted(missing)[0]} to stub")
     for node in sorted(
         nodes, key=lambda n: -n.lineno
     ):  # bottom up: earlier line numbers stay valid
@@ -77,53 +102,117 @@ def stub(source, functions, module):
     return "".join(lines)
 
 
-def build(out_dir):
-    files = [p for p in tracked_files() if not p.replace(os.sep, "/").startswith(TEACHER_ONLY)]
-    for rel in files:
+def check_clean():
+    """Refuse uncommitted changes or untracked files under exercises/: the copy is the last
+    commit, so they would be missing from it without a word."""
+    dirty = git("status", "--porcelain", "--untracked-files=all", "--", "exercises").decode()
+    if dirty.strip():
+        first = dirty.strip().splitlines()[0][3:]
+        raise HandoutError(f"exercises/ has uncommitted changes or untracked files ({first}, ...); "
+                           "the copy is the last commit: commit them, or pass --allow_dirty")
+
+
+def read_roster(path):
+    """Names, one per line (blank lines skipped), each once."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            names = [x.strip() for x in f.read().splitlines() if x.strip()]
+    except (OSError, UnicodeDecodeError) as e:
+        raise HandoutError(f"--roster={path}: not a readable text file ({type(e).__name__})") \
+            from None
+    if not names:
+        raise HandoutError(f"--roster={path} holds no name")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise HandoutError(f"--roster={path} names {twice[0]!r} twice; each student once")
+    return names
+
+
+def roster_json(names):
+    """exercises/roster.json for these students (the teacher's key, fingerprinted)."""
+    from exercises.answers.truth import key, pick_tables
+    students = {}
+    for n in names:
+        tables = pick_tables(n)
+        students[n] = roster.entry(n, key(n, tables), tables)
+    return json.dumps({"iterations": roster.ITERATIONS, "students": students},
+                      indent=1, ensure_ascii=False) + "\n"
+
+
+def build(out_dir, files, extra):
+    """Write the student copy: the committed files less LEFT_OUT, with the stubs, plus
+    ``extra`` ({path: text}). Returns the paths written."""
+    written = []
+    for rel, (data, mode) in sorted(files.items()):
+        if rel.startswith(LEFT_OUT):
+            continue
+        if rel in STUBS:
+            data = stub(data.decode("utf-8"), STUBS[rel], rel).encode("utf-8")
+        written.append((rel, data, mode))
+    written += [(rel, text.encode("utf-8"), 0o644) for rel, text in extra.items()]
+    for rel, data, mode in written:
         dst = os.path.join(out_dir, rel)
         os.makedirs(os.path.dirname(dst) or out_dir, exist_ok=True)
-        if rel in STUBS:
-            with open(os.path.join(ROOT, rel)) as f:
-                text = stub(f.read(), STUBS[rel], rel)
-            with open(dst, "w") as f:
-                f.write(text)
+        with open(dst, "wb") as f:
+            f.write(data)
+        os.chmod(dst, mode & 0o777)
+    return [rel for rel, _, _ in written]
+
+
+def parse(argv):
+    """OUT_DIR, --roster=FILE, --allow_dirty; HandoutError on anything else."""
+    usage = "usage: python -m exercises.handout OUT_DIR [--roster=FILE] [--allow_dirty]"
+    opts, outs = {"roster": None, "allow_dirty": False}, []
+    for a in argv:
+        if a.startswith("--roster="):
+            opts["roster"] = a.split("=", 1)[1]
+        elif a == "--allow_dirty":
+            opts["allow_dirty"] = True
+        elif a.startswith("-"):
+            raise HandoutError(f"unknown flag {a!r}; {usage}")
         else:
-            shutil.copy2(os.path.join(ROOT, rel), dst)
-    return files
+            outs.append(a)
+    if len(outs) != 1:
+        raise HandoutError(usage)
+    return outs[0], opts
 
 
 def main(argv):
-    if len(argv) != 1 or argv[0].startswith("-"):
-        print("error: usage: python -m exercises.handout OUT_DIR", file=sys.stderr)
+    """Every check first (flags, folder, git state, roster, stubs), then the writing."""
+    try:
+        out_arg, opts = parse(argv)
+        out_dir = os.path.abspath(out_arg)
+        if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
+            raise HandoutError(f"{out_arg} exists and is not an empty folder; name a new one")
+        if out_dir == ROOT or out_dir.startswith(ROOT + os.sep):
+            raise HandoutError(f"{out_arg} lies inside this repository; name a folder outside it")
+        if not opts["allow_dirty"]:
+            check_clean()
+        files = committed_files()
+        for rel, functions in STUBS.items():  # validate before writing anything
+            stub(files[rel][0].decode("utf-8"), functions, rel)
+        extra = {"results/README.md": RESULTS_NOTE}
+        if opts["roster"] is not None:
+            extra["exercises/roster.json"] = roster_json(read_roster(opts["roster"]))
+    except HandoutError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    out_dir = os.path.abspath(argv[0])
-    if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
-        print(
-            f"error: {argv[0]} exists and is not an empty folder; name a new one", file=sys.stderr
-        )
-        return 2
-    if out_dir == ROOT or out_dir.startswith(ROOT + os.sep):
-        print(
-            f"error: {argv[0]} lies inside this repository; name a folder outside it",
-            file=sys.stderr,
-        )
-        return 2
-    for rel, functions in STUBS.items():  # validate before writing anything
-        with open(os.path.join(ROOT, rel)) as f:
-            stub(f.read(), functions, rel)
     try:  # the folder first: one that cannot be made is one line, before any file is written
         os.makedirs(out_dir, exist_ok=True)
-        files = build(out_dir)
+        written = build(out_dir, files, extra)
     except OSError as e:
-        print(f"error: cannot write the handout to {argv[0]}: "
+        print(f"error: cannot write the handout to {out_arg}: "
               f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "),
               file=sys.stderr)
         return 2
     stubbed = ", ".join(
         f"{m[:-3]}.{fn} ({ex})" for m, fns in STUBS.items() for fn, ex in fns.items()
     )
-    print(f"wrote {len(files)} files to {argv[0]}; left out {', '.join(TEACHER_ONLY)}; "
-          f"to be written by students: {stubbed}")
+    print(f"wrote {len(written)} files of the last commit to {out_arg}; left out "
+          f"{', '.join(LEFT_OUT)}; to be written by students: {stubbed}; "
+          + (f"roster of {len(json.loads(extra['exercises/roster.json'])['students'])} students"
+             if "exercises/roster.json" in extra else "no roster: the numbers cannot be checked "
+             "in the copy (--roster=FILE)"))
     return 0
 
 

@@ -1,7 +1,10 @@
 """Your own small tables for the by-hand exercises (1, 4 and 7 of EXERCISES.md).
 
 Every student gets different numbers, drawn from the name or id written in
-STUDENT in exercises/sheet.py, so answers cannot be copied from a neighbour.
+STUDENT in exercises/sheet.py, so answers cannot be copied from a neighbour. Which of
+your name's draws you get (``variant``) is the class roster's (exercises/roster.json):
+your teacher's copy picks, per student, a draw where every number is well conditioned
+and no common mistake happens to give the right number.
 
     python -m exercises.problems          # print your tables
 
@@ -14,10 +17,10 @@ import random
 import sys
 
 
-def rng(student, ex):
-    """A random stream fixed by (student, exercise)."""
-    digest = hashlib.sha256(f"{student.strip().lower()}/{ex}".encode()).hexdigest()
-    return random.Random(int(digest[:16], 16))
+def rng(student, ex, variant=0):
+    """A random stream fixed by (student, exercise, variant)."""
+    tag = f"{student.strip().lower()}/{ex}" + (f"/{variant}" if variant else "")
+    return random.Random(int(hashlib.sha256(tag.encode()).hexdigest()[:16], 16))
 
 
 def group(r, G=4):
@@ -28,31 +31,24 @@ def group(r, G=4):
             return rewards, r.sample(range(2, 10), G)
 
 
-def ex1(student):
+def ex1(student, variant=0):
     """One group, on-policy. Token 0 of every completion is the same token."""
-    r = rng(student, "ex1")
-    while True:
-        rewards, lengths = group(r)
-        mu = sum(rewards) / 4
-        net = sum((x - mu) / n for x, n in zip(rewards, lengths))
-        if abs(net) > 0.02:  # a group whose residual is visibly not 0
-            return {"rewards": rewards, "lengths": lengths, "k": r.randint(1, 4), "L_max": 10}
+    r = rng(student, "ex1", variant)
+    rewards, lengths = group(r)
+    return {"rewards": rewards, "lengths": lengths, "k": r.randint(1, 4), "L_max": 10}
 
 
-def ex4(student):
+def ex4(student, variant=0):
     """One group, off-policy: s_i is rollout i's sequence ratio exp(mean_t log rho)."""
-    r = rng(student, "ex4")
-    while True:
-        rewards, lengths = group(r)
-        s = [round(r.uniform(0.85, 1.15), 2) for _ in range(4)]
-        mu = sum(rewards) / 4
-        if abs(sum(si * (x - mu) for si, x in zip(s, rewards))) > 0.02:
-            return {"rewards": rewards, "lengths": lengths, "s": s, "k": r.randint(1, 4)}
+    r = rng(student, "ex4", variant)
+    rewards, lengths = group(r)
+    s = [round(r.uniform(0.85, 1.15), 2) for _ in range(4)]
+    return {"rewards": rewards, "lengths": lengths, "s": s, "k": r.randint(1, 4)}
 
 
-def ex7(student):
+def ex7(student, variant=0):
     """A 2-digit addition, and a range of operands for the plain (no scratchpad) task."""
-    r = rng(student, "ex7")
+    r = rng(student, "ex7", variant)
     lo = r.randint(25, 45)  # some sums have two digits, some three
     return {
         "problem": (r.randint(10, 99), r.randint(10, 99)),
@@ -61,8 +57,22 @@ def ex7(student):
     }
 
 
+def tables(student):
+    """{"EX1": variant, "EX4": ..., "EX7": ...} from the class roster, or None when the
+    student is not on it (or the copy has none)."""
+    from exercises import roster
+    r = roster.load()
+    entry = (r or {"students": {}})["students"].get(student.strip())
+    return entry.get("tables") if entry else None
+
+
 def show(student):
-    p = ex1(student)
+    v = tables(student)
+    if v is None:
+        print(f"note: {student!r} is not on this class's roster (exercises/roster.json): these "
+              "are not the tables your teacher marks; write your name as your teacher has it\n")
+        v = {"EX1": 0, "EX4": 0, "EX7": 0}
+    p = ex1(student, v["EX1"])
     print(f"Tables for STUDENT = {student!r}\n")
     print("Exercise 1: one group of G = 4 rollouts, on-policy; token 0 is shared.")
     print("  rollout  reward  length L_i")
@@ -72,13 +82,13 @@ def show(student):
         f"  the optimizer step is this one group (N = 4); k = {p['k']}; dr_grpo's L_max = "
         f"{p['L_max']}\n"
     )
-    p = ex4(student)
+    p = ex4(student, v["EX4"])
     print("Exercise 4: one group of G = 4 rollouts, off-policy; token 0 is shared.")
     print("  rollout  reward  length L_i  sequence ratio s_i")
     for i, (x, n, s) in enumerate(zip(p["rewards"], p["lengths"], p["s"]), 1):
         print(f"  {i:>7}  {x:>6}  {n:>10}  {s:>18.2f}")
     print(f"  N = 4; clip = sym with eps = 0.2 (no s_i reaches a bound); k = {p['k']}\n")
-    p = ex7(student)
+    p = ex7(student, v["EX7"])
     a, b = p["problem"]
     print(f"Exercise 7: the problem {a}+{b}= of --task=add --scratchpad=true, and the plain task")
     print(f"  (no scratchpad) over every problem a+b= with {p['lo']} <= a, b <= {p['hi']}.")
@@ -133,4 +143,9 @@ if __name__ == "__main__":
             file=sys.stderr,
         )
         sys.exit(2)
-    show(sheet.STUDENT)
+    from exercises.roster import RosterError
+    try:
+        show(sheet.STUDENT)
+    except RosterError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -1,11 +1,12 @@
 """Your answer sheet for the exercises that ask for numbers or words.
 
-Write your name or student id in STUDENT, then run ``python
-exercises/problems.py`` to see your own tables. Numbers are computed by hand
-(a calculator is fine) from those tables and THEORY.md: no script in this
-repository prints them. ``python -m exercises.check exN`` tells you whether
-each number is right; the written answers are read by your teacher (the
-check only confirms that you wrote something).
+Write your name or student id in STUDENT (as on your class's roster), then run
+``python -m exercises.problems`` to see your own tables. Numbers are computed by
+hand (a calculator is fine) from those tables and THEORY.md: keep at least 4
+significant digits in intermediate results, give 3. ``python -m exercises.check exN``
+tells you whether all of an exercise's numbers are right (not which); the written
+answers are read by your teacher (the check only confirms that you wrote something).
+This file is read as data, never run.
 """
 
 STUDENT = ""

@@ -5,6 +5,7 @@ cleanly and passes its tests. Teacher's copy only: exercises/handout.py
 leaves this file out of the student copy."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -17,13 +18,36 @@ if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):
     pytest.skip("teacher's copy only: exercises/answers/ is not in a student copy", allow_module_level=True)
 
 import batching  # noqa: E402
-from exercises import check
-from exercises import ex6_buggy_loss
-from exercises.answers import key
+from exercises import check, ex6_buggy_loss, roster
+from exercises.answers import key, truth
 import advantage  # noqa: E402
 import loss  # noqa: E402
 
 STUDENTS = ("Ada Lovelace", "s1234567", "Émilie du Châtelet")
+FAST = 1  # fingerprint iterations in tests: the rule is under test here, not the cost
+
+
+def class_roster(names, iterations=FAST):
+    return {"iterations": iterations,
+            "students": {n: roster.entry(n, truth.key(n), truth.pick_tables(n), iterations)
+                         for n in names}}
+
+
+def random_names(n=200, seed=0):
+    """n distinct plausible names: letters, spaces, accents, digits (student ids)."""
+    import random
+    rng, out = random.Random(seed), []
+    first = ["Ada", "Émilie", "Alan", "Grace", "Kurt", "Sofia", "Li", "Nadia", "Jürgen", "Ana"]
+    while len(out) < n:
+        name = (f"s{rng.randrange(10 ** 7):07d}" if rng.random() < 0.3 else
+                f"{rng.choice(first)} {''.join(rng.choices('abcdefghijklmnopqrstuvwxyz', k=6))}")
+        if name not in out:
+            out.append(name)
+    return out
+
+
+ROSTER = class_roster(STUDENTS)
+NAMES = random_names()
 
 
 def load(path, name):
@@ -40,7 +64,7 @@ def env(name=STUDENTS[0], **sheet_changes):
     sheet = key.filled_sheet(name)
     for k, v in sheet_changes.items():
         setattr(sheet, k, v)
-    return {"sheet": sheet, "ex6": FIXED}
+    return {"sheet": sheet, "ex6": FIXED, "roster": ROSTER}
 
 
 def failures(ex, e):
@@ -59,7 +83,7 @@ def test_the_reference_answers_pass(ex):
 
 
 def test_students_get_different_tables():
-    tables = [key.key(name) for name in STUDENTS]
+    tables = [truth.key(name) for name in STUDENTS]
     assert all(a != b for i, a in enumerate(tables) for b in tables[i + 1:])
 
 
@@ -68,7 +92,9 @@ def test_the_key_matches_closed_forms_computed_another_way(name):
     """The key comes from loss.py's autograd; here each number from its closed form."""
     from exercises import problems
     import toy_tasks
-    k, p1, p4, p7 = key.key(name), problems.ex1(name), problems.ex4(name), problems.ex7(name)
+    v = truth.pick_tables(name)
+    k, p1, p4, p7 = (truth.key(name), problems.ex1(name, v["EX1"]), problems.ex4(name, v["EX4"]),
+                     problems.ex7(name, v["EX7"]))
     r, n = p1["rewards"], p1["lengths"]
     a = [x - sum(r) / 4 for x in r]
     sd = (sum(x * x for x in a) / 3) ** 0.5  # Bessel-corrected, as TRL and verl
@@ -99,46 +125,87 @@ def test_the_key_matches_closed_forms_computed_another_way(name):
 # from the right numbers or the table, and must be refused.
 
 def wrong_numbers(name):
-    from exercises import problems
-    k = key.key(name)
-    p1, p4 = problems.ex1(name), problems.ex4(name)
-    r = torch.tensor(p1["rewards"], dtype=torch.float64)
-    a = r - r.mean()
-    pop_sd, bessel_sd = a.pow(2).mean().sqrt(), a.pow(2).sum().div(3).sqrt()
-    i = p1["k"] - 1
-    r4 = torch.tensor(p4["rewards"], dtype=torch.float64)
-    a4, s = r4 - r4.mean(), torch.tensor(p4["s"], dtype=torch.float64)
-    return {
-        ("EX1", "grpo_residual"): [0.0,  # "the advantages are centred, so it cancels"
-                                    float(abs((a * torch.tensor(p1["lengths"])).sum())
-                                          / (a.abs() * torch.tensor(p1["lengths"])).sum())],  # times L_i
-        ("EX1", "grpo_net"): [-k["EX1"]["grpo_net"]],  # c = -A/(N L) (sign of the loss, not of c)
-        ("EX1", "grpo_coef_k"): [k["EX1"]["grpo_coef_k"] * float(bessel_sd / pop_sd),  # population sd
-                                 float(a[i] / bessel_sd / sum(p1["lengths"]))],  # divided by sum L (dapo)
-        ("EX1", "dr_grpo_coef_k"): [float(a[i] / (4 * p1["lengths"][i]))],  # own length, not L_max
-        ("EX4", "gspo_residual"): [float(abs((a4 / torch.tensor(p4["lengths"])).sum())
-                                         / (a4.abs() / torch.tensor(p4["lengths"])).sum())],  # s_i left out
-        ("EX4", "luspo_residual"): [0.0],  # "no 1/L_i, so it cancels"
-        ("EX4", "orth_w_k"): [float(s.min()),  # Min-Replace instead
-                              float(a4[p4["k"] - 1] * (a4 @ s) / (a4 @ a4))],  # the part along A
-        ("EX7", "tokens"): [k["EX7"]["tokens"] - 1],  # EOS forgotten
-        ("EX7", "template"): [k["EX7"]["template"] - 1, 1],  # EOS forgotten; "only EOS"
-        ("EX7", "plain_share"): [1 / 3, 1 / 4, 0.0],  # all sums of two digits, all of three; EOS not template
-    }
+    """{(exercise, number): [values]}: the catalogue (exercises/answers/mistakes.py) on this
+    student's own tables."""
+    from exercises.answers import mistakes
+    tables, right = truth.pick_tables(name), truth.key(name)
+    return {(ex, k): vs for ex in right
+            for k, vs in mistakes.wrong_numbers(name, ex, tables[ex], right[ex]).items()}
 
 
 @pytest.mark.parametrize("name", STUDENTS)
-def test_wrong_numbers_are_refused_and_the_right_value_is_not_shown(name):
-    right = key.key(name)
+def test_a_wrong_number_is_refused_without_saying_which_or_what(name):
     for (ex, k), values in wrong_numbers(name).items():
-        for v in values:
-            assert not check.close(v, right[ex][k]), (ex, k, v)  # the mistake really gives another number
-            sheet = key.filled_sheet(name)
-            getattr(sheet, ex)[k] = v
-            bad = failures(ex.lower(), {"sheet": sheet, "ex6": FIXED})
-            assert len(bad) == 1 and k in bad[0][1], (ex, k, v, bad)
-            # the whole message: the student's own value and fixed words, never the right one
-            assert bad[0][1] == f"{ex}[{k!r}] = {v} is not {check.WHAT[k]} of your table (3 significant digits)"
+        sheet = key.filled_sheet(name)
+        getattr(sheet, ex)[k] = values[0]
+        bad = failures(ex.lower(), {"sheet": sheet, "ex6": FIXED, "roster": ROSTER})
+        # fixed words: neither the student's value, nor the right one, nor which number
+        assert [why for _, why in bad] == [
+            f"{ex}: not all {len(check.KEYS[ex])} numbers are right for your table (3 significant "
+            "digits, one unit of the third either way); the check does not say which"], bad
+
+
+def wrong_answers_accepted(names):
+    """(name, exercise, number, value) of every wrong answer of the catalogue that the
+    teacher's rule or the student's check would accept."""
+    out = []
+    r = class_roster(names)
+    for name in names:
+        right = truth.key(name)
+        for (ex, k), values in wrong_numbers(name).items():
+            for v in values:
+                given = {kk: float(f"{x:.3g}") for kk, x in right[ex].items()}
+                given[k] = v
+                if truth.right(v, right[ex][k]) or roster.all_right(
+                        name, ex, given, r["students"][name][ex], FAST):
+                    out.append((name, ex, k, v))
+    return out
+
+
+def test_every_wrong_answer_is_refused_for_200_names():
+    """Each mistake of the catalogue gives a number outside the tolerance (one unit of
+    the third significant digit) for every one of 200 names, and the check refuses it."""
+    assert wrong_answers_accepted(NAMES) == []
+
+
+def test_right_answers_are_accepted_for_200_names():
+    """The key rounded to 3 significant digits, truncated to 3, at full precision, and
+    rounded to 4: all accepted by the teacher's rule and by the student's check."""
+    r = class_roster(NAMES)
+    variants = {
+        "rounded": lambda v: float(f"{v:.3g}"),
+        "truncated": lambda v: float(f"{v:.6e}"[:4] + f"{v:.6e}"[8:]) if v >= 0
+        else float(f"{v:.6e}"[:5] + f"{v:.6e}"[9:]),
+        "full": lambda v: v,
+        "4 digits": lambda v: float(f"{v:.4g}"),
+    }
+    refused = []
+    for name in NAMES:
+        for ex, values in truth.key(name).items():
+            for what, f in variants.items():
+                given = {k: f(v) for k, v in values.items()}
+                ok = all(truth.right(given[k], v) for k, v in values.items()) and roster.all_right(
+                    name, ex, given, r["students"][name][ex], FAST)
+                if not ok:
+                    refused.append((name, ex, what, given))
+    assert refused == []
+
+
+def test_the_check_needs_a_roster_and_your_name_on_it():
+    sheet = key.filled_sheet("Not On It")
+    bad = failures("ex1", {"sheet": sheet, "ex6": FIXED, "roster": ROSTER})
+    assert "is not on this class's roster" in bad[0][1]
+    bad = failures("ex1", {"sheet": key.filled_sheet(STUDENTS[0]), "ex6": FIXED, "roster": None})
+    assert "cannot be checked in this copy" in bad[0][1]
+
+
+def test_the_fingerprint_rule_by_hand():
+    """Three-digit mantissas within one unit, read on the key's decade."""
+    assert roster.sig3(0.012345) == (1, 123, -2) and roster.sig3(-999.6) == (-1, 100, 3)
+    assert roster.within(0.124, 0.12345) and roster.within(0.122, 0.12345)
+    assert not roster.within(0.121, 0.12345) and not roster.within(-0.123, 0.12345)
+    assert roster.within(0.1001, 0.0999) is False  # 1001 against 999 on the key's decade
+    assert roster.within(0.0998, 0.1) and roster.within(23, 23) and not roster.within(22, 23.4)
 
 
 def test_prose_must_be_written_but_is_not_graded():
@@ -260,11 +327,59 @@ def test_ex6_shows_the_measurements(capsys):
 
 @pytest.fixture(scope="module")
 def student_copy(tmp_path_factory):
+    """The copy of the last commit (--allow_dirty: a developer's uncommitted work does not
+    stop the suite; the copy is the commit either way), with a roster of STUDENTS."""
+    names = tmp_path_factory.mktemp("roster") / "names.txt"
+    names.write_text("\n".join(STUDENTS) + "\n", encoding="utf-8")
     out = tmp_path_factory.mktemp("handout") / "class"
-    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(out), f"--roster={names}",
+                           "--allow_dirty"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return out
+
+
+def test_the_student_copy_holds_no_key_and_no_results(student_copy):
+    assert sorted(p.name for p in (student_copy / "results").iterdir()) == ["README.md"]
+    text = "".join(p.read_text(encoding="utf-8") for p in student_copy.rglob("*.py"))
+    for leak in ("def ex1_truth", "def ex4_truth", "def ex7_truth", "pick_tables", "def calculator",
+                 "def wrong_numbers"):
+        assert leak not in text, leak
+
+
+def test_the_student_copy_checks_numbers_without_holding_them(student_copy):
+    """A right sheet passes ex1's number check in the copy, a sheet with one number off
+    fails it with the fixed line, and the roster holds fingerprints and draws only."""
+    r = json.loads((student_copy / "exercises" / "roster.json").read_text(encoding="utf-8"))
+    assert set(r["students"]) == set(STUDENTS) and r["iterations"] == roster.ITERATIONS
+    sheet, path = key.filled_sheet(STUDENTS[0]), student_copy / "exercises" / "sheet.py"
+    blank = path.read_text(encoding="utf-8")
+    for off in (False, True):
+        ex1 = dict(sheet.EX1, grpo_net=sheet.EX1["grpo_net"] * (1.5 if off else 1))
+        body = f"STUDENT = {STUDENTS[0]!r}\nEX1 = {ex1!r}\nEX1_WHY = {'because ' * 30!r}\n"
+        (student_copy / "exercises" / "sheet.py").write_text(body, encoding="utf-8")
+        proc = subprocess.run([sys.executable, "-m", "exercises.check", "ex1"], cwd=student_copy,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == (1 if off else 0), proc.stdout + proc.stderr
+        assert ("not all 4 numbers are right" in proc.stdout) == off, proc.stdout
+    path.write_text(blank, encoding="utf-8")  # the other tests see the copy as handed out
+
+
+def test_handout_refuses_uncommitted_exercises(monkeypatch):
+    from exercises import handout
+    monkeypatch.setattr(handout, "git", lambda *a: b"?? exercises/key_printout.txt\n")
+    with pytest.raises(handout.HandoutError, match="uncommitted changes or untracked files"):
+        handout.check_clean()
+
+
+@pytest.mark.parametrize("body, message", [("Ada\nAda\n", "twice"), ("\n\n", "holds no name")])
+def test_handout_refuses_a_bad_roster_in_one_line(tmp_path, body, message):
+    (tmp_path / "names.txt").write_text(body)
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "class"),
+                           f"--roster={tmp_path / 'names.txt'}", "--allow_dirty"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+    assert not (tmp_path / "class").exists()
 
 
 def test_the_student_copy_holds_no_answers(student_copy):
@@ -305,7 +420,8 @@ def test_handout_refuses_a_used_folder(tmp_path):
 def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
     """Under a file, the folder cannot exist: one error line, exit 2, nothing written."""
     (tmp_path / "f").write_text("a file")
-    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "f" / "class")],
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "f" / "class"),
+                           "--allow_dirty"],
                           cwd=ROOT, capture_output=True, text=True)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ")

@@ -3,9 +3,11 @@
     python -m exercises.answers.key "Ada Lovelace"      # print the key
     python -m exercises.answers.key "Ada Lovelace" path/to/their/sheet.py   # mark a sheet
 
-The numbers come from exercises/check.py (loss.py, toy_tasks.py, and a
-least-squares projection for dfpo_orth's w~). The written answers are yours
-to grade: exercises/answers/README.md has a rubric for each.
+The numbers come from exercises/answers/truth.py (loss.py, toy_tasks.py, and a
+least-squares projection for dfpo_orth's w~). Marking says, number by number, which
+are right (one unit of the third significant digit either way); the student's own
+check says only whether all of an exercise's numbers are. The written answers are
+yours to grade: exercises/answers/README.md has a rubric for each.
 """
 
 import os
@@ -15,13 +17,8 @@ import types
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.key\n")
     sys.exit(2)
-from exercises import check
-
-TRUTHS = {"EX1": check.ex1_truth, "EX4": check.ex4_truth, "EX7": check.ex7_truth}
-
-
-def key(name):
-    return {ex: truth(name) for ex, truth in TRUTHS.items()}
+from exercises.answers.truth import key, right
+from exercises.problems import SheetError, read_sheet
 
 
 def filled_sheet(name, prose="an answer " * 10):
@@ -34,9 +31,19 @@ def filled_sheet(name, prose="an answer " * 10):
     return sheet
 
 
+def marks(name, sheet):
+    """[(exercise, number, the sheet's value, right or not)] for one student's sheet."""
+    out = []
+    for ex, values in key(name).items():
+        given = getattr(sheet, ex, None)
+        given = given if isinstance(given, dict) else {}
+        out += [(ex, k, given.get(k), right(given.get(k), v)) for k, v in values.items()]
+    return out
+
+
 def main(argv):
     if not argv or len(argv) > 2:
-        print("error: usage: key.py STUDENT [SHEET.py]", file=sys.stderr)
+        print("error: usage: python -m exercises.answers.key STUDENT [SHEET.py]", file=sys.stderr)
         return 2
     if len(argv) == 1:
         for ex, values in key(argv[0]).items():
@@ -46,18 +53,15 @@ def main(argv):
         print(f"error: no sheet at {argv[1]}", file=sys.stderr)
         return 2
     try:  # read as data: a student's sheet never runs on the teacher's machine
-        sheet = check.read_sheet(argv[1])
-    except check.SheetError as e:
+        sheet = read_sheet(argv[1])
+    except SheetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if str(getattr(sheet, "STUDENT", "")).strip() != argv[0].strip():
-        print(f"note: the sheet says STUDENT = {sheet.STUDENT!r}", file=sys.stderr)
-    for ex in ("ex1", "ex4", "ex7"):
-        for what, why in check.run(ex, {"sheet": sheet}):
-            print(
-                f"{ex}  {'ok  ' if why is None else 'FAIL'}  {what}"
-                + ("" if why is None else f": {why}")
-            )
+        print(f"note: the sheet says STUDENT = {getattr(sheet, 'STUDENT', '')!r}", file=sys.stderr)
+    truth = key(argv[0])
+    for ex, k, got, ok in marks(argv[0], sheet):
+        print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {got}  (key {truth[ex][k]:.4g})")
     return 0
 
 
