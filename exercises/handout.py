@@ -8,8 +8,8 @@ printout, a solved exercise or a notes folder left lying in the teacher's checko
 cannot leak into it. Uncommitted changes or untracked files under exercises/ are
 refused (they would be silently missing) unless ``--allow_dirty``. OUT_DIR must not
 exist or be empty. Left out: the teacher's files, exercises/answers/ (the key, the
-rubrics, the fixed loss of exercise 6) and tests/test_exercises.py (the catalogue of
-wrong work), and the lab report's data under results/ (a one-paragraph
+rubrics, the fixed loss of exercise 6), this builder and tests/test_exercises.py (the
+tests of the catalogue of wrong work), and the lab report's data under results/ (a one-paragraph
 results/README.md says where it is). The library functions that exercises ask
 students to write keep their signature and docstring; their bodies become
 ``raise NotImplementedError("exercise N: ...")``. Everything that calls them still
@@ -39,8 +39,9 @@ from exercises import roster
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEACHER_ONLY = (
     "exercises/answers/",
+    "exercises/handout.py",
     "tests/test_exercises.py",
-)  # the key, the rubrics, the wrong-work catalogue
+)  # the key and its tools, the rubrics, the wrong-work catalogue, this builder
 LEFT_OUT = TEACHER_ONLY + ("results/",)
 STUBS = {"loss.py": {"adv_orthogonal": "ex2", "min_replace": "ex3"},
          "batching.py": {"query_balanced": "ex5"}}
