@@ -10,7 +10,7 @@ holds and compares. What it can reveal: whether *all* the numbers of one exercis
 right (one yes or no per exercise, never which number). Guessing one missing number
 means trying thousands of candidates at about 20 ms each; two at once, millions.
 
-How close counts as right: the same as the teacher's key (exercises/answers/truth.py):
+How close counts as right: the same rule as the teacher's key:
 within one unit of the third significant digit, compared on three-digit mantissas
 (0.1234 and 0.124 agree: 123 against 124).
 """
