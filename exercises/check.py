@@ -368,6 +368,35 @@ def ex6_fixed(env):
         assert abs(float(c[:, 0].sum())) < 1e-7, f"{where}: the shared token does not cancel"
 
 
+def ex6_groups(env):
+    """Two groups with interleaved rows (ids 9 and 4), off-policy, max_len = 8 above the
+    longest completion (5): the coefficients must follow each group's own Adv-Orthogonal
+    weights and the given L_max, and each group's shared token must cancel."""
+    a = shared_group((2, 5, 3, 4), (1.0, 0.0, 0.0, 1.0), log_s=(0.09, -0.06, 0.12, -0.03), seed=2)
+    b = shared_group((4, 2, 5, 3), (1.0, 1.0, 0.0, 0.0), log_s=(-0.08, 0.05, 0.02, 0.11), seed=3)
+    order = [0, 4, 1, 5, 2, 6, 3, 7]  # rows of the two groups interleaved
+    new, old, mask, r, _ = (torch.cat(pair)[order] for pair in zip(a, b))
+    group = torch.tensor([9, 4] * 4)
+    old[:, 0] = new[:, 0] - 0.15
+    adv = r - advantage.group_mean(r, group)[0]
+    leaf = new.clone().requires_grad_(True)
+    total = env["ex6"](leaf, old, mask, adv, group, 8)
+    (g,) = torch.autograd.grad(total, leaf)
+    s = (((new - old) * mask).sum(1) / mask.sum(1)).exp()
+    w = s.clone()
+    for gid in (9, 4):  # Adv-Orthogonal in each group, written out
+        m = group == gid
+        w[m] = s[m] - (adv[m] @ s[m]) / (adv[m] @ adv[m]) * adv[m]
+    spec = (w * adv / (8 * 8))[:, None] * mask
+    where = "two interleaved groups, off-policy, max_len 8"
+    assert abs(float(total.detach()) + float((spec * new).sum())) < 1e-6, \
+        f"{where}: the loss value is not the specified one"
+    assert torch.allclose(-g, spec, atol=1e-7), f"{where}: the coefficients are not the specified ones"
+    for gid in (9, 4):
+        assert abs(float(-g[group == gid, 0].sum())) < 1e-7, \
+            f"{where}: group {gid}'s shared token does not cancel"
+
+
 def show_ex6(fn):
     print(
         "one group: rewards 1, 0, 1, 0; lengths 2, 3, 4, 5; token 0 is shared by all four rollouts"
@@ -412,7 +441,8 @@ CHECKS = {
     ],
     "ex4": [("the numbers", numbers("EX4")), (WRITTEN, prose("EX4_WHY"))],
     "ex5": [("a valid whole-group cut", ex5_valid), ("beats shuffle and query", ex5_spread)],
-    "ex6": [("the specified gradient", ex6_fixed), (WRITTEN, prose("EX6_WHY"))],
+    "ex6": [("the specified gradient", ex6_fixed),
+            ("several groups, L_max above the longest", ex6_groups), (WRITTEN, prose("EX6_WHY"))],
     "ex7": [("the numbers", numbers("EX7")), (WRITTEN, prose("EX7_WHY"))],
 }
 

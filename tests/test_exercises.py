@@ -310,11 +310,22 @@ def untransformed(new_logp, old_logp, mask, adv, group, max_len):  # w, detached
     return -((w * adv / (mask.shape[0] * max_len))[:, None] * new_logp * mask).sum()
 
 
+def whole_batch_weights(new_logp, old_logp, mask, adv, group, max_len):  # ignores the groups
+    lens = mask.sum(1).clamp(min=1)
+    w = ((new_logp - old_logp) * mask).sum(1).div(lens).exp()
+    w_tilde = loss.adv_orthogonal(w, adv, torch.zeros_like(group)).detach()
+    return -((w_tilde * adv / (mask.shape[0] * max_len))[:, None] * new_logp * mask).sum()
+
+
+def batch_max_len(new_logp, old_logp, mask, adv, group, max_len):  # L_max from the batch
+    return FIXED(new_logp, old_logp, mask, adv, group, int(mask.sum(1).max()))
+
+
 @pytest.mark.parametrize("fn", [ex6_buggy_loss.dfpo_orth_loss, unfixed_but_detached_in_the_wrong_place,
-                                own_length, untransformed])
+                                own_length, untransformed, whole_batch_weights, batch_max_len])
 def test_ex6_wrong_fixes_are_refused(fn):
     bad = failures("ex6", dict(env(), ex6=fn))
-    assert [w for w, _ in bad] == ["the specified gradient"], bad
+    assert "several groups, L_max above the longest" in [w for w, _ in bad], bad
 
 
 def test_ex6_shows_the_measurements(capsys):
