@@ -5,6 +5,7 @@ cleanly and passes its tests. Teacher's copy only: exercises/handout.py
 leaves this file out of the student copy."""
 
 import importlib.util
+import shutil
 import json
 import os
 import subprocess
@@ -471,3 +472,45 @@ def test_the_key_run_as_a_file_says_how_to_run_it():
                          capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr == (
         "error: run it from the repository root as python -m exercises.answers.key\n")
+
+
+def write_sheet(path, sheet):
+    names = ["STUDENT", "EX1", "EX4", "EX7", "EX1_WHY", "EX3_WHY", "EX4_WHY", "EX6_WHY", "EX7_WHY"]
+    path.write_text("".join(f"{n} = {getattr(sheet, n)!r}\n" for n in names if hasattr(sheet, n)),
+                    encoding="utf-8")
+
+
+def test_the_marking_tool_marks_numbers_and_code_in_a_subprocess(tmp_path):
+    """Three submissions: the reference answers; a student with one wrong number who
+    wrote no code; a student whose loss.py never returns (stopped by --timeout)."""
+    subs = tmp_path / "subs"
+    good, lazy, stuck = (subs / n for n in ("a_good", "b_lazy", "c_stuck"))
+    for d in (good, lazy, stuck):
+        d.mkdir(parents=True)
+    write_sheet(good / "sheet.py", key.filled_sheet(STUDENTS[0]))
+    for f in ("loss.py", "batching.py"):
+        shutil.copyfile(os.path.join(ROOT, f), good / f)
+    shutil.copyfile(os.path.join(ROOT, "exercises", "answers", "ex6_buggy_loss.py"),
+                    good / "ex6_buggy_loss.py")
+    sheet = key.filled_sheet(STUDENTS[1])
+    sheet.EX4["orth_w_k"] *= 1.5
+    write_sheet(lazy / "sheet.py", sheet)
+    write_sheet(stuck / "sheet.py", key.filled_sheet(STUDENTS[2]))
+    (stuck / "loss.py").write_text("while True:\n    pass\n")
+    proc = subprocess.run([sys.executable, "-m", "exercises.answers.mark", str(subs), "--timeout=20"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| student")}
+    assert rows[STUDENTS[0]].endswith("| 4/4 | 3/3 | 3/3 | 4/4 | 3/3 | 2/2 | 2/2 | 5/5 |"), rows
+    assert "| 4/4 | 2/3 | 3/3 | 0/4 |" in rows[STUDENTS[1]], rows
+    assert "EX4 orth_w_k" in proc.stdout and "stopped after 20 s" in proc.stdout
+
+
+def test_the_marking_tool_refuses_a_sheet_that_is_code_before_running_anything(tmp_path):
+    (tmp_path / "subs" / "x").mkdir(parents=True)
+    (tmp_path / "subs" / "x" / "sheet.py").write_text("import os\n")
+    proc = subprocess.run([sys.executable, "-m", "exercises.answers.mark", str(tmp_path / "subs")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
