@@ -391,7 +391,8 @@ def ex6_groups(env):
     where = "two interleaved groups, off-policy, max_len 8"
     assert abs(float(total.detach()) + float((spec * new).sum())) < 1e-6, \
         f"{where}: the loss value is not the specified one"
-    assert torch.allclose(-g, spec, atol=1e-7), f"{where}: the coefficients are not the specified ones"
+    assert torch.allclose(-g, spec, atol=1e-7), \
+        f"{where}: the coefficients are not the specified ones"
     for gid in (9, 4):
         assert abs(float(-g[group == gid, 0].sum())) < 1e-7, \
             f"{where}: group {gid}'s shared token does not cancel"
