@@ -23,9 +23,16 @@ HAS_MPL = importlib.util.find_spec("matplotlib") is not None
 
 
 def tracked_files(*suffixes):
-    """exercises/handout.py's list (git's view, or every file in a copy without git), by ending."""
-    from exercises import handout
-    return [f for f in handout.tracked_files() if f.endswith(suffixes)]
+    """The repository's files (git's view: tracked, or untracked and not ignored; every file
+    in a copy without git), by ending."""
+    if os.path.isdir(os.path.join(ROOT, ".git")):
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+                             cwd=ROOT, capture_output=True, check=True).stdout.decode()
+        files = [p for p in out.split("\0") if p and os.path.isfile(os.path.join(ROOT, p))]
+    else:
+        files = [os.path.relpath(os.path.join(d, f), ROOT) for d, dirs, fs in os.walk(ROOT)
+                 for f in fs if "__pycache__" not in d and "/." not in d]
+    return sorted(f for f in files if f.endswith(suffixes))
 
 
 # ----------------------------------------------------------------------------- documents
