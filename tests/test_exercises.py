@@ -259,17 +259,48 @@ def runs(w, adv, group):  # min over contiguous runs of equal labels only
     return out
 
 
+def per_group(fn):
+    """Apply fn(w, adv) to each group's rows (a helper for the wrong answers below)."""
+    def out(w, adv, group):
+        res = w.clone()
+        for g in torch.unique(group):
+            m = group == g
+            res[m] = fn(w[m], adv[m].to(w.dtype))
+        return res
+    return out
+
+
+def safe_proj(w, a):  # the part of w along a (0 when a is all 0)
+    return (a @ w) / (a @ a) * a if float(a @ a) > 0 else 0 * w
+
+
+def round_robin(group_ids, adv, lengths, M, gen):  # whole groups dealt in label order
+    groups = torch.unique(group_ids).tolist()
+    return [torch.cat([(group_ids == g).nonzero().flatten() for g in groups[c::M]])
+            for c in range(M)]
+
+
 WRONG = {
     "ex2": {"re-centred A": recentred, "equal contiguous groups": reshaped, "no 0/0 guard": no_guard,
-            "modifies its input": in_place, "one projection for the batch": whole_batch},
+            "modifies its input": in_place, "one projection for the batch": whole_batch,
+            "projected on sign(A)": per_group(lambda w, a: w - safe_proj(w, torch.sign(a))),
+            "the part along A kept, not removed": per_group(safe_proj),
+            "w centred instead of projected": per_group(lambda w, a: w - w.mean() + 1)},
     "ex3": {"contiguous runs": runs, "global min": lambda w, a, g: torch.full_like(w, float(w.min())),
             "group mean": lambda w, a, g: advantage.group_mean(w, g)[0],
             "equal contiguous groups": lambda w, a, g: w.reshape(len(torch.unique(g)), -1).min(1, keepdim=True)
-            .values.expand(len(torch.unique(g)), -1).reshape(-1)},
+            .values.expand(len(torch.unique(g)), -1).reshape(-1),
+            "group max": per_group(lambda w, a: torch.full_like(w, float(w.max()))),
+            "min over the A > 0 rows": per_group(lambda w, a: torch.full_like(
+                w, float(w[a > 0].min()) if bool((a > 0).any()) else float(w.min()))),
+            "clamped at 1": lambda w, a, g: w.clamp(max=1.0),
+            "group median": per_group(lambda w, a: torch.full_like(w, float(w.median())))},
     "ex5": {"shuffle (splits groups)": batching.shuffle, "query (no balancing)": batching.query,
             "balanced (splits groups)": batching.balanced,
             "contiguous cut of the rows": lambda g, a, l, M, gen: list(torch.arange(len(g)).tensor_split(M)),
-            "greedy without room": lambda g, a, l, M, gen: greedy_no_room(g, a, M)},
+            "greedy without room": lambda g, a, l, M, gen: greedy_no_room(g, a, M),
+            "length (splits groups)": batching.length, "sign (splits groups)": batching.sign,
+            "whole groups dealt in label order": round_robin},
 }
 
 
@@ -322,8 +353,23 @@ def batch_max_len(new_logp, old_logp, mask, adv, group, max_len):  # L_max from 
     return FIXED(new_logp, old_logp, mask, adv, group, int(mask.sum(1).max()))
 
 
+def no_gradient(new_logp, old_logp, mask, adv, group, max_len):  # the whole input detached
+    return FIXED(new_logp.detach(), old_logp, mask, adv, group, max_len) + 0 * new_logp.sum()
+
+
+def ratio_upside_down(new_logp, old_logp, mask, adv, group, max_len):  # w from log(old / new)
+    return FIXED(new_logp, 2 * new_logp.detach() - old_logp, mask, adv, group, max_len)
+
+
+def summed_log_ratio(new_logp, old_logp, mask, adv, group, max_len):  # s_i without 1/L_i
+    w = ((new_logp - old_logp) * mask).sum(1).exp()
+    w_tilde = loss.adv_orthogonal(w, adv, group).detach()
+    return -((w_tilde * adv / (mask.shape[0] * max_len))[:, None] * new_logp * mask).sum()
+
+
 @pytest.mark.parametrize("fn", [ex6_buggy_loss.dfpo_orth_loss, unfixed_but_detached_in_the_wrong_place,
-                                own_length, untransformed, whole_batch_weights, batch_max_len])
+                                own_length, untransformed, whole_batch_weights, batch_max_len,
+                                no_gradient, ratio_upside_down, summed_log_ratio])
 def test_ex6_wrong_fixes_are_refused(fn):
     bad = failures("ex6", dict(env(), ex6=fn))
     assert "several groups, L_max above the longest" in [w for w, _ in bad], bad
