@@ -560,3 +560,44 @@ def test_the_marking_tool_refuses_a_sheet_that_is_code_before_running_anything(t
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["{tmp}/nowhere"], "usage"),
+    (["{tmp}", "--timeout=soon"], "--timeout takes seconds"),
+    (["{tmp}", "--timeout=0"], "at least 1"),
+    (["{tmp}", "--fast"], "unknown flag"),
+    (["{tmp}"], "holds no student folder"),
+])
+def test_the_marking_tool_refuses_bad_input_in_one_line(tmp_path, argv, message):
+    proc = subprocess.run([sys.executable, "-m", "exercises.answers.mark"]
+                          + [a.format(tmp=tmp_path) for a in argv], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("body", ["{", "[1, 2]", '{"iterations": 0, "students": {}}'])
+def test_a_broken_roster_is_one_line_for_the_student(student_copy, body):
+    path = student_copy / "exercises" / "roster.json"
+    keep = path.read_text(encoding="utf-8")
+    try:
+        path.write_text(body)
+        for module in ("exercises.check", "exercises.problems"):
+            sheet = student_copy / "exercises" / "sheet.py"
+            blank = sheet.read_text(encoding="utf-8")
+            sheet.write_text(blank.replace('STUDENT = ""', 'STUDENT = "Ada Lovelace"'))
+            proc = subprocess.run([sys.executable, "-m", module], cwd=student_copy,
+                                  capture_output=True, text=True, timeout=120)
+            sheet.write_text(blank)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1 and "roster" in lines[0], (module, proc)
+    finally:
+        path.write_text(keep, encoding="utf-8")
+
+
+def test_handout_refuses_an_unknown_flag(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "c"), "--fast"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.startswith("error: unknown flag") and \
+        not (tmp_path / "c").exists()
