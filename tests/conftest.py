@@ -29,3 +29,38 @@ def pytest_runtest_makereport(item, call):
         report.longrepr = (str(item.path), item.location[1] or 0, f"needs a solved exercise: {why}")
         return report
     return None
+
+
+# No test may change the committed results: every script a test runs (an experiment's
+# quick mode, plot.py, multiplicity.py, a refused command) must leave the files git
+# tracks under results/ byte-identical. Checked once for the whole session.
+def _results_digest():
+    import hashlib
+    import subprocess
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "results"], cwd=ROOT, capture_output=True,
+                             check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        return None  # not a git checkout (a student copy): nothing committed to guard
+    digest = {}
+    for rel in sorted(p for p in out.split("\0") if p):
+        path = os.path.join(ROOT, rel)
+        digest[rel] = (hashlib.sha256(open(path, "rb").read()).hexdigest()
+                       if os.path.exists(path) else None)
+    return digest
+
+
+def pytest_sessionstart(session):
+    session.config._results_before = _results_digest()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    before = getattr(session.config, "_results_before", None)
+    if before is None:
+        return
+    changed = [k for k, v in (_results_digest() or {}).items() if before.get(k) != v]
+    if changed:
+        session.config.get_terminal_writer().line(
+            f"FAILED: the tests changed committed files under results/: {', '.join(changed[:5])}",
+            red=True)
+        session.exitstatus = 1
