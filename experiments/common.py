@@ -29,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from plumbing import checkpoint
 from plumbing import config
+from plumbing import dist_utils
 from plumbing.console import progress
 import train
 from model import completion_logprobs
@@ -73,7 +74,8 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
     Long because: every flag an experiment shares is parsed and checked in one place, before
     anything runs."""
     import toy_tasks
-    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "jobs": 2, "replot": False}
+    opts = {"quick": False, "seeds": "0,1,2", "out": "", "threads": 0, "jobs": 2, "replot": False,
+            "device": "cpu"}
     opts.update({k: v[0] for k, v in (extra or {}).items()})
     given = set()
     for a in argv:
@@ -160,6 +162,10 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
     )  # the flags the runs pass to train.py, checked by its rules
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
+    if opts["device"] not in ("cpu", "cuda"):
+        raise CliError(f"--device: choose cpu or cuda, got {opts['device']!r}")
+    global DEVICE
+    DEVICE = dist_utils.resolve_device(opts["device"])  # refuses cuda where there is none
     if "out" in given and not opts["out"]:
         raise CliError("--out is empty; leave it out for the default folder")
     if not opts["out"]:
@@ -172,7 +178,7 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
         sys.exit(0)
     if not opts["replot"]:
         os.makedirs(opts["out"], exist_ok=True)
-    provenance()  # the commit and machine this run starts from, recorded in its JSON
+    provenance(DEVICE)  # the commit and machine this run starts from, recorded in its JSON
     return opts
 
 
@@ -191,6 +197,7 @@ def help_text(doc, extra=None, unused=()):
                           + (")" if "quick" in unused else ", or out/quick/ with --quick)")),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
+            ("--device=cpu", "cpu | cuda: where the training runs go (the probes stay on the CPU)"),
             ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
     rows = [r for r in rows if r[0].split("=")[0][2:] not in set(extra or {}) | set(unused)]
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
@@ -235,10 +242,15 @@ def cli(main):
         fail("interrupted")
 
 
+DEVICE = "cpu"  # --device: where train.py's runs go; set by parse, and in every worker
+
+
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
-    """Path of an SFT warm start for this task and seed, trained once and reused."""
+    """Path of an SFT warm start for this task and seed, trained once and reused (a GPU's
+    warm starts are kept apart: its rounding differs)."""
     tag = f"{task}{digits}{'s' if scratchpad else ''}_sft{sft_steps}_seed{seed}"
     tag += "".join(f"_{k}{v}" for k, v in sorted(flags.items()))
+    tag += "" if DEVICE == "cpu" else f"_{DEVICE}"
     d = os.path.join(out, "ckpt", tag)
     path = os.path.join(d, "warm_start.pt")
     if not os.path.exists(path):
@@ -249,7 +261,7 @@ def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=10
             "--rl_steps=0",
             f"--seed={seed}",
             f"--out_dir={d}",
-            "--device=cpu",
+            f"--device={DEVICE}",
             "--overwrite",
         ] + [f"--{k}={v}" for k, v in flags.items()]
         args += [
@@ -264,14 +276,16 @@ def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=10
 def run(flags, out_dir):
     """One train.py run in-process (it replaces an earlier run in out_dir); returns its
     metrics lines."""
-    cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", "--device=cpu", "--overwrite"])
+    cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", f"--device={DEVICE}", "--overwrite"])
     train.main(cfg)
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
 
 
 # ----------------------------------------------------------------------------- parallel work
 
-def _init_worker(threads):
+def _init_worker(threads, device="cpu"):
+    global DEVICE
+    DEVICE = device
     if threads:
         torch.set_num_threads(threads)
 
@@ -287,7 +301,7 @@ def pool(fn, items, jobs=1, threads=1, desc="seeds"):
     if jobs == 1:
         return [fn(x) for x in progress(items, desc)]
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(jobs, initializer=_init_worker, initargs=(threads,)) as p:
+    with ctx.Pool(jobs, initializer=_init_worker, initargs=(threads, DEVICE)) as p:
         return list(progress(p.imap(fn, items), desc, total=len(items)))
 
 

@@ -155,19 +155,20 @@ def readable(fig):
                 put(textwrap.fill(text, most))
 
 
-def provenance():
+def provenance(device="cpu"):
     """What produced a result: the commit (with "+changes" when the tree differs from it),
-    torch's version and threads, the CPU's model name and its widest vector instructions.
-    Read once, when the experiment starts: a commit made while it runs is not its code."""
+    torch's version and threads, the CPU's model name and its widest vector instructions,
+    and the GPU's name when the training runs go to one (--device=cuda). Read once, when
+    the experiment starts: a commit made while it runs is not its code."""
     if not STARTED:
-        STARTED.update(_provenance())
+        STARTED.update(_provenance(device))
     return dict(STARTED)
 
 
 STARTED = {}
 
 
-def _provenance():
+def _provenance(device):
     import torch
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -190,8 +191,11 @@ def _provenance():
     except OSError:
         pass
     widest = next((f for f in ("avx512f", "avx2", "avx", "neon", "asimd") if f in flags), "")
-    return {"commit": commit, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "cpu": cpu + (f" ({widest})" if widest else ""), "cores": os.cpu_count()}
+    out = {"commit": commit, "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "cpu": cpu + (f" ({widest})" if widest else ""), "cores": os.cpu_count()}
+    if device == "cuda":
+        out["gpu"] = torch.cuda.get_device_name()
+    return out
 
 
 def save(name, data, out, plot=None):

@@ -390,7 +390,7 @@ def main(argv):
     the report), in the order they happen."""
     # synthetic and in seconds: one process, no figure to redraw without recomputing
     o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__,
-                     unused=("jobs", "threads", "replot"))
+                     unused=("jobs", "threads", "replot", "device"))
     explicit = any(a.startswith("--out=") for a in argv)
     out_dir = o["out"] if explicit or not o["quick"] else os.path.join(common.ROOT, "out", "quick")
     os.makedirs(out_dir, exist_ok=True)

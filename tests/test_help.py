@@ -92,7 +92,8 @@ def test_experiment_help(name, capsys, monkeypatch):
     monkeypatch.setattr(common, "help_text", capture)
     text = help_of(lambda: mod.main(["--help"]), capsys)
     # the shared flags, less those the script refuses (they do nothing in it), and its own
-    takes = ({"quick", "seeds", "out", "threads", "jobs", "replot"} - seen_unused) | set(seen_extra)
+    takes = ({"quick", "seeds", "out", "threads", "jobs", "replot", "device"} - seen_unused) \
+        | set(seen_extra)
     doc, flags = text.split("\nflags:\n")
     assert mentioned(flags) == takes
     # an experiment runs train.py: its description may name train.py's flags
