@@ -162,9 +162,7 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
     )  # the flags the runs pass to train.py, checked by its rules
     if opts["quick"]:
         opts["seeds"] = opts["seeds"][:1]
-    if opts["device"] not in ("cpu", "cuda"):
-        raise CliError(f"--device: choose cpu or cuda, got {opts['device']!r}")
-    global DEVICE
+    global DEVICE  # (a value train.py does not take was refused by config.validate above)
     DEVICE = dist_utils.resolve_device(opts["device"])  # refuses cuda where there is none
     if "out" in given and not opts["out"]:
         raise CliError("--out is empty; leave it out for the default folder")
@@ -197,7 +195,7 @@ def help_text(doc, extra=None, unused=()):
                           + (")" if "quick" in unused else ", or out/quick/ with --quick)")),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
-            ("--device=cpu", "cpu | cuda: where the training runs go (the probes stay on the CPU)"),
+            ("--device=cpu", "cpu | cuda | auto: where the training runs go (probes stay on the CPU)"),
             ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
     rows = [r for r in rows if r[0].split("=")[0][2:] not in set(extra or {}) | set(unused)]
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]
