@@ -192,19 +192,26 @@ def token_entropy(model, h, temperature=1.0):
 
 # The RL optimizers (--optimizer). AdamW rescales every parameter's step by its own
 # gradient history; plain SGD's step is lr times the gradient.
+# The RL optimizers (--optimizer): name -> (what it is, how it is built at a learning rate).
+# They cross the two things Adam adds to SGD, momentum and a per-parameter step size:
+# sgd has neither, sgd_momentum momentum only, adam_b1_0 the normalisation only, adamw both
+# (experiments/e11_optimizer.py).
 OPTIMIZERS = {
-    "adamw": "betas 0.9, 0.99, no weight decay",
-    "sgd": "plain, no momentum",
+    "adamw": ("betas 0.9, 0.99, no weight decay",
+              lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)),
+    "adam_b1_0": ("AdamW with beta1 = 0: per-parameter normalisation, no momentum",
+                  lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.0, 0.99), weight_decay=0.0)),
+    "sgd_momentum": ("SGD with momentum 0.9: momentum, no normalisation",
+                     lambda p, lr: torch.optim.SGD(p, lr=lr, momentum=0.9)),
+    "sgd": ("plain, no momentum", lambda p, lr: torch.optim.SGD(p, lr=lr)),
 }
 
 
 def rl_optimizer(params, name, lr):
     """The RL optimizer ``name`` (a key of OPTIMIZERS) at learning rate lr."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)
-    raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    if name not in OPTIMIZERS:
+        raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name][1](params, lr)
 
 
 def amp(cfg, device):

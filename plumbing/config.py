@@ -57,7 +57,7 @@ class Config:
     top_k: int = _f(0, "sample from the top k tokens only (0: off)")
     lr: float = _f(1e-4, "RL learning rate")
     optimizer: str = _f("adamw", "RL optimizer: {choices}", lambda: [
-        f"{name} ({what})" for name, what in model.OPTIMIZERS.items()])
+        f"{name} ({what})" for name, (what, _) in model.OPTIMIZERS.items()])
     grad_clip: float = _f(1.0, "gradient-norm clip")
     loss: str = _f("grpo", "objective: {choices} (loss.OBJECTIVES)", lambda: loss.OBJECTIVES)
     adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} (advantage.py)",

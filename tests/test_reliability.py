@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+import model as model_module
 from plumbing import checkpoint
 import toy_tasks
 import train
@@ -414,3 +415,40 @@ def test_interrupted_init_from_run_resumes_to_the_same_bits(tmp_path, mixed, mon
     train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
     assert lines(d) == lines(ref)
     assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
+
+
+@pytest.mark.parametrize("name", [n for n in model_module.OPTIMIZERS if n != "adamw"])
+def test_every_optimizer_resumes_to_the_same_bits(tmp_path, mixed, monkeypatch, name):
+    """Each --optimizer of the registry (momentum buffers, Adam's moments with beta1 = 0)
+    is saved with the run and continues exactly after an interruption in RL step 4."""
+    m, good = build(tmp_path)
+    checkpoint.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
+    flags = TINY + [f"--init_from={good}", f"--optimizer={name}"]
+    ref, d = str(tmp_path / "ref"), str(tmp_path / "run")
+    train.main(parse_args(flags + [f"--out_dir={ref}"]))
+    real, calls = train.rollouts, []
+
+    def stop_at_4(*a, **k):
+        calls.append(1)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+    monkeypatch.setattr(train, "rollouts", stop_at_4)
+    with pytest.raises(KeyboardInterrupt):
+        train.main(parse_args(flags + [f"--out_dir={d}"]))
+    monkeypatch.setattr(train, "rollouts", real)
+    train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
+    assert lines(d) == lines(ref)
+    assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
+
+
+def test_the_optimizer_registry_builds_what_it_says():
+    """sgd: no momentum; sgd_momentum: 0.9; adam_b1_0: betas (0, 0.99); adamw: (0.9, 0.99)."""
+    p = [torch.nn.Parameter(torch.zeros(2))]
+    build_ = model_module.rl_optimizer
+    assert build_(p, "sgd", 0.1).param_groups[0]["momentum"] == 0
+    assert build_(p, "sgd_momentum", 0.1).param_groups[0]["momentum"] == 0.9
+    assert build_(p, "adam_b1_0", 0.1).param_groups[0]["betas"] == (0.0, 0.99)
+    assert build_(p, "adamw", 0.1).param_groups[0]["betas"] == (0.9, 0.99)
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        build_(p, "lion", 0.1)
