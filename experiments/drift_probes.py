@@ -137,15 +137,19 @@ def _dot(a, b):
 def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     """One optimizer step of ``cfg.loss`` on ``batch`` (a whole rollout batch, or a
     mini-batch whose ``logprobs`` are the sampling-time ones: off-policy), taken
-    with ``opt`` (torch.optim.SGD without momentum, or AdamW without weight
-    decay) and --grad_clip, as train.optimizer_step takes it, and the change of ell
-    it makes, split (the module docstring). ``memo``, a dict kept across the
-    steps of one run, holds AdamW's direct-origin momentum (None: not split by
-    origin). Returns {"direct", "coupled", "carried", "carried_direct",
-    "carried_coupled", "predicted", "exact", "measured", "kl", "entropy"}: "exact" is
-    grad ell . (theta_new - theta_old); "kl" the mean over the batch's completion
-    tokens of KL(pi_new || pi_old) at their sampled histories; "entropy" the
-    choice's entropy before the step.
+    with ``opt`` (torch.optim.SGD with or without momentum, or AdamW without weight
+    decay, any beta1) and --grad_clip, as train.optimizer_step takes it, and the
+    change of ell it makes, split (the module docstring). ``memo``, a dict kept across
+    the steps of one run, holds the momentum of direct origin and, for AdamW, a second
+    moment built from the first-token gradients alone (None: not split by origin).
+    Returns {"direct", "coupled", "carried", "carried_direct", "carried_coupled",
+    "direct_own_v", "carried_direct_own_v", "predicted", "exact", "measured", "kl",
+    "entropy"}: "exact" is grad ell . (theta_new - theta_old); the two "_own_v" parts
+    are the first-token path's under an AdamW denominator built from the first-token
+    gradients alone (None for SGD, or without ``memo``), so that what the other tokens'
+    squared gradients do to it (second-moment coupling) is measured; "kl" the mean
+    over the batch's completion tokens of KL(pi_new || pi_old) at their sampled
+    histories; "entropy" the choice's entropy before the step.
 
     Long because: the split of one step follows the optimizer's own update term by term
     (gradient, clip, AdamW's moments), in the order the optimizer applies them."""
@@ -163,9 +167,8 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     s = min(1.0, cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip_grad_norm_ factor
     before = [p.detach().clone() for p in params]
     group = opt.param_groups[0]
-    m_prev = [
-        copy.deepcopy(opt.state[p].get("exp_avg")) if p in opt.state else None for p in params
-    ]
+    buf = "exp_avg" if isinstance(opt, torch.optim.AdamW) else "momentum_buffer"
+    m_prev = [copy.deepcopy(opt.state[p].get(buf)) if p in opt.state else None for p in params]
     opt.zero_grad(set_to_none=True)
     for p, a in zip(params, g):
         p.grad = a.clone()
@@ -174,13 +177,8 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
     lr = group["lr"]
     if isinstance(opt, torch.optim.AdamW):
         b1, b2 = group["betas"]
-        parts = {
-            "direct": [],
-            "coupled": [],
-            "carried": [],
-            "carried_direct": [],
-            "carried_coupled": [],
-        }
+        parts = {k: [] for k in ("direct", "coupled", "carried", "carried_direct",
+                                 "carried_coupled", "direct_own_v", "carried_direct_own_v")}
         for p, a, b, m in zip(params, g_d, g_c, m_prev):
             st = opt.state[p]
             t = float(st["step"])
@@ -192,15 +190,33 @@ def split_step(model, opt, batch, adv, cfg, task, problems, memo=None):
             parts["carried"].append(k * b1 * m)
             parts["carried_direct"].append(k * b1 * m_d)
             parts["carried_coupled"].append(k * b1 * (m - m_d))
+            # the same first-token path under a denominator of first-token gradients alone
+            v_d = memo.get(("v", p), torch.zeros_like(p)) if memo is not None else None
+            v_d = None if v_d is None else b2 * v_d + (1 - b2) * (s * a) ** 2
+            k_own = (-lr / (1 - b1 ** t) / ((v_d / (1 - b2 ** t)).sqrt() + group["eps"])
+                     if v_d is not None else torch.zeros_like(p))
+            parts["direct_own_v"].append(k_own * (1 - b1) * s * a)
+            parts["carried_direct_own_v"].append(k_own * b1 * m_d)
             if memo is not None:
                 memo[p] = b1 * m_d + (1 - b1) * s * a  # as torch's exp_avg.lerp_(grad, 1 - beta1)
-    else:
-        zero = [torch.zeros_like(p) for p in params]
-        parts = {"direct": [-lr * s * a for a in g_d], "coupled": [-lr * s * b for b in g_c],
-                 "carried": zero, "carried_direct": zero, "carried_coupled": zero}
+                memo[("v", p)] = v_d  # as torch's exp_avg_sq, from the first-token gradients
+    else:  # SGD: theta -= lr * buf, buf = momentum * buf + grad (buf = grad without momentum)
+        mu = group["momentum"]
+        parts = {"direct": [-lr * s * a for a in g_d], "coupled": [-lr * s * b for b in g_c]}
+        m_d = [memo.get(p, torch.zeros_like(p)) if memo is not None else torch.zeros_like(p)
+               for p in params]
+        m_all = [m if m is not None else torch.zeros_like(p) for p, m in zip(params, m_prev)]
+        parts["carried"] = [-lr * mu * m for m in m_all]
+        parts["carried_direct"] = [-lr * mu * m for m in m_d]
+        parts["carried_coupled"] = [-lr * mu * (m - md) for m, md in zip(m_all, m_d)]
+        if memo is not None and mu:
+            for p, md, a in zip(params, m_d, g_d):
+                memo[p] = mu * md + s * a  # as torch's momentum_buffer (no dampening)
     out = {k: _dot(g_ell, v) for k, v in parts.items()}
     if memo is None:
         out["carried_direct"] = out["carried_coupled"] = None
+    if memo is None or not isinstance(opt, torch.optim.AdamW):
+        out["direct_own_v"] = out["carried_direct_own_v"] = None
     out["predicted"] = out["direct"] + out["coupled"] + out["carried"]
     out["exact"] = _dot(g_ell, [p.detach() - q for p, q in zip(params, before)])
     with torch.no_grad():

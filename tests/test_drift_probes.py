@@ -43,7 +43,8 @@ def _setup(opt_name, lr):
 
 
 @pytest.mark.parametrize("opt_name,lr,clip", [("sgd", 1e-3, 1e9), ("sgd", 1e-1, 1e-3), ("adamw", 1e-5, 1e9),
-                                              ("adamw", 1e-5, 1e-3)])
+                                              ("adamw", 1e-5, 1e-3), ("sgd_momentum", 1e-3, 1e-3),
+                                              ("adam_b1_0", 1e-5, 1e9)])
 def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, clip):
     task, model, opt, draw, gen, problems = _setup(opt_name, lr)
     memo = {}
@@ -57,9 +58,12 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
         assert out["measured"] == pytest.approx(out["exact"], rel=0.05, abs=1e-9)
         assert out["direct"] != 0 and out["coupled"] != 0
         assert out["carried_direct"] + out["carried_coupled"] == pytest.approx(out["carried"], rel=1e-9, abs=1e-15)
-        if opt_name == "sgd":
+        if opt_name in ("sgd", "adam_b1_0"):  # no momentum: nothing carried
             assert out["carried"] == 0
-    if opt_name == "adamw":
+        assert (out["direct_own_v"] is None) == opt_name.startswith("sgd")
+        if opt_name.startswith("adam"):  # the other tokens' squared gradients change it
+            assert out["direct_own_v"] != pytest.approx(out["direct"], rel=1e-3)
+    if opt_name in ("adamw", "sgd_momentum"):
         assert out["carried"] != 0 and out["carried_direct"] != 0 and out["carried_coupled"] != 0
 
 
@@ -78,6 +82,9 @@ def test_momentum_of_first_token_copies_alone_is_all_direct():
         assert abs(out["coupled"]) < 1e-12 * max(1.0, abs(out["direct"])) and out["direct"] != 0
     assert out["carried"] != 0 and out["carried_direct"] == pytest.approx(out["carried"], rel=1e-9)
     assert abs(out["carried_coupled"]) < 1e-9 * abs(out["carried"])
+    # no other token's gradient: the first-token denominator is the optimizer's own
+    assert out["direct_own_v"] == pytest.approx(out["direct"], rel=1e-9)
+    assert out["carried_direct_own_v"] == pytest.approx(out["carried_direct"], rel=1e-9)
 
 
 def test_first_token_logprobs_equal_column_0_of_the_completion():
@@ -88,7 +95,9 @@ def test_first_token_logprobs_equal_column_0_of_the_completion():
 
 
 @pytest.mark.parametrize("loss,opt_name,offpolicy", [("dr_grpo", "adamw", False), ("grpo", "sgd", False),
-                                                     ("dfpo_min", "adamw", True), ("dr_grpo", "adamw", True)])
+                                                     ("dfpo_min", "adamw", True), ("dr_grpo", "adamw", True),
+                                                     ("dr_grpo", "sgd_momentum", True),
+                                                     ("dr_grpo", "adam_b1_0", True)])
 def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
     """The probe's step is train.optimizer_step's: same parameters after it, on a
     whole on-policy batch and on an off-policy mini-batch whose ratio and clip bind."""
