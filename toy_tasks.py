@@ -240,7 +240,7 @@ def make_primes(max_n=198):
 
 
 def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, p_comma=0.6,
-               max_checks=0, p_check=0.5, name="chain"):
+               max_checks=0, p_check=0.5, name="chain", p_restate_flawed=None):
     """``chain``: a left-to-right chain of operations, worked in steps.
 
     Prompt ``7+8*3-5=`` (3 or 4 operations on digits 1-9, every running value in
@@ -267,6 +267,10 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     stays wrong): the length of a completion can grow or shrink without its correctness
     changing, the lever on which GRPO's 1/L_i is said to lengthen wrong completions
     (experiments/e10_length.py).
+
+    ``p_restate_flawed`` (default: ``p_restate``) is the flawed teacher's own restate
+    rate: below p_restate, a restated completion is more often right, which gives the
+    restatement credit at the warm start without making it the majority form.
 
     ``style_points`` exposes where they are and their two variants. The flawed
     teacher forgets the carry of an addition (``7+8=5``, ``47+8=45``): wrong
@@ -322,7 +326,10 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     def write(p, rng=None, flawed=False):
         rng = rng or random
         st = steps(p, flawed)
-        text = f"({prompt(p)[:-1]})" if rng.random() < p_restate else ""
+        # p_restate_flawed: the flawed teacher's own restate rate (experiments/e11_optimizer.py
+        # gives the restatement credit at the warm start by restating less when flawed)
+        rate = p_restate if p_restate_flawed is None or not flawed else p_restate_flawed
+        text = f"({prompt(p)[:-1]})" if rng.random() < rate else ""
         text += st[0]
         for s in st[1:]:
             text += ("," if rng.random() < p_comma else ";") + s

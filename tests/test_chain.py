@@ -229,3 +229,18 @@ def test_style_entropy_by_hand():
     assert out["style_entropy_sep"] == pytest.approx(h3)  # the sign of the log-odds does not matter
     assert out["style_entropy"] == pytest.approx(((math.log(2) + h3) / 2 + h3) / 2)
     assert diagnostics.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])["style_entropy"] < 1e-80
+
+
+def test_the_flawed_teachers_own_restate_rate():
+    """p_restate_flawed changes only the flawed teacher's restate rate, with the same draws:
+    at None every text is the default task's; at 0 no flawed text restates."""
+    import random
+    import toy_tasks
+    base, other = toy_tasks.make_chain(), toy_tasks.make_chain(p_restate_flawed=0.0)
+    same = toy_tasks.make_chain(p_restate_flawed=None)
+    probs = [base.sample(random.Random(i)) for i in range(200)]
+    for i, p in enumerate(probs):
+        assert same.flawed(p, random.Random(i)) == base.flawed(p, random.Random(i))
+        assert other.solution(p, random.Random(i)) == base.solution(p, random.Random(i))
+        assert not other.flawed(p, random.Random(i)).startswith("(")
+    assert any(base.flawed(p, random.Random(i)).startswith("(") for i, p in enumerate(probs))
