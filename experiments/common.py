@@ -195,7 +195,7 @@ def help_text(doc, extra=None, unused=()):
                           + (")" if "quick" in unused else ", or out/quick/ with --quick)")),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
-            ("--device=cpu", "cpu | cuda | auto: where the training runs go (probes stay on the CPU)"),
+            ("--device=cpu", "cpu | cuda | auto: where train.py's runs go (probes: CPU)"),
             ("--replot", "redraw the PNG from the JSON already in --out; recompute nothing")]
     rows = [r for r in rows if r[0].split("=")[0][2:] not in set(extra or {}) | set(unused)]
     rows += [(f"--{k}={v[0]}", v[1]) for k, v in (extra or {}).items()]

@@ -70,9 +70,26 @@ def t_quantile(df, q=0.975):
     return (lo + hi) / 2
 
 
+def tost_p(c, margin):
+    """Two one-sided tests of equivalence: the p of H0 "|true difference| >= margin",
+    the larger of the one-sided paired-t p's of d <= -margin and d >= margin. Below
+    0.05 the difference lies within +-margin at the 5 % level (its 90 % t interval
+    lies inside). None with fewer than 2 pairs."""
+    n, d, sd = c.get("n") or 0, c.get("diff"), c.get("sd")
+    if n < 2 or d is None or sd is None or sd != sd:
+        return None
+    if sd == 0:
+        return 0.0 if abs(d) < margin else 1.0
+    se = sd / math.sqrt(n)
+    return max(1.0 - t_cdf((d + margin) / se, n - 1), t_cdf((d - margin) / se, n - 1))
+
+
 def p_value(c):
     """Two-sided paired-t p of a contrast (``paired``/``contrast``); None with
-    fewer than 2 pairs; 0.0 when every difference is the same non-zero number."""
+    fewer than 2 pairs; 0.0 when every difference is the same non-zero number. A
+    contrast registered as an equivalence test (``tost_margin``) gets ``tost_p``."""
+    if c.get("tost_margin") is not None:
+        return tost_p(c, c["tost_margin"])
     n, d, sd = c.get("n") or 0, c.get("diff"), c.get("sd")
     if n < 2 or d is None or sd is None or sd != sd:
         return None

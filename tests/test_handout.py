@@ -179,7 +179,8 @@ def test_experiment_help_has_one_flag_per_line():
     flags = [line for line in text.splitlines() if line.lstrip().startswith("--")]
     assert not re.search(r"--\w+(=\S*)?\s+--\w", text), "two flags on one line"
     names = [line.split()[0].split("=")[0] for line in flags]
-    assert names == ["--quick", "--seeds", "--out", "--jobs", "--replot", "--eps", "--threads"]
+    assert names == ["--quick", "--seeds", "--out", "--jobs", "--device", "--replot", "--eps",
+                     "--threads"]
 
 
 # ----------------------------------------------------------------------------- runs that cannot learn

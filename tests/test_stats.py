@@ -236,3 +236,29 @@ def test_what_we_found_repeats_only_numbers_the_json_holds():
         shown = lambda x: f"{x:.{k}f}".replace("-", "\u2212")
         assert any(shown(d).lstrip("+") == a.lstrip("+") and f"{h:.{k}f}" == b
                    for d, h in pairs), (a, b)
+
+
+def _t_tail_by_integration(t, df, steps=200000):
+    """P(T >= t) for Student's t, by Simpson's rule on its density (another route than
+    stats.t_cdf's continued fraction)."""
+    import math
+    c = math.gamma((df + 1) / 2) / (math.sqrt(df * math.pi) * math.gamma(df / 2))
+    f = lambda x: c * (1 + x * x / df) ** (-(df + 1) / 2)
+    hi = 200.0
+    h = (hi - t) / steps
+    s = f(t) + f(hi) + sum((4 if i % 2 else 2) * f(t + i * h) for i in range(1, steps))
+    return s * h / 3
+
+
+def test_tost_by_hand():
+    """n = 10, mean difference 0.1, sd 0.3, margin 0.5: se = 0.3 / sqrt(10); the upper test
+    t = (0.1 - 0.5) / se = -4.216 binds, p = P(T_9 >= 4.216) = 0.00112."""
+    import math
+    from experiments import stats
+    c = {"n": 10, "diff": 0.1, "sd": 0.3}
+    se = 0.3 / math.sqrt(10)
+    want = max(_t_tail_by_integration((0.1 + 0.5) / se, 9), _t_tail_by_integration((0.5 - 0.1) / se, 9))
+    assert stats.tost_p(c, 0.5) == pytest.approx(want, rel=1e-6)
+    assert want == pytest.approx(0.00112, abs=2e-5)
+    assert stats.tost_p(c, 0.05) > 0.5  # a margin below the mean: not equivalent
+    assert stats.p_value(dict(c, tost_margin=0.5)) == stats.tost_p(c, 0.5)
