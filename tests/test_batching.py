@@ -155,9 +155,9 @@ def test_query_balanced_evens_signs_better_than_query():
     assert sum(qbal) / 20 <= sum(qb) / 20
 
 
-def test_query_balanced_swap_fixes_greedy_hand_example():
-    # A = (3+,1-), B = (1+,3-), C = D = (2+,2-); 2 groups per mini-batch.
-    # Greedy alone gives {A,C} {B,D} = (5,3) (3,5); the swap finds (4,4) (4,4).
+def test_query_balanced_finds_the_even_cut_of_a_hand_example():
+    # A = (3+,1-), B = (1+,3-), C = D = (2+,2-); 2 groups per mini-batch: an even cut,
+    # (4+,4-) in each, exists ({A,B} {C,D}), and must be found whatever the seed.
     group_ids = torch.arange(4).repeat_interleave(4)
     advantages = torch.tensor([1.0, 1.0, 1.0, -1.0, 1.0, -1.0, -1.0, -1.0,
                                1.0, 1.0, -1.0, -1.0, 1.0, 1.0, -1.0, -1.0])
