@@ -82,7 +82,7 @@ def written(sheet, name):
 
 
 def student(sheet):
-    s = str(sheet.STUDENT).strip()
+    s = roster.canonical(sheet.STUDENT)
     assert s, "write your name or student id in STUDENT in exercises/sheet.py"
     return s
 
@@ -352,7 +352,7 @@ def ex6_measure(fn, off_policy):
     total = fn(leaf, old, mask, adv, grp, 5)
     (g,) = torch.autograd.grad(total, leaf)
     s = (((new - old) * mask).sum(1) / mask.sum(1)).exp()
-    w = s - (adv @ s) / (adv @ adv) * adv  # Adv-Orthogonal, one group
+    w = loss.adv_orthogonal(s, adv, grp)  # your exercise 2, checked there
     spec = (w * adv / 20)[:, None] * mask
     return -g, spec, float(total.detach()), float(-(spec * new).sum())
 
@@ -383,10 +383,7 @@ def ex6_groups(env):
     total = env["ex6"](leaf, old, mask, adv, group, 8)
     (g,) = torch.autograd.grad(total, leaf)
     s = (((new - old) * mask).sum(1) / mask.sum(1)).exp()
-    w = s.clone()
-    for gid in (9, 4):  # Adv-Orthogonal in each group, written out
-        m = group == gid
-        w[m] = s[m] - (adv[m] @ s[m]) / (adv[m] @ adv[m]) * adv[m]
+    w = loss.adv_orthogonal(s, adv, group)  # your exercise 2, checked there
     spec = (w * adv / (8 * 8))[:, None] * mask
     where = "two interleaved groups, off-policy, max_len 8"
     assert abs(float(total.detach()) + float((spec * new).sum())) < 1e-6, \
@@ -413,7 +410,7 @@ def show_ex6(fn):
             "specified"
         )
         for i in range(len(c)):
-            print(f"  {i:>7}   {float(c[i, 0]):>+21.6f}   {float(spec[i, 0]):>+9.6f}   |"
+            print(f"  {i + 1:>7}   {float(c[i, 0]):>+21.6f}   {float(spec[i, 0]):>+9.6f}   |"
                   f"  {float(c[i].sum()):>+26.6f}   {float(spec[i].sum()):>+9.6f}")
         res = float(c[:, 0].sum().abs() / c[:, 0].abs().sum())
         print(f"  shared-token residual: {res:.4f}   (specification: 0)")

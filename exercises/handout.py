@@ -117,7 +117,7 @@ def read_roster(path):
     """Names, one per line (blank lines skipped), each once."""
     try:
         with open(path, encoding="utf-8") as f:
-            names = [x.strip() for x in f.read().splitlines() if x.strip()]
+            names = [roster.canonical(x) for x in f.read().splitlines() if x.strip()]
     except (OSError, UnicodeDecodeError) as e:
         raise HandoutError(f"--roster={path}: not a readable text file ({type(e).__name__})") \
             from None

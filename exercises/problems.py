@@ -19,7 +19,8 @@ import sys
 
 def rng(student, ex, variant=0):
     """A random stream fixed by (student, exercise, variant)."""
-    tag = f"{student.strip().lower()}/{ex}" + (f"/{variant}" if variant else "")
+    from exercises.roster import canonical
+    tag = f"{canonical(student).lower()}/{ex}" + (f"/{variant}" if variant else "")
     return random.Random(int(hashlib.sha256(tag.encode()).hexdigest()[:16], 16))
 
 
@@ -62,7 +63,7 @@ def tables(student):
     student is not on it (or the copy has none)."""
     from exercises import roster
     r = roster.load()
-    entry = (r or {"students": {}})["students"].get(student.strip())
+    entry = (r or {"students": {}})["students"].get(roster.canonical(student))
     return entry.get("tables") if entry else None
 
 

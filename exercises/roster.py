@@ -20,10 +20,17 @@ import itertools
 import json
 import math
 import os
+import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATH = os.path.join(HERE, "roster.json")
 ITERATIONS = 20000  # about 20 ms per fingerprint on a laptop core
+
+
+def canonical(name):
+    """A name as the roster, the tables and the fingerprints read it: stripped, and in
+    Unicode's composed form (a keyboard may type "é" as e and an accent: NFC makes them one)."""
+    return unicodedata.normalize("NFC", str(name).strip())
 
 
 class RosterError(Exception):
@@ -66,7 +73,7 @@ def within(v, key):
 def fingerprint(student, ex, texts, iterations):
     """PBKDF2-SHA256 of one exercise's three-digit numbers (sorted by name), salted."""
     message = ";".join(f"{k}={t}" for k, t in sorted(texts.items()))
-    salt = f"{student.strip()}|{ex}".encode()
+    salt = f"{canonical(student)}|{ex}".encode()
     return hashlib.pbkdf2_hmac("sha256", message.encode(), salt, iterations).hex()[:32]
 
 

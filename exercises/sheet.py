@@ -32,8 +32,8 @@ EX4 = {
     "luspo_residual": None,  # first-token residual under luspo
     "orth_w_k": None,        # dfpo_orth's w~_k, with w_i = s_i, for the k of your table
 }
-EX4_WHY = """
 # luspo drops gspo's 1/L_i. Why does it still not cancel here, and what does dfpo_orth do instead?
+EX4_WHY = """
 """
 
 # Exercise 6: what was wrong in ex6_buggy_loss.py, what did it do to the
@@ -48,6 +48,6 @@ EX7 = {
     # template share of all completion tokens of the plain task over your range (3 s.f.)
     "plain_share": None,
 }
-EX7_WHY = """
 # What does a scratchpad do to the spread of completion lengths in a group, and so to grpo's 1/L_i?
+EX7_WHY = """
 """

@@ -601,3 +601,23 @@ def test_handout_refuses_an_unknown_flag(tmp_path):
                           cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown flag") and \
         not (tmp_path / "c").exists()
+
+
+def test_a_name_typed_with_a_combining_accent_is_the_same_student():
+    import unicodedata
+    name = STUDENTS[2]  # "Émilie du Châtelet", composed
+    typed = unicodedata.normalize("NFD", name)
+    assert typed != name
+    sheet = key.filled_sheet(name)
+    sheet.STUDENT = typed
+    assert failures("ex1", {"sheet": sheet, "ex6": FIXED, "roster": ROSTER}) == []
+    from exercises import problems
+    assert problems.ex1(typed, 1) == problems.ex1(name, 1)
+
+
+def test_the_blank_sheet_has_no_written_answer():
+    """The questions are comments, not text inside the answers: a blank sheet writes nothing."""
+    from exercises import problems
+    sheet = problems.read_sheet(os.path.join(ROOT, "exercises", "sheet.py"))
+    for n in (1, 3, 4, 6, 7):
+        assert not str(getattr(sheet, f"EX{n}_WHY")).strip(), n

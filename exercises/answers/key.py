@@ -59,10 +59,11 @@ def main(argv):
         return 2
     if str(getattr(sheet, "STUDENT", "")).strip() != argv[0].strip():
         print(f"note: the sheet says STUDENT = {getattr(sheet, 'STUDENT', '')!r}", file=sys.stderr)
-    truth = key(argv[0])
+    truth, wrong = key(argv[0]), 0
     for ex, k, got, ok in marks(argv[0], sheet):
         print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {got}  (key {truth[ex][k]:.4g})")
-    return 0
+        wrong += not ok
+    return 1 if wrong else 0  # as the student's check: 0 only when every number is right
 
 
 if __name__ == "__main__":
