@@ -8,16 +8,20 @@ plain SGD lacks both of Adam's additions, momentum and a per-parameter step size
 split held Adam's denominator fixed, so coupling through the second moment (built from
 every token's squared gradients) was never measured; and its null-credit control
 (shuffled rewards) collapsed at 4.3x AdamW's KL, while its 60 % teacher did not reverse
-the restatement's credit, so credit and sharpening towards the majority form were not
-separated. E11 crosses momentum with normalisation at matched KL, measures the second
-moment's part, runs the null control where it does not collapse, and reverses the
-credit at the start.
+the restatement's credit at the warm start (+0.2 +- 2.5 points), so credit and
+sharpening towards the majority form were not separated at the start. E11 crosses
+momentum with normalisation at matched KL, measures the second moment's part, runs the
+null control at a matched KL, and reverses the credit at the start.
+
+Seeds. Evaluation seeds 10-19 (E9 used 0-9, whose adamw runs E11's adamw arm would
+repeat exactly), and 10-29 for the null control's equivalence test; calibration on
+100-102; the quick mode on 100.
 
 Testbed: E9's. Per seed, the chain warm start (SFT 1500 steps, flawed teacher 0.6, a
-teacher who restates 40 % of the time, n_embd 96: E9's files are reused), then 200
-on-policy RL steps of ``dr_grpo`` (B = 16 x G = 8, clip 0.2, grad clip 1.0) with the
-seed's problem stream and sampling generator, measured at every optimizer step by
-drift_probes.split_step. Arms:
+teacher who restates 40 % of the time, n_embd 96), then 200 on-policy RL steps of
+``dr_grpo`` (B = 16 x G = 8, clip 0.2, grad clip 1.0) with the seed's problem stream
+and sampling generator, measured at every optimizer step by drift_probes.split_step.
+Arms:
 
   adamw          AdamW, betas (0.9, 0.99), lr 1e-4: E9's reference arm
   adam_b1_0      AdamW with beta1 = 0: per-parameter normalisation, no momentum
@@ -25,58 +29,85 @@ drift_probes.split_step. Arms:
   sgd            plain SGD: neither
   permuted       AdamW with each group's rewards shuffled across its rollouts
                  (--permute_rewards): no credit, the same reward distribution
-  reversed       AdamW, lr 1e-4, from a warm start whose flawed teacher restates less
-                 often than the right one (toy_tasks.make_chain's p_restate_flawed), so
-                 that at the start a restated completion is right *more* often, while
-                 not restating stays the majority form (the teacher restates at most 40 %)
+  reversed       AdamW, lr 1e-4, from a warm start whose right teacher restates with
+                 p = 1 - 1.5 p_f and whose flawed teacher with p_f < 0.4
+                 (toy_tasks.make_chain's p_restate, p_restate_flawed): the SFT data
+                 restate 0.4 x (1 - 1.5 p_f) + 0.6 p_f = 40 % of the time, as E9's, so
+                 not restating stays the majority form at the same rate, but a restated
+                 completion comes more often from the right teacher. Restating becomes
+                 a marker of the right teacher's mode: its credit is the accuracy gap
+                 E9 measured, reached through the rest of the completion
 
-Calibration (``--calibrate``, on seeds 100, 101 and 102 only, before any run on seeds
-0-9; 200 steps per run, the full run's length):
-* the learning rate of adam_b1_0, sgd_momentum, sgd and permuted: each arm runs at
-  each lr of its grid (CALIB_LRS) on the three seeds, and adamw once per seed; the lr
-  is where the least-squares line log KL = a_seed + b log lr (one slope, one intercept
-  per seed) meets the mean over the seeds of adamw's log KL (KL: the run's mean
-  per-step KL(pi_new || pi_old) on its sampled tokens). A calibration run that diverges
-  is reported and left out of the fit. The full run reports each seed's KL ratio to
-  adamw's; a seed outside 0.8-1.2 (within 20 %) is reported, not dropped;
+Matched KL, per seed. The calibrated arms (adam_b1_0, sgd_momentum, sgd, permuted) run
+on every evaluation seed at two learning rates, lr*/2 and 2 lr*, and the arm's drift on
+that seed is read at adamw's KL on that seed: interpolated linearly in log KL between
+the two runs (KL: a run's mean per-step KL(pi_new || pi_old) on its sampled tokens). A
+seed whose adamw KL lies outside the two runs' is extrapolated along the same line and
+flagged; one whose two runs include a diverged or collapsed one (final greedy accuracy
+below half the warm start's) takes the other run alone, flagged. Flags are reported,
+the seeds not dropped.
+
+Calibration (``--calibrate``, on seeds 100-102, before any other run; 200 steps):
+* lr* per calibrated arm: the arm runs at each lr of its grid (CALIB_LRS) on the three
+  seeds, adamw once per seed; lr* is where the least-squares line log KL = a_seed +
+  b log lr (one slope, one intercept per seed) meets the mean of adamw's log KL. Runs
+  that diverge or collapse are left out of the fit and reported; the fit's residuals
+  are saved. An lr* outside the grid by more than 1.5x is refused: the grid is then
+  widened by 3x at that end and the calibration re-run, as an amendment;
 * the reversed teacher: the warm start's restate credit (warm_credit: sampled accuracy
-  of restated minus unrestated completions, 256 prompts x 8) for p_restate_flawed in
-  TEACHER_GRID; chosen: the largest rate whose mean gap over the three seeds is at
-  least +3 points with every seed's gap > 0 (E9's warm starts had -2.8 +- 2.0 points),
-  else the one with the largest mean gap, reported as such.
+  of restated minus unrestated completions, 256 prompts x 8) for p_f in TEACHER_GRID;
+  chosen: the largest p_f (the least change of the data) whose mean gap over the three
+  seeds is at least +3 points (E9's warm starts: -2.8 +- 2.0), else the one with the
+  largest mean gap, reported as such.
 The choices are saved in <out>/e11_calibration.json; the full run refuses to start
 without it.
 
 Outcome: a run's drift, ell(step 200) - ell(warm start) in nats (> 0: away from
-restating), per seed.
+restating), per seed; for a calibrated arm, the drift read at adamw's KL.
 
-Primary contrasts (fixed before any run on seeds 0-9; one Holm family of five; paired
-Student t over seeds 0-9, two-sided p):
-  1. adam_b1_0 - sgd       > 0  per-parameter normalisation raises the drift at matched KL
-                                (it turns a small systematic gradient into full-size steps)
-  2. sgd_momentum - sgd    > 0  momentum raises it (it accumulates the systematic part of
-                                the gradient and averages out the rest)
-  3. adamw - sgd           > 0  both (E9's contrast with the step size matched)
-  4. reversed, against 0   < 0  credit drives the drift: reversed credit, reversed drift.
-                                Sharpening towards the majority form (not restating, in
-                                every arm) predicts > 0 instead
-  5. permuted, equivalent to 0 within +-0.5 nats: without credit, no drift. Two one-sided
-                                tests (stats.tost_p); margin 0.5 nats, about a third of
-                                E9's adamw drift, fixed here
+Primary contrasts (fixed before any run; one Holm family of five; Student t over the
+evaluation seeds, two-sided p for 1-4, the equivalence test's p for 5; the report says
+whether each sign came out as predicted):
+  1. adam_b1_0 - sgd       no sign predicted: per-parameter normalisation at matched KL
+                                (it moves step size between parameters; the sign depends
+                                on whether those that move the first token have a small
+                                gradient scale, which is not known)
+  2. sgd_momentum - sgd    no sign predicted: momentum at matched KL
+  3. adamw - sgd           > 0  E9's sgd - adamw and sgd_kl - adamw, at matched KL on fresh
+                                seeds
+  4. reversed, against 0   < 0  credit outweighs majority sharpening: reversed credit,
+                                reversed drift. Read only if the reversed warm starts'
+                                restate credit on seeds 10-19 is > 0 (its 95 % interval
+                                above 0). >= 0 does not rule credit out
+  5. permuted, equivalent to 0 within +-0.85 nats (half of E9's adamw drift), seeds
+                                10-29, two one-sided tests (stats.tost_p). With E9's
+                                spread of a drift (sd about 1.3 nats), the test passes
+                                about 3 times in 4 when the true drift is 0; failing it
+                                is no evidence of drift
 Secondary (exploratory; Holm within them shown by multiplicity.py):
-* every arm's drift against 0;
-* reversed - adamw (< 0 if the credit moves the drift at all, whichever dominates);
+* every arm's drift against 0, and how many of its runs collapsed;
+* reversed - adamw (< 0 if the credit moves the drift at all; the warm starts differ);
 * the interaction (adamw - adam_b1_0) - (sgd_momentum - sgd), no prediction;
-* log mean per-step KL, arm - adamw (the calibration's target: about 0);
+* each calibrated run's log KL - adamw's, and the KL ratio in the first and the second
+  half of the steps (matching the mean does not match the profile);
 * second-moment coupling: for adamw and adam_b1_0, the cumulative first-token path
-  (direct + carried_direct) under a denominator of first-token gradients alone, minus
-  the same under the optimizer's own denominator (no prediction);
-* the reversed warm start's restate credit against adamw's (measured before the runs);
+  (direct + carried_direct) under a denominator of first-token gradients alone (with
+  the step's own clip factor), minus the same under the optimizer's own (no
+  prediction; where the first-token-only moment is much the smaller, that update is
+  close to sign-SGD, so the gap measures the denominator, not a realistic optimizer);
+* the reversed warm starts' restate credit against adamw's;
 * final greedy accuracy, arm - adamw (no prediction).
 
+Revision (before any run of E11, the calibration included: nothing had been run). The
+first version (commit 499b285) was revised after an independent review: evaluation
+seeds 0-9 -> 10-19 (E9 had seen 0-9), one lr per arm -> two per arm and seed with the
+drift read at adamw's KL, the reversed teacher keeps the overall restate rate at 40 %,
+primaries 1 and 2 lose their predicted signs, the margin 0.5 -> 0.85 nats with 20 seeds
+(0.5 on 10 seeds could hardly pass), collapse and divergence rules added.
+
     python -m experiments.e11_optimizer --calibrate  # seeds 100-102 (results/e11_calibration.json)
-    python -m experiments.e11_optimizer --quick         # seed 100, 40 RL steps (out/quick/)
-    python -m experiments.e11_optimizer --jobs=2        # seeds 0-9 (results/)
+    python -m experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/quick/)
+    python -m experiments.e11_optimizer --jobs=2     # seeds 10-29 (results/)
     python -m experiments.e11_optimizer --replot
 """
 
@@ -113,19 +144,23 @@ ARMS = {
 }
 CALIBRATED = ("adam_b1_0", "sgd_momentum", "sgd", "permuted")
 CALIB_SEEDS = (100, 101, 102)
-CALIB_LRS = {  # the grids --calibrate tries (E9: SGD's KL ~ lr^1.21; momentum 0.9 ~ 10x lr)
-    "adam_b1_0": (3e-5, 1e-4, 3e-4),
-    "sgd_momentum": (0.003, 0.01, 0.03),
-    "sgd": (0.03, 0.1, 0.3),
+CALIB_LRS = {  # the grids --calibrate tries (E9: SGD matched adamw at 0.0175 on seed 100 and
+    # needed 3-5x more KL on seeds 0-1; KL ~ lr^1.21; momentum 0.9 ~ 10x the lr)
+    "adam_b1_0": (1e-5, 3e-5, 1e-4),
+    "sgd_momentum": (0.001, 0.003, 0.01),
+    "sgd": (0.01, 0.03, 0.1),
     "permuted": (1e-5, 3e-5, 1e-4),
 }
-TEACHER_GRID = (0.3, 0.2, 0.1)  # p_restate_flawed the calibration tries (the right one: 0.4)
+BRACKET = (0.5, 2.0)  # each calibrated arm runs at lr* x these on every evaluation seed
+TEACHER_GRID = (0.3, 0.2, 0.1)  # p_f, the flawed teacher's restate rate (E9's: 0.4)
 MIN_GAP = 0.03  # the reversed warm start's mean restate credit the calibration asks for
-MARGIN = 0.5  # nats: primary 5's equivalence margin
+MARGIN = 0.85  # nats: primary 5's equivalence margin, half of E9's adamw drift
+COLLAPSED = 0.5  # a run collapsed if its final accuracy is below this share of its start's
 QUICK_SEED = 100
+SPEC = "v2"  # in every cached run's name: a run of an earlier design is never reused
 PRIMARY = (
-    ("adam_b1_0", "sgd", "> 0"),
-    ("sgd_momentum", "sgd", "> 0"),
+    ("adam_b1_0", "sgd", "none"),
+    ("sgd_momentum", "sgd", "none"),
     ("adamw", "sgd", "> 0"),
     ("reversed", None, "< 0"),
     ("permuted", None, "about 0"),
@@ -134,46 +169,50 @@ PARTS = ("measured", "direct", "coupled", "carried", "carried_direct", "carried_
          "direct_own_v", "carried_direct_own_v")
 PER_STEP = PARTS + ("kl", "entropy", "credit_gap", "credit_cov", "restated", "reward")
 EXTRA = {
-    "seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (quick: 100)"),
-    "rl_steps": (200, "RL steps per arm (quick: 40)"),
-    "calibrate": (False, "fix the calibrated lrs and the reversed teacher on seeds 100-102"),
+    "seeds": ("10,11,12,13,14,15,16,17,18,19", "evaluation seeds of every arm (quick: 100)"),
+    "permuted_seeds": ("10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29",
+                       "seeds of the null control's equivalence test (quick: 100)"),
+    "rl_steps": (200, "RL steps per run (quick: 40)"),
+    "calibrate": (False, "fix lr* per calibrated arm and the reversed teacher on seeds 100-102"),
     "threads": (0, "torch threads (0: all cores in one process, 1 per worker with --jobs > 1)"),
     "small": (False, "tiny model and batches, for smoke tests"),
 }
 
 
 @contextlib.contextmanager
-def chain_teacher(p_restate_flawed):
-    """toy_tasks' chain task whose flawed teacher restates ``p_restate_flawed`` of the time,
-    for train.py's SFT inside the block (the right teacher keeps 0.4)."""
+def chain_teacher(p_f):
+    """toy_tasks' chain task whose flawed teacher restates p_f of the time and whose right
+    one 1 - 1.5 p_f, for train.py's SFT inside the block: with 60 % of the data from the
+    flawed teacher, 40 % of it restates, as E9's."""
     make = toy_tasks.TASKS["chain"]
     toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
-        digits, scratchpad, p_restate_flawed=p_restate_flawed)
+        digits, scratchpad, p_restate=1 - 1.5 * p_f, p_restate_flawed=p_f)
     try:
         yield
     finally:
         toy_tasks.TASKS["chain"] = make
 
 
-def warm(opts, seed, p_restate_flawed=None):
-    """The warm start of a seed: E9's (and its files), or the reversed teacher's."""
+def warm(opts, seed, p_f=None):
+    """The warm start of a seed: E9's teacher (E9's files where they exist), or the
+    reversed teacher's."""
     size = ({"n_layer": 1, "n_embd": 32, "n_head": 2, "sft_steps": 50} if opts["small"]
             else {"n_embd": 96})
     sft = size.pop("sft_steps", 1500)
-    if p_restate_flawed is None:
+    if p_f is None:
         return common.warm_start(opts["out"], seed, "chain", sft_steps=sft, sft_flawed=0.6,
                                  **size)
-    out = os.path.join(opts["out"], "ckpt", f"restate_flawed{round(100 * p_restate_flawed)}")
-    with chain_teacher(p_restate_flawed):
+    out = os.path.join(opts["out"], "ckpt", f"restate_flawed{round(100 * p_f)}")
+    with chain_teacher(p_f):
         return common.warm_start(out, seed, "chain", sft_steps=sft, sft_flawed=0.6, **size)
 
 
-def run_arm(opts, seed, arm, rl_steps, lr, p_restate_flawed=None):
+def run_arm(opts, seed, arm, rl_steps, lr, p_f=None):
     """``rl_steps`` on-policy RL steps of ``arm`` from its warm start, every optimizer step
     split by drift_probes.split_step; the per-step records."""
     small = {"prompts_per_step": 4, "group_size": 4, "eval_size": 16} if opts["small"] else {}
     cfg = common.Config(task="chain", seed=seed, lr=lr, loss="dr_grpo", **ARMS[arm], **small)
-    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_restate_flawed))
+    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_f))
     task = toy_tasks.make_task("chain")
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, seed)
     draw = toy_tasks.train_sampler(task, held_out, seed)  # train.py's streams for this seed
@@ -198,32 +237,40 @@ def run_arm(opts, seed, arm, rl_steps, lr, p_restate_flawed=None):
             rec[k].append(step[k])
     with torch.no_grad():
         ell_end, h_end = DP.choice(model, task, held_out)
-    return {"seed": seed, "arm": arm, "lr": lr, "p_restate_flawed": p_restate_flawed,
-            "acc0": acc0, "acc": evaluate(model, task, held_out, cfg, "cpu"),
-            "drift": sum(rec["measured"]), "entropy_end": h_end, "ell_end": float(ell_end),
-            **rec}
+    acc = evaluate(model, task, held_out, cfg, "cpu")
+    return {"seed": seed, "arm": arm, "lr": lr, "p_f": p_f, "acc0": acc0, "acc": acc,
+            "collapsed": acc < COLLAPSED * acc0, "drift": sum(rec["measured"]),
+            "entropy_end": h_end, "ell_end": float(ell_end), **rec}
 
 
-def cached_run(opts, seed, arm, rl_steps, lr, p_restate_flawed=None):
-    """run_arm, cached in <out>/runs/e11/ under everything that defines the run."""
-    tag = (f"{arm}_s{seed}_steps{rl_steps}_lr{lr:g}"
-           + (f"_rf{p_restate_flawed:g}" if p_restate_flawed is not None else "")
-           + ("_small" if opts["small"] else ""))
+def cached_run(opts, seed, arm, rl_steps, lr, p_f=None):
+    """run_arm, cached in <out>/runs/e11/ under everything that defines the run; a run
+    that diverges is a record that says so (and is cached too)."""
+    tag = (f"{SPEC}_{arm}_s{seed}_steps{rl_steps}_lr{lr:.6g}"
+           + (f"_pf{p_f:g}" if p_f is not None else "") + ("_small" if opts["small"] else ""))
     path = os.path.join(opts["out"], "runs", "e11", tag + ".json")
     if os.path.exists(path):
         return dict(json.load(open(path)), fresh=False)
     t = time.time()
-    rec = dict(run_arm(opts, seed, arm, rl_steps, lr, p_restate_flawed),
-               seconds=round(time.time() - t, 1))
+    try:
+        rec = run_arm(opts, seed, arm, rl_steps, lr, p_f)
+    except FloatingPointError:
+        rec = {"seed": seed, "arm": arm, "lr": lr, "p_f": p_f, "diverged": True}
+    rec["seconds"] = round(time.time() - t, 1)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(rec), f))
     return dict(rec, fresh=True)
 
 
-def warm_credit(opts, seed, p_restate_flawed=None, prompts=256, group_size=8):
+def usable(run):
+    """A run that neither diverged nor collapsed."""
+    return not run.get("diverged") and not run.get("collapsed")
+
+
+def warm_credit(opts, seed, p_f=None, prompts=256, group_size=8):
     """The warm start's sampled accuracy of restated and of unrestated completions (256
     training problems x 8, temperature 1, its own sampling stream), and their gap."""
-    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_restate_flawed))
+    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_f))
     task = toy_tasks.make_task("chain")
     draw = toy_tasks.train_sampler(
         task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 5000 + seed)
@@ -247,7 +294,8 @@ def mean_kl(run):
 def fit_lr(points, target):
     """The lr where log KL = a_seed + b log lr (least squares: one slope b, one intercept
     per seed, over ``points`` [(seed, lr, kl)]) meets ``target``, the mean over the seeds
-    of the reference's log KL: lr = exp((target - mean_seed a_seed) / b)."""
+    of the reference's log KL: lr = exp((target - mean_seed a_seed) / b). Also returns b
+    and each point's residual (log KL - fitted)."""
     seeds = sorted({s for s, _, _ in points})
     x = {s: [math.log(lr) for t, lr, _ in points if t == s] for s in seeds}
     y = {s: [math.log(k) for t, _, k in points if t == s] for s in seeds}
@@ -257,74 +305,123 @@ def fit_lr(points, target):
     sxx = sum((a - mx[s]) ** 2 for s in seeds for a in x[s])
     b = sxy / sxx
     a = sum(my[s] - b * mx[s] for s in seeds) / len(seeds)
-    return math.exp((target - a) / b), b
+    res = [math.log(k) - (my[s] - b * mx[s] + b * math.log(lr)) for s, lr, k in points]
+    return math.exp((target - a) / b), b, res
 
 
 def calibrate(opts):
-    """--calibrate: the calibrated arms' lrs and the reversed teacher, on seeds 100-102."""
-    n = opts["rl_steps"]
-    seeds = CALIB_SEEDS
+    """--calibrate: lr* per calibrated arm and the reversed teacher, on seeds 100-102.
+
+    Long because: it is the pre-registered calibration read top to bottom (the runs, the
+    fit, the grid check, the teacher), in the order it happens."""
+    n, seeds = opts["rl_steps"], CALIB_SEEDS
     for s in seeds:  # the warm starts first, here: workers must not train one twice at once
         warm(opts, s)
-    items = ([(opts, s, "adamw", n, common.Config.lr, None) for s in seeds]
-             + [(opts, s, arm, n, lr, None) for arm in CALIBRATED for lr in CALIB_LRS[arm]
+    items = ([(opts, s, "adamw", n, common.Config.lr) for s in seeds]
+             + [(opts, s, arm, n, lr) for arm in CALIBRATED for lr in CALIB_LRS[arm]
                 for s in seeds])
     done = common.pool(_cached_run_item, items, opts["jobs"], opts["threads"], "runs")
-    diverged = [(r["arm"], r["seed"], r["lr"]) for r in done if r.get("diverged")]
-    for arm, s, lr in diverged:
-        print(f"{arm} seed {s} lr {lr:g}: diverged, left out of the fit")
-    runs = [r for r in done if not r.get("diverged")]
-    if len([r for r in runs if r["arm"] == "adamw"]) < len(seeds) or any(
+    left_out = [{"arm": r["arm"], "seed": r["seed"], "lr": r["lr"],
+                 "why": "diverged" if r.get("diverged") else "collapsed"}
+                for r in done if not usable(r)]
+    for x in left_out:
+        print(f"{x['arm']} seed {x['seed']} lr {x['lr']:g}: {x['why']}, left out of the fit")
+    runs = [r for r in done if usable(r)]
+    ref = [r for r in runs if r["arm"] == "adamw"]
+    if len(ref) < len(seeds) or any(
             len({r["lr"] for r in runs if r["arm"] == a}) < 2 for a in CALIBRATED):
-        raise common.CliError("--calibrate: too many runs diverged to fit a line; try a lower grid")
+        raise common.CliError("--calibrate: too many runs diverged or collapsed to fit a line; "
+                              "lower the grid")
     if any(mean_kl(r) <= 0 for r in runs):
         raise common.CliError("--calibrate: a run did not move (KL 0): its warm start earns no "
                               "reward to learn from")
-    target = sum(math.log(mean_kl(r)) for r in runs[:len(seeds)]) / len(seeds)
+    target = sum(math.log(mean_kl(r)) for r in ref) / len(ref)
     out = {"experiment": "e11_calibration", "seeds": list(seeds), "steps": n,
-           "adamw_kl": {r["seed"]: mean_kl(r) for r in runs[:len(seeds)]}, "arms": {},
-           "diverged": [{"arm": a, "seed": s, "lr": lr} for a, s, lr in diverged]}
+           "adamw_kl": {r["seed"]: mean_kl(r) for r in ref}, "arms": {}, "left_out": left_out}
     for arm in CALIBRATED:
-        pts = [(r["seed"], r["lr"], mean_kl(r)) for r in runs[len(seeds):] if r["arm"] == arm]
-        lr, slope = fit_lr(pts, target)
+        pts = [(r["seed"], r["lr"], mean_kl(r)) for r in runs if r["arm"] == arm]
+        lr, slope, res = fit_lr(pts, target)
+        grid = CALIB_LRS[arm]
+        if not min(grid) / 1.5 <= lr <= max(grid) * 1.5:
+            raise common.CliError(f"--calibrate: {arm}'s lr* {lr:.3g} lies outside its grid "
+                                  f"{grid}; widen it by 3x at that end (an amendment)")
         out["arms"][arm] = {"lr": lr, "slope": slope,
-                            "kl": [{"seed": s, "lr": x, "kl": k} for s, x, k in pts]}
-        print(f"{arm}: KL ~ lr^{slope:.2f}; lr {lr:.3g} matches adamw's mean log KL")
+                            "points": [{"seed": s, "lr": x, "kl": k, "residual": e}
+                                       for (s, x, k), e in zip(pts, res)]}
+        print(f"{arm}: KL ~ lr^{slope:.2f}; lr* {lr:.3g} matches adamw's mean log KL "
+              f"(largest residual {max(abs(e) for e in res):.2f} in log KL)")
     gaps = {p: [warm_credit(opts, s, p)["gap"] for s in seeds] for p in TEACHER_GRID}
     base = [warm_credit(opts, s)["gap"] for s in seeds]
-    ok = [p for p in TEACHER_GRID if None not in gaps[p] and min(gaps[p]) > 0
-          and sum(gaps[p]) / len(seeds) >= MIN_GAP]
     mean = lambda xs: sum(x for x in xs if x is not None) / max(1, sum(x is not None for x in xs))
+    ok = [p for p in TEACHER_GRID if mean(gaps[p]) >= MIN_GAP]
     chosen = max(ok) if ok else max(TEACHER_GRID, key=lambda p: mean(gaps[p]))
     out["teacher"] = {"gaps": {f"{p:g}": g for p, g in gaps.items()}, "baseline_gaps": base,
-                      "p_restate_flawed": chosen, "met_the_rule": bool(ok)}
-    print(f"reversed teacher: p_restate_flawed {chosen:g} (restate credit "
-          f"{mean(gaps[chosen]):+.3f} on seeds {list(seeds)}; E9's teacher "
-          f"{mean(base):+.3f}){'' if ok else '; no rate met the rule'}")
+                      "p_f": chosen, "met_the_rule": bool(ok)}
+    print(f"reversed teacher: p_f {chosen:g} (restate credit {mean(gaps[chosen]):+.3f} on "
+          f"seeds {list(seeds)}; E9's teacher {mean(base):+.3f})"
+          + ("" if ok else "; no rate met the rule"))
     common.save("e11_calibration", out, opts["out"])
     return out
 
 
 def _cached_run_item(item):
-    """cached_run of one calibration item; a run that diverges is a record that says so."""
-    try:
-        return cached_run(*item)
-    except FloatingPointError:
-        _, seed, arm, _, lr, _ = item
-        return {"seed": seed, "arm": arm, "lr": lr, "diverged": True}
+    return cached_run(*item)
 
 
 def one_seed(args):
-    """Every arm of one seed, each from the cache if it ran before."""
+    """The runs of one seed, each from the cache if it ran before: on an evaluation seed
+    every arm (each calibrated arm at lr*/2 and 2 lr*), on an extra seed of the null
+    control adamw and permuted."""
     opts, seed = args
     cal, n = opts["calibration"], opts["rl_steps"]
-    rf = cal["teacher"]["p_restate_flawed"]
-    runs = {"warm_credit": {"adamw": warm_credit(opts, seed), "reversed": warm_credit(opts, seed,
-                                                                                       rf)}}
-    for arm in ARMS:
-        lr = cal["arms"][arm]["lr"] if arm in CALIBRATED else common.Config.lr
-        runs[arm] = cached_run(opts, seed, arm, n, lr, rf if arm == "reversed" else None)
-    return runs
+    arms = list(ARMS) if seed in opts["seeds"] else ["adamw", "permuted"]
+    out = {"seed": seed, "runs": {}}
+    for arm in arms:
+        if arm in CALIBRATED:
+            out["runs"][arm] = [cached_run(opts, seed, arm, n, cal["arms"][arm]["lr"] * f)
+                                for f in BRACKET]
+        else:
+            p_f = cal["teacher"]["p_f"] if arm == "reversed" else None
+            out["runs"][arm] = [cached_run(opts, seed, arm, n, common.Config.lr, p_f)]
+    if "reversed" in arms:
+        out["warm_credit"] = {"adamw": warm_credit(opts, seed),
+                              "reversed": warm_credit(opts, seed, cal["teacher"]["p_f"])}
+    return out
+
+
+def matched(pair, kl_target):
+    """A calibrated arm's drift on one seed, read at adamw's KL there: linear in log KL
+    between its two runs; (drift, flag) with flag None, "extrapolated", "one run" or
+    "no run"."""
+    ok = [r for r in pair if usable(r) and mean_kl(r) > 0]
+    if not ok or kl_target is None or kl_target <= 0:
+        return None, "no run"
+    if len(ok) == 1:
+        return ok[0]["drift"], "one run"
+    (x0, d0), (x1, d1) = sorted((math.log(mean_kl(r)), r["drift"]) for r in ok)
+    x = math.log(kl_target)
+    d = d0 if x1 == x0 else d0 + (x - x0) * (d1 - d0) / (x1 - x0)
+    return d, None if x0 <= x <= x1 else "extrapolated"
+
+
+def drifts(results, arm, seeds):
+    """Per seed (in ``seeds``' order): the arm's drift (read at adamw's KL for a calibrated
+    arm), and the flags."""
+    by_seed = {r["seed"]: r["runs"] for r in results}
+    out, flags = [], {}
+    for s in seeds:
+        runs = by_seed[s]
+        ref = runs["adamw"][0]
+        target = mean_kl(ref) if usable(ref) else None
+        if arm in CALIBRATED:
+            d, flag = matched(runs[arm], target)
+        else:
+            r = runs[arm][0]
+            d, flag = (None, "diverged") if r.get("diverged") else (r["drift"], None)
+        out.append(d)
+        if flag:
+            flags[s] = flag
+    return out, flags
 
 
 def own_v_gap(run):
@@ -334,38 +431,78 @@ def own_v_gap(run):
     return own - sum(a + b for a, b in zip(run["direct"], run["carried_direct"]))
 
 
-def analyse(runs, seeds):
-    """The registered contrasts and the secondaries, from per-arm lists of runs."""
-    drift = lambda arm: [r["drift"] for r in runs[arm]]
+def analyse(results, seeds, permuted_seeds):
+    """The registered contrasts (with whether each sign came out as predicted) and the
+    secondaries.
+
+    Long because: it lists the pre-registered contrasts and the secondaries one by one, as
+    the docstring does."""
+    d = {a: drifts(results, a, seeds) for a in ARMS}
+    perm, perm_flags = drifts(results, "permuted", permuted_seeds)
     primary = {}
     for a, b, pred in PRIMARY:
+        if a == "permuted":
+            c = stats.contrast(perm, 0.0, pred, permuted_seeds)
+            c["tost_margin"] = MARGIN
+            primary["drift permuted vs 0 (equivalence)"] = c
+            continue
         name = f"drift {a} - {b}" if b else f"drift {a} vs 0"
-        primary[name] = stats.contrast(drift(a), drift(b) if b else 0.0, pred, seeds)
-    primary["drift permuted vs 0"]["tost_margin"] = MARGIN
+        primary[name] = stats.contrast(d[a][0], d[b][0] if b else 0.0, pred, seeds)
     ps = [stats.p_value(c) for c in primary.values()]
-    holm = {n: {"p": p, "p_holm": h} for n, p, h in zip(primary, ps, stats.holm(ps))}
-    secondary = {f"drift {a} vs 0": stats.contrast(drift(a), 0.0, "none", seeds) for a in ARMS}
-    secondary["drift reversed - adamw"] = stats.contrast(drift("reversed"), drift("adamw"), "< 0",
+    holm = {n: {"p": p, "p_holm": h, "sign_as_predicted": sign_ok(primary[n])}
+            for n, p, h in zip(primary, ps, stats.holm(ps))}
+    secondary = {f"drift {a} vs 0": stats.contrast(d[a][0], 0.0, "none", seeds) for a in ARMS}
+    secondary["drift reversed - adamw"] = stats.contrast(d["reversed"][0], d["adamw"][0], "< 0",
                                                          seeds)
     secondary["interaction (adamw - adam_b1_0) - (sgd_momentum - sgd)"] = stats.contrast(
-        [w - x - y + z for w, x, y, z in zip(drift("adamw"), drift("adam_b1_0"),
-                                             drift("sgd_momentum"), drift("sgd"))],
-        0.0, "none", seeds)
-    log_kl = lambda arm: [math.log(mean_kl(r)) if mean_kl(r) > 0 else None for r in runs[arm]]
-    for a in ARMS:
-        if a != "adamw":
-            secondary[f"log mean per-step KL, {a} - adamw"] = stats.contrast(
-                log_kl(a), log_kl("adamw"), "about 0", seeds)
-            secondary[f"final accuracy, {a} - adamw"] = stats.contrast(
-                [r["acc"] for r in runs[a]], [r["acc"] for r in runs["adamw"]], "none", seeds)
+        [None if None in (w, x, y, z) else w - x - y + z
+         for w, x, y, z in zip(d["adamw"][0], d["adam_b1_0"][0], d["sgd_momentum"][0],
+                               d["sgd"][0])], 0.0, "none", seeds)
+    by_seed = {r["seed"]: r["runs"] for r in results}
     for a in ("adamw", "adam_b1_0"):
-        secondary[f"second-moment coupling, {a}"] = stats.contrast(
-            [own_v_gap(r) for r in runs[a]], 0.0, "none", seeds)
-    kl_ratio = {a: [mean_kl(r) / mean_kl(b) if mean_kl(b) > 0 else None
-                    for r, b in zip(runs[a], runs["adamw"])] for a in ARMS}
-    outside = {a: [s for s, x in zip(seeds, v) if x is None or not 0.8 <= x <= 1.2]
-               for a, v in kl_ratio.items()}
-    return primary, holm, secondary, kl_ratio, outside
+        gaps = [own_v_gap(r) for s in seeds for r in by_seed[s][a][:1] if usable(r)]
+        secondary[f"second-moment coupling, {a} (at lr*/2)" if a in CALIBRATED
+                  else f"second-moment coupling, {a}"] = stats.contrast(gaps, 0.0, "none")
+    for a in ARMS:
+        if a == "adamw":
+            continue
+        acc = [by_seed[s][a][-1].get("acc") for s in seeds]
+        secondary[f"final accuracy, {a} - adamw"] = stats.contrast(
+            acc, [by_seed[s]["adamw"][0].get("acc") for s in seeds], "none", seeds)
+    kl = kl_report(results, seeds)
+    collapsed = {a: sum(bool(r.get("collapsed")) for s in seeds for r in by_seed[s][a])
+                 for a in ARMS}
+    flags = {a: d[a][1] for a in ARMS}
+    flags["permuted (seeds of primary 5)"] = perm_flags
+    return primary, holm, secondary, kl, collapsed, flags
+
+
+def sign_ok(c):
+    """Whether a contrast's mean has the predicted sign (None where none was predicted)."""
+    pred, diff = c.get("predicted"), c.get("diff")
+    if diff is None or pred not in ("> 0", "< 0"):
+        return None
+    return diff > 0 if pred == "> 0" else diff < 0
+
+
+def kl_report(results, seeds):
+    """Per calibrated run: its mean per-step KL over adamw's on the seed, overall and in
+    each half of the steps."""
+    by_seed = {r["seed"]: r["runs"] for r in results}
+    half = lambda r, i: r["kl"][i * len(r["kl"]) // 2:(i + 1) * len(r["kl"]) // 2 or None]
+    ratio = lambda a, b: (sum(a) / len(a)) / (sum(b) / len(b)) if a and sum(b) > 0 else None
+    out = {}
+    for s in seeds:
+        ref = by_seed[s]["adamw"][0]
+        for a in CALIBRATED:
+            for r in by_seed[s].get(a, []):
+                if r.get("diverged") or ref.get("diverged"):
+                    continue
+                out.setdefault(a, []).append({
+                    "seed": s, "lr": r["lr"], "ratio": ratio(r["kl"], ref["kl"]),
+                    "first_half": ratio(half(r, 0), half(ref, 0)),
+                    "second_half": ratio(half(r, 1), half(ref, 1))})
+    return out
 
 
 def main(argv):
@@ -377,7 +514,10 @@ def main(argv):
     if o["calibrate"]:
         return calibrate(o)
     if o["quick"]:  # the evaluation seeds are not looked at before the full run
-        o["seeds"] = [QUICK_SEED] if not any(a.startswith("--seeds=") for a in argv) else o["seeds"]
+        if not any(a.startswith("--seeds=") for a in argv):
+            o["seeds"] = [QUICK_SEED]
+        if not any(a.startswith("--permuted_seeds=") for a in argv):
+            o["permuted_seeds"] = list(o["seeds"])
         o["rl_steps"] = min(o["rl_steps"], 40)
     cal_path = os.path.join(o["out"], "e11_calibration.json")
     if o["quick"] and not os.path.exists(cal_path):  # a quick run uses the committed one
@@ -386,70 +526,81 @@ def main(argv):
         raise common.CliError(f"no calibration at {cal_path}: run --calibrate first (seeds "
                               "100-102)")
     o["calibration"] = json.load(open(cal_path))
-    results, seeds, t0 = common.over_seeds(one_seed, o)
-    runs = {a: [r[a] for r in results] for a in ARMS}
-    primary, holm, secondary, kl_ratio, outside = analyse(runs, seeds)
-    warm_gap = {k: [r["warm_credit"][k]["gap"] for r in results] for k in ("adamw", "reversed")}
+    seeds, perm_seeds = o["seeds"], o["permuted_seeds"]
+    every = sorted(set(seeds) | set(perm_seeds))
+    t0 = time.time()
+    results = common.pool(one_seed, [(o, s) for s in every], o["jobs"], o["threads"])
+    primary, holm, secondary, kl, collapsed, flags = analyse(results, seeds, perm_seeds)
+    wc = {r["seed"]: r["warm_credit"] for r in results if "warm_credit" in r}
+    warm_gap = {k: [wc[s][k]["gap"] for s in seeds] for k in ("adamw", "reversed")}
+    gate = stats.contrast(warm_gap["reversed"], 0.0, "> 0", seeds)
     secondary["warm restate credit, reversed - adamw"] = stats.contrast(
         warm_gap["reversed"], warm_gap["adamw"], "> 0", seeds)
+    readable = gate["diff"] is not None and gate["half"] is not None and \
+        gate["diff"] - gate["half"] > 0
     data = {
-        "experiment": "e11_optimizer", "seeds": seeds, "rl_steps": o["rl_steps"],
-        "quick": o["quick"], "calibration": o["calibration"], "arms": ARMS,
-        "primary": primary, "holm": holm, "secondary": secondary, "margin": MARGIN,
-        "kl_ratio": kl_ratio, "kl_ratio_outside_band": outside,
-        "warm_credit": {k: [r["warm_credit"][k] for r in results] for k in ("adamw", "reversed")},
-        "per_arm": {a: {k: stats.ci([r[k] for r in runs[a]]) for k in ("drift", "acc0", "acc")}
-                    for a in ARMS},
-        "runs": {a: [{k: v for k, v in r.items() if k != "fresh"} for r in runs[a]]
-                 for a in ARMS},
+        "experiment": "e11_optimizer", "seeds": seeds, "permuted_seeds": perm_seeds,
+        "rl_steps": o["rl_steps"], "quick": o["quick"], "calibration": o["calibration"],
+        "arms": ARMS, "bracket": BRACKET, "margin": MARGIN, "primary": primary, "holm": holm,
+        "secondary": secondary, "primary_4_readable": readable, "warm_credit_reversed": gate,
+        "kl_ratio": kl, "collapsed": collapsed, "flags": flags,
+        "runs": [{"seed": r["seed"], "runs": {a: [{k: v for k, v in x.items() if k != "fresh"}
+                                                  for x in rs] for a, rs in r["runs"].items()}}
+                 for r in results],
         "seconds": round(time.time() - t0, 1), "jobs": o["jobs"],
-        "cpu_s": round(sum(r.get("seconds", 0) for a in ARMS for r in runs[a]), 1),
+        "cpu_s": round(sum(x.get("seconds", 0) for r in results for rs in r["runs"].values()
+                           for x in rs), 1),
     }
     common.print_contrasts(primary)
     for name, h in holm.items():
         if h["p"] is not None:
-            print(f"  {name}: p {h['p']:.3g}, Holm-adjusted p {h['p_holm']:.3g}")
+            print(f"  {name}: p {h['p']:.3g}, Holm-adjusted p {h['p_holm']:.3g}, sign as "
+                  f"predicted: {h['sign_as_predicted']}")
+    print(f"primary 4 readable (the reversed warm starts' credit above 0): {readable}")
     common.print_contrasts(secondary, "secondary")
-    for a, v in kl_ratio.items():
-        shown = ", ".join("n/a" if x is None else f"{x:.2f}" for x in v)
-        print(f"{a}: KL / adamw's per seed {shown}"
-              + (f"; outside 0.8-1.2 on seeds {outside[a]}" if outside[a] else ""))
-    data["rate"] = common.rate("E11", sum(r[a]["fresh"] for r in results for a in ARMS),
-                               data["seconds"], min(o["jobs"], len(seeds)), "runs")
+    for a, f in flags.items():
+        if f:
+            print(f"{a}: flagged seeds {f}")
+    fresh = sum(x["fresh"] for r in results for rs in r["runs"].values() for x in rs)
+    data["rate"] = common.rate("E11", fresh, data["seconds"], min(o["jobs"], len(every)), "runs")
     data = common.clean(data)
     common.save("e11_optimizer", data, o["out"], lambda plt: plot(plt, data))
     return data
 
 
 def plot(plt, data):
-    """Left: each arm's drift per seed (dots) with its mean and 95 % t interval. Right:
-    each arm's mean per-step KL over adamw's, per seed, with the 0.8-1.2 band."""
+    """Left: each arm's drift per seed (read at adamw's KL for a calibrated arm; dots) with
+    its mean and 95 % t interval. Right: each calibrated run's mean per-step KL over
+    adamw's on its seed, at lr*/2 and 2 lr*."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5))
-    arms = list(data["runs"])
+    arms = list(ARMS)
     for i, a in enumerate(arms):
-        d = [r["drift"] for r in data["runs"][a]]
-        m, h = stats.ci(d)
+        sec = data["secondary"].get(f"drift {a} vs 0", {})
+        d = [x for x in sec.get("per_seed", []) if x is not None]
+        m, h = stats.ci(d) if d else (None, None)
         left.plot([i] * len(d), d, "o", color="0.6", ms=4)
         if m is not None:
             left.errorbar([i], [m], yerr=[[h or 0], [h or 0]], fmt="s", color="k", capsize=4)
-        ratios = [x for x in data["kl_ratio"][a] if x is not None and x > 0]
-        right.plot([i] * len(ratios), ratios, "o", color="tab:blue", ms=4)
-    for ax in (left, right):
-        ax.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=10)
+    for i, a in enumerate(CALIBRATED):
+        pts = [x["ratio"] for x in data["kl_ratio"].get(a, []) if x["ratio"]]
+        right.plot([i] * len(pts), pts, "o", color="tab:blue", ms=4)
+    left.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=10)
+    right.set_xticks(range(len(CALIBRATED)), CALIBRATED, rotation=25, ha="right", fontsize=10)
     left.axhline(0, color="k", lw=0.6)
     left.axhspan(-data["margin"], data["margin"], color="tab:green", alpha=0.1)
     left.set_ylabel("signed restate drift (nats)\n> 0: away from restating")
     left.set_title("drift per arm (dots: seeds; square: mean, 95 % t)", fontsize=11)
-    right.axhspan(0.8, 1.2, color="tab:green", alpha=0.15)
+    right.axhline(1, color="k", lw=0.6)
     right.set_yscale("log")
-    right.set_ylabel("mean per-step KL / adamw's (per seed)")
-    right.set_title("step size matched? (band: 0.8-1.2)", fontsize=11)
+    right.set_ylabel("mean per-step KL / adamw's on the seed")
+    right.set_title("the two runs per seed that bracket adamw's KL", fontsize=11)
     n = len(data["seeds"])
     fig.suptitle(f"E11: the optimizer's part in the restate drift ({data['rl_steps']} RL steps, "
                  f"{n} seed{'s' if n > 1 else ''})", fontsize=12)
-    common.caption(fig, "Green band, left: the equivalence margin of the permuted arm's primary "
-                   "(+-0.5 nats). KL: the run's mean over its steps of KL(pi_new || pi_old) on "
-                   "its sampled tokens.", width=130)
+    common.caption(fig, "Left: a calibrated arm's drift is read at adamw's KL on the seed, "
+                   "between its runs at lr*/2 and 2 lr*; green band: the permuted arm's "
+                   "equivalence margin (+-0.85 nats). Right: KL, a run's mean over its steps of "
+                   "KL(pi_new || pi_old) on its sampled tokens; 1 is adamw's.", width=130)
     return fig
 
 
