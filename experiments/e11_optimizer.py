@@ -20,8 +20,9 @@ repeat exactly), and 10-29 for the null control's equivalence test; calibration 
 Testbed: E9's. Per seed, the chain warm start (SFT 1500 steps, flawed teacher 0.6, a
 teacher who restates 40 % of the time, n_embd 96), then 200 on-policy RL steps of
 ``dr_grpo`` (B = 16 x G = 8, clip 0.2, grad clip 1.0) with the seed's problem stream
-and sampling generator, measured at every optimizer step by drift_probes.split_step.
-Arms:
+and sampling generator, measured at every optimizer step by drift_probes.split_step
+(with --device=cuda the runs and their probes go to the GPU: cached apart, and not
+repeatable bitwise; the warm-start credit is measured on the CPU). Arms:
 
   adamw          AdamW, betas (0.9, 0.99), lr 1e-4: E9's reference arm
   adam_b1_0      AdamW with beta1 = 0: per-parameter normalisation, no momentum
@@ -209,21 +210,22 @@ def warm(opts, seed, p_f=None):
 
 def run_arm(opts, seed, arm, rl_steps, lr, p_f=None):
     """``rl_steps`` on-policy RL steps of ``arm`` from its warm start, every optimizer step
-    split by drift_probes.split_step; the per-step records."""
+    split by drift_probes.split_step, on --device; the per-step records."""
     small = {"prompts_per_step": 4, "group_size": 4, "eval_size": 16} if opts["small"] else {}
     cfg = common.Config(task="chain", seed=seed, lr=lr, loss="dr_grpo", **ARMS[arm], **small)
-    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_f))
+    device = common.DEVICE
+    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_f), device)
     task = toy_tasks.make_task("chain")
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, seed)
     draw = toy_tasks.train_sampler(task, held_out, seed)  # train.py's streams for this seed
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     opt = rl_optimizer(model.parameters(), cfg.optimizer, cfg.lr)
-    acc0 = evaluate(model, task, held_out, cfg, "cpu")
+    acc0 = evaluate(model, task, held_out, cfg, device)
     rec = {k: [] for k in PER_STEP}
     memo = {}  # momentum of first-token origin, and Adam's first-token-only second moment
     for _ in range(rl_steps):
         model.train()
-        batch = rollouts(model, task, draw, cfg, gen, "cpu")
+        batch = rollouts(model, task, draw, cfg, gen, device)
         batch.max_len = task.max_new_tokens
         lens = batch.mask.sum(1)
         adv = advantage.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
@@ -237,7 +239,7 @@ def run_arm(opts, seed, arm, rl_steps, lr, p_f=None):
             rec[k].append(step[k])
     with torch.no_grad():
         ell_end, h_end = DP.choice(model, task, held_out)
-    acc = evaluate(model, task, held_out, cfg, "cpu")
+    acc = evaluate(model, task, held_out, cfg, device)
     return {"seed": seed, "arm": arm, "lr": lr, "p_f": p_f, "acc0": acc0, "acc": acc,
             "collapsed": acc < COLLAPSED * acc0, "drift": sum(rec["measured"]),
             "entropy_end": h_end, "ell_end": float(ell_end), **rec}
@@ -247,7 +249,8 @@ def cached_run(opts, seed, arm, rl_steps, lr, p_f=None):
     """run_arm, cached in <out>/runs/e11/ under everything that defines the run; a run
     that diverges is a record that says so (and is cached too)."""
     tag = (f"{SPEC}_{arm}_s{seed}_steps{rl_steps}_lr{lr:.6g}"
-           + (f"_pf{p_f:g}" if p_f is not None else "") + ("_small" if opts["small"] else ""))
+           + (f"_pf{p_f:g}" if p_f is not None else "") + ("_small" if opts["small"] else "")
+           + ("" if common.DEVICE == "cpu" else f"_{common.DEVICE}"))  # a GPU's runs kept apart
     path = os.path.join(opts["out"], "runs", "e11", tag + ".json")
     if os.path.exists(path):
         return dict(json.load(open(path)), fresh=False)
