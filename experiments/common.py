@@ -14,6 +14,7 @@
   step as real training would (``real_step``).
 """
 
+import contextlib
 import copy
 import dataclasses
 import json
@@ -31,6 +32,7 @@ from plumbing import checkpoint
 from plumbing import config
 from plumbing import dist_utils
 from plumbing.console import progress
+import toy_tasks
 import train
 from model import completion_logprobs
 from toy_tasks import PAD
@@ -238,6 +240,20 @@ def cli(main):
         fail(str(e))
     except KeyboardInterrupt:
         fail("interrupted")
+
+
+@contextlib.contextmanager
+def chain_teacher(**kwargs):
+    """Inside the block, toy_tasks' ``chain`` is ``make_chain(**kwargs)``: the teacher of a
+    warm start trained there (train.py's SFT reads the task registry). The RL reward is the
+    same whatever the teacher restates."""
+    make = toy_tasks.TASKS["chain"]
+    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
+        digits, scratchpad, **kwargs)
+    try:
+        yield
+    finally:
+        toy_tasks.TASKS["chain"] = make
 
 
 DEVICE = "cpu"  # --device: where train.py's runs go; set by parse, and in every worker

@@ -112,7 +112,6 @@ primaries 1 and 2 lose their predicted signs, the margin 0.5 -> 0.85 nats with 2
     python -m experiments.e11_optimizer --replot
 """
 
-import contextlib
 import json
 import math
 import os
@@ -180,20 +179,6 @@ EXTRA = {
 }
 
 
-@contextlib.contextmanager
-def chain_teacher(p_f):
-    """toy_tasks' chain task whose flawed teacher restates p_f of the time and whose right
-    one 1 - 1.5 p_f, for train.py's SFT inside the block: with 60 % of the data from the
-    flawed teacher, 40 % of it restates, as E9's."""
-    make = toy_tasks.TASKS["chain"]
-    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
-        digits, scratchpad, p_restate=1 - 1.5 * p_f, p_restate_flawed=p_f)
-    try:
-        yield
-    finally:
-        toy_tasks.TASKS["chain"] = make
-
-
 def warm(opts, seed, p_f=None):
     """The warm start of a seed: E9's teacher (E9's files where they exist), or the
     reversed teacher's."""
@@ -204,7 +189,8 @@ def warm(opts, seed, p_f=None):
         return common.warm_start(opts["out"], seed, "chain", sft_steps=sft, sft_flawed=0.6,
                                  **size)
     out = os.path.join(opts["out"], "ckpt", f"restate_flawed{round(100 * p_f)}")
-    with chain_teacher(p_f):
+    # 60 % of the SFT data is the flawed teacher's: 0.4 (1 - 1.5 p_f) + 0.6 p_f = 40 % restate
+    with common.chain_teacher(p_restate=1 - 1.5 * p_f, p_restate_flawed=p_f):
         return common.warm_start(out, seed, "chain", sft_steps=sft, sft_flawed=0.6, **size)
 
 

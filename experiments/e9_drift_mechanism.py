@@ -155,19 +155,6 @@ EXTRA = {
 }
 
 
-@contextlib.contextmanager
-def chain_teacher(p_restate):
-    """toy_tasks' chain task with a teacher who restates ``p_restate`` of the time,
-    for train.py's SFT inside the block (the RL reward ignores the restatement)."""
-    make = toy_tasks.TASKS["chain"]
-    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
-        digits, scratchpad, p_restate=p_restate)
-    try:
-        yield
-    finally:
-        toy_tasks.TASKS["chain"] = make
-
-
 def warm(opts, seed, arm):
     """The warm start of ``arm`` and ``seed`` (trained once by train.py, reused)."""
     size = (
@@ -177,7 +164,7 @@ def warm(opts, seed, arm):
     )
     sft = size.pop("sft_steps", 1500)
     p = TEACHER.get(arm)
-    with chain_teacher(p) if p else contextlib.nullcontext():
+    with common.chain_teacher(p_restate=p) if p else contextlib.nullcontext():
         out = os.path.join(opts["out"], "ckpt", f"teacher{round(100 * p)}") if p else opts["out"]
         return common.warm_start(out, seed, "chain", sft_steps=sft, sft_flawed=0.6, **size)
 

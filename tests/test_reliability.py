@@ -397,7 +397,16 @@ def test_interrupted_init_from_run_resumes_to_the_same_bits(tmp_path, mixed, mon
     checkpoint without the --init_from file, and ends as the uninterrupted run."""
     m, good = build(tmp_path)
     checkpoint.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
-    flags = TINY + [f"--init_from={good}", "--diagnostics"]
+    ref, d = interrupted_at_step_4(tmp_path, monkeypatch, TINY + [f"--init_from={good}",
+                                                                 "--diagnostics"])
+    os.remove(good)  # the resumed run needs only its own folder
+    train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
+    assert lines(d) == lines(ref)
+    assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
+
+
+def interrupted_at_step_4(tmp_path, monkeypatch, flags):
+    """A finished run of ``flags`` (ref) and the same run interrupted inside RL step 4 (d)."""
     ref, d = str(tmp_path / "ref"), str(tmp_path / "run")
     train.main(parse_args(flags + [f"--out_dir={ref}"]))
     real, calls = train.rollouts, []
@@ -411,10 +420,7 @@ def test_interrupted_init_from_run_resumes_to_the_same_bits(tmp_path, mixed, mon
     with pytest.raises(KeyboardInterrupt):
         train.main(parse_args(flags + [f"--out_dir={d}"]))
     monkeypatch.setattr(train, "rollouts", real)
-    os.remove(good)  # the resumed run needs only its own folder
-    train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
-    assert lines(d) == lines(ref)
-    assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
+    return ref, d
 
 
 @pytest.mark.parametrize("name", [n for n in model_module.OPTIMIZERS if n != "adamw"])
@@ -423,20 +429,8 @@ def test_every_optimizer_resumes_to_the_same_bits(tmp_path, mixed, monkeypatch, 
     is saved with the run and continues exactly after an interruption in RL step 4."""
     m, good = build(tmp_path)
     checkpoint.save_checkpoint(good, m, parse_args([]), "warm_start", 1)
-    flags = TINY + [f"--init_from={good}", f"--optimizer={name}"]
-    ref, d = str(tmp_path / "ref"), str(tmp_path / "run")
-    train.main(parse_args(flags + [f"--out_dir={ref}"]))
-    real, calls = train.rollouts, []
-
-    def stop_at_4(*a, **k):
-        calls.append(1)
-        if len(calls) == 4:
-            raise KeyboardInterrupt
-        return real(*a, **k)
-    monkeypatch.setattr(train, "rollouts", stop_at_4)
-    with pytest.raises(KeyboardInterrupt):
-        train.main(parse_args(flags + [f"--out_dir={d}"]))
-    monkeypatch.setattr(train, "rollouts", real)
+    ref, d = interrupted_at_step_4(tmp_path, monkeypatch, TINY + [f"--init_from={good}",
+                                                                 f"--optimizer={name}"])
     train.main(parse_args(TINY + [f"--out_dir={d}", "--resume"]))
     assert lines(d) == lines(ref)
     assert same_weights(weights(os.path.join(d, "ckpt.pt")), weights(os.path.join(ref, "ckpt.pt")))
