@@ -61,6 +61,14 @@ Amendment, before any run on seeds 0-9: the quick run on seed 100 read the entro
 from a key train.py does not log (``mean_token_entropy``); it reads ``entropy`` now.
 Nothing else was changed after that run.
 
+Amendment during the full run (post hoc, descriptive, outside every Holm family): each
+run's cancellation ledger (ledger.py; the run's shares of the shared tokens' coefficient
+mass, weighted by each step's mass), which issue 43 listed among the secondaries. It was
+added when seeds 0-3 had finished and before any of their outcomes had been looked at. No
+contrast is tested on it: under dr_grpo and dapo the ``weights`` part is 0 by
+construction, so grpo's share says how large the exchangeability break was on this task,
+not what it did.
+
 Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
 and any look before the full run use seeds >= 100). Each run's record is cached in
 <out>/runs/e10/ with its flags: an interrupted run continues where it stopped.
@@ -88,6 +96,21 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run (quick: 100)"),
          "sft_steps": (1500, "SFT steps of the chain_check warm start"),
          "small": (False, "tiny model and batches, for smoke tests")}
 FINAL = ("eval_acc", "style_drift_signed_restate", "entropy")  # entropy: of greedy completions
+LEDGER = ("weights", "credit", "cancelled")  # the run's ledger shares kept (post hoc, docstring)
+
+
+def ledger_shares(steps):
+    """The run's ledger: each part's share of the shared tokens' coefficient mass over all
+    its RL steps, i.e. the per-step shares weighted by each step's mass (ledger.py)."""
+    mass = sum(m["ledger_mass"] for m in steps)
+    if not mass:
+        return {k: None for k in LEDGER}
+    return {k: sum(m[f"ledger_{k}"] * m["ledger_mass"] for m in steps) / mass for k in LEDGER}
+
+
+def rl_steps_of(ms):
+    """The RL steps of a run's metrics lines (step 0 is the warm start's evaluation)."""
+    return [m for m in ms if m["phase"] == "rl" and m["step"] >= 1]
 
 
 def length_change(values, window):
@@ -110,17 +133,23 @@ def one_run(o, seed, arm, rl_steps, warm):
         flags += ["--prompts_per_step=4", "--group_size=4", "--eval_size=16"]
     flags += [f"--{k}={v}" for k, v in size.items()]
     cache = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}.json")
+    run_dir = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}")
     if os.path.exists(cache):
         rec = json.load(open(cache))
         if rec.get("flags") == flags and all(k in rec for k in FINAL):
+            metrics = os.path.join(run_dir, "metrics.jsonl")
+            if "ledger" not in rec and os.path.exists(metrics):  # a record from before the
+                # amendment: its ledger is read from the run's own log
+                rec["ledger"] = ledger_shares(rl_steps_of(
+                    [json.loads(line) for line in open(metrics)]))
             return rec
-    ms = common.run(flags, os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}"))
-    steps = [m for m in ms if m["phase"] == "rl" and m["step"] >= 1]  # step 0: the warm start
+    ms = common.run(flags, run_dir)
+    steps = rl_steps_of(ms)
     evals = [m for m in steps if "eval_acc" in m]
     rec = {"seed": seed, "arm": arm, "flags": flags,
            "length_correct": [m["length_correct"] for m in steps],
            "length_incorrect": [m["length_incorrect"] for m in steps],
-           "reward": [m["reward"] for m in steps],
+           "reward": [m["reward"] for m in steps], "ledger": ledger_shares(steps),
            **{k: evals[-1].get(k) if evals else None for k in FINAL}}
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     tmp = cache + ".tmp"
@@ -173,6 +202,10 @@ def main(argv):
         secondary[k]["equivalence"] = common.verdict(secondary[k], MARGIN)
     per_arm = {a: {k: common.ci(of(a, k)) for k in ("change_incorrect", "change_correct")
                    + FINAL} for a in ARMS}
+    for a in ARMS:  # post hoc, descriptive (docstring): the run's ledger shares
+        for k in LEDGER:
+            per_arm[a][f"ledger_{k}"] = common.ci([(r.get("ledger") or {}).get(k)
+                                                   for r in runs[a]])
     data = {"experiment": "e10_length", "seeds": seeds, "rl_steps": rl_steps,
             "window": window, "quick": o["quick"], "arms": ARMS, "margin": MARGIN,
             "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs,

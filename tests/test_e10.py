@@ -1,6 +1,7 @@
 """E10's pieces: the chain_check task (a check changes the length, never the reward),
 the per-step lengths train.py logs, the length change, and the quick run's contrasts
 recomputed from its own records."""
+import json
 import random
 
 import pytest
@@ -57,6 +58,18 @@ def test_length_change_by_hand():
     assert e10_length.length_change([1, 2, 3], 1) == 2
 
 
+def test_ledger_shares_by_hand():
+    """Two steps of mass 1 and 3 whose weights shares are 0.5 and 0.1: the run's share is
+    (0.5 * 1 + 0.1 * 3) / 4 = 0.2, not the plain mean 0.3."""
+    steps = [{"ledger_mass": 1.0, "ledger_weights": 0.5, "ledger_credit": 0.2,
+              "ledger_cancelled": 0.8},
+             {"ledger_mass": 3.0, "ledger_weights": 0.1, "ledger_credit": 0.6,
+              "ledger_cancelled": 0.4}]
+    got = e10_length.ledger_shares(steps)
+    assert got == pytest.approx({"weights": 0.2, "credit": 0.5, "cancelled": 0.5})
+    assert e10_length.ledger_shares([dict(steps[0], ledger_mass=0.0)])["weights"] is None
+
+
 def test_e10_quick(tmp_path):
     """Seed 100 (never an evaluation seed), each primary the paired difference of the runs'
     length changes, recomputed here; a second call reads every run from its cache."""
@@ -77,3 +90,14 @@ def test_e10_quick(tmp_path):
     again = e10_length.main(["--quick", "--small", "--sft_steps=5", "--rl_steps=2",
                              f"--out={tmp_path}"])
     assert again["runs"] == data["runs"]  # from the cache, not rerun
+    # the ledger (post hoc): dr_grpo's weights part is 0 by construction; a record cached
+    # without it has it read back from its run's log, to the same value
+    led = {arm: r["ledger"] for arm, (r,) in saved["runs"].items()}
+    assert led["dr_grpo"]["weights"] is None or abs(led["dr_grpo"]["weights"]) < 1e-6
+    cache = tmp_path / "runs" / "e10" / "grpo_s100.json"
+    rec = json.load(open(cache))
+    del rec["ledger"]
+    json.dump(rec, open(cache, "w"))
+    third = e10_length.main(["--quick", "--small", "--sft_steps=5", "--rl_steps=2",
+                             f"--out={tmp_path}"])
+    assert third["runs"]["grpo"][0]["ledger"] == pytest.approx(led["grpo"])
