@@ -69,6 +69,18 @@ contrast is tested on it: under dr_grpo and dapo the ``weights`` part is 0 by
 construction, so grpo's share says how large the exchangeability break was on this task,
 not what it did.
 
+Second amendment, after the full run had been seen (post hoc, its own family in
+multiplicity.py): every arm shortened both its wrong and its right completions, and a
+check can change the reward of a *sampled* completion (a miscopied check is the last step
+the verifier reads), which the teacher's exact checks never do. So each seed's warm start
+and each run's final model are sampled once more (256 training problems x 8, temperature
+1, their own sampling stream) and their checks counted: the share of completions that
+check, the accuracy of those that check against those that do not, and how often the
+checks change the reward (the completion cut after its last operation, scored again).
+Post-hoc contrasts: the warm start's accuracy gap (checked - unchecked) against 0; each
+arm's share of checking completions, end - warm start; and that share at the end,
+grpo - dr_grpo.
+
 Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
 and any look before the full run use seeds >= 100). Each run's record is cached in
 <out>/runs/e10/ with its flags: an interrupted run continues where it stopped.
@@ -82,11 +94,15 @@ import os
 import sys
 import time
 
+import torch
+
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e10_length\n")
     sys.exit(2)
 from experiments import common
+from plumbing import checkpoint
+import toy_tasks
 
 ARMS = ("grpo", "dr_grpo", "dapo")
 MARGIN = 1.0  # tokens: the equivalence margin of the dapo - dr_grpo secondaries (docstring)
@@ -121,6 +137,52 @@ def length_change(values, window):
     if not first or not last:
         return None
     return sum(last) / len(last) - sum(first) / len(first)
+
+
+def cut_checks(text, n_ops):
+    """The completion up to the end of its ``n_ops``-th step: its checks cut off (a
+    completion with fewer steps is returned whole)."""
+    start = text.find(")") + 1 if text.startswith("(") else 0  # after the restatement
+    seps = [i for i in range(start, len(text)) if text[i] in ",;"]
+    return text if len(seps) < n_ops else text[:seps[n_ops - 1]]
+
+
+def check_stats(o, seed, ckpt, tag, prompts=256, group_size=8):
+    """Post hoc (docstring): a model's checks. 256 training problems x 8 rollouts at
+    temperature 1 from its own sampling stream: how many check, the accuracy with and
+    without a check, and how often the checks change the reward. Cached beside the runs."""
+    cache = os.path.join(o["out"], "runs", "e10", f"checks_{tag}_s{seed}.json")
+    if os.path.exists(cache):
+        return json.load(open(cache))
+    model, _ = checkpoint.load_checkpoint(ckpt)
+    task = toy_tasks.make_task("chain_check")
+    draw = toy_tasks.train_sampler(
+        task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 7000 + seed)
+    n = 8 if o["small"] else prompts
+    with torch.no_grad():
+        b = common.rollout_batch(model, task, draw, n, group_size,
+                                 torch.Generator(device="cpu").manual_seed(7000 + seed))
+    rows = []
+    for i, p in enumerate(b.problems):
+        text = toy_tasks.decode(b.tokens[i])
+        n_ops = (len(p) - 1) // 2
+        cut = cut_checks(text, n_ops)
+        rows.append((cut != text, float(b.rewards[i]), task.reward(p, cut)))
+    checked = [r for c, r, _ in rows if c]
+    plain = [r for c, r, _ in rows if not c]
+    mean = lambda xs: sum(xs) / len(xs) if xs else None
+    out = {"rollouts": len(rows), "checked": len(checked),
+           "share_checked": len(checked) / len(rows),
+           "acc_checked": mean(checked), "acc_not": mean(plain),
+           "changed_to_wrong": sum(c and r < u for c, r, u in rows),
+           "changed_to_right": sum(c and r > u for c, r, u in rows)}
+    out["gap"] = (None if None in (out["acc_checked"], out["acc_not"])
+                  else out["acc_checked"] - out["acc_not"])
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    with open(cache + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(cache + ".tmp", cache)
+    return out
 
 
 def one_run(o, seed, arm, rl_steps, warm):
@@ -170,6 +232,7 @@ def main(argv):
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
     t0 = time.time()
     runs = {a: [] for a in ARMS}
+    checks = {a: [] for a in ("warm start",) + ARMS}  # post hoc (docstring)
     for seed in o["seeds"]:
         warm = common.warm_start(o["out"], seed, "chain_check", sft_steps=o["sft_steps"],
                                  sft_flawed=0.6, **size)
@@ -178,6 +241,11 @@ def main(argv):
             rec["change_incorrect"] = length_change(rec["length_incorrect"], window)
             rec["change_correct"] = length_change(rec["length_correct"], window)
             runs[arm].append(rec)
+        checks["warm start"].append(check_stats(o, seed, warm, "warm"))
+        for arm in ARMS:  # the run's final model (post hoc, docstring)
+            final = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}", "ckpt.pt")
+            checks[arm].append(check_stats(o, seed, final, arm)
+                               if os.path.exists(final) else None)
     seeds = o["seeds"]
     of = lambda arm, k: [r[k] for r in runs[arm]]
     pair = lambda a, b, k, pred: common.contrast(of(a, k), of(b, k), pred, seeds)
@@ -206,14 +274,26 @@ def main(argv):
         for k in LEDGER:
             per_arm[a][f"ledger_{k}"] = common.ci([(r.get("ledger") or {}).get(k)
                                                    for r in runs[a]])
+    share = lambda a: [c and c["share_checked"] for c in checks[a]]
+    post = {  # post hoc (docstring): their own family in multiplicity.py
+        "warm_check_gap": {"warm start": common.contrast(
+            [c["gap"] for c in checks["warm start"]], 0.0, "none", seeds)},
+        "check_share_change": {a: common.contrast(share(a), share("warm start"), "none", seeds)
+                               for a in ARMS},
+        "check_share_end": {"grpo - dr_grpo": common.contrast(share("grpo"), share("dr_grpo"),
+                                                              "none", seeds)},
+    }
     data = {"experiment": "e10_length", "seeds": seeds, "rl_steps": rl_steps,
             "window": window, "quick": o["quick"], "arms": ARMS, "margin": MARGIN,
             "primary": primary, "secondary": secondary, "per_arm": per_arm, "runs": runs,
+            "checks": checks, **post,
             "seconds": round(time.time() - t0, 1)}
     for a in ARMS:
         print(f"{a}: " + "  ".join(f"{k} {common.fmt(v)}" for k, v in per_arm[a].items()))
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
+    for key, fam in post.items():
+        common.print_contrasts({f"{key} {k}": c for k, c in fam.items()}, "post hoc")
     print(f"e10_length took {data['seconds']:.0f}s")
     data = common.clean(data)
     common.save("e10_length", data, o["out"], lambda plt: plot(plt, data))

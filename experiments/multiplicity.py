@@ -41,6 +41,8 @@ from experiments import stats
 POST_HOC = {
     # E9: the restate choice's warm-start accuracy gap, added after seeds 0-1 had been seen
     "e9_drift_mechanism": ("warm_credit_gap",),
+    # E10: the checks, measured after the full run had been seen
+    "e10_length": ("warm_check_gap", "check_share_change", "check_share_end"),
 }
 KINDS = ("primary", "secondary", "post_hoc")
 

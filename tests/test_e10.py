@@ -58,6 +58,21 @@ def test_length_change_by_hand():
     assert e10_length.length_change([1, 2, 3], 1) == 2
 
 
+def test_cut_checks_by_hand():
+    """The completion cut after its third step; the restatement's own '+' and ')' are not
+    steps, and ';' separates steps as ',' does."""
+    cut = e10_length.cut_checks
+    assert cut("(3+4*2-5)3+4=7,7*2=14;14-5=9,14-5=9,14-5=9", 3) == "(3+4*2-5)3+4=7,7*2=14;14-5=9"
+    assert cut("3+4=7,7*2=14,14-5=9", 3) == "3+4=7,7*2=14,14-5=9"
+    assert cut("3+4=7,7*2=14", 3) == "3+4=7,7*2=14"  # fewer steps: whole
+    task = toy_tasks.make_task("chain_check")
+    p = (3, "+", 4, "*", 2, "-", 5)
+    miscopied = "3+4=7,7*2=14,14-5=9,14-5=8"  # a check that changes the reward
+    assert task.reward(p, miscopied) == 0.0 and task.reward(p, cut(miscopied, 3)) == 1.0
+    repaired = "3+4=7,7*2=14,14-5=8,14-5=9"  # and one that repairs it
+    assert task.reward(p, repaired) == 1.0 and task.reward(p, cut(repaired, 3)) == 0.0
+
+
 def test_ledger_shares_by_hand():
     """Two steps of mass 1 and 3 whose weights shares are 0.5 and 0.1: the run's share is
     (0.5 * 1 + 0.1 * 3) / 4 = 0.2, not the plain mean 0.3."""
@@ -101,3 +116,14 @@ def test_e10_quick(tmp_path):
     third = e10_length.main(["--quick", "--small", "--sft_steps=5", "--rl_steps=2",
                              f"--out={tmp_path}"])
     assert third["runs"]["grpo"][0]["ledger"] == pytest.approx(led["grpo"])
+    # the checks (post hoc): the warm start's and each run's final model, sampled; the
+    # counts add up and the contrasts are the paired differences of the shares
+    for key in ("warm start", "grpo", "dr_grpo", "dapo"):
+        (c,) = saved["checks"][key]
+        assert c["rollouts"] == 64 and 0 <= c["checked"] <= 64
+        assert c["share_checked"] == c["checked"] / 64
+        assert c["changed_to_wrong"] + c["changed_to_right"] <= c["checked"]
+    w = saved["checks"]["warm start"][0]["share_checked"]
+    c = saved["check_share_change"]["grpo"]
+    assert c["n"] == 1 and c["diff"] == pytest.approx(
+        saved["checks"]["grpo"][0]["share_checked"] - w)
