@@ -302,13 +302,15 @@ def main(argv):
 
 def plot(plt, data):
     """Mean length of the wrong and of the right rollouts over RL steps, per arm: the mean
-    over seeds with a 95 % t band."""
+    over seeds with a 95 % t band; grey: the first and last windows the outcome compares."""
     fig, axes = plt.subplots(2, 1, figsize=(8, 6.8), sharex=True, layout="constrained")
     colors = {"grpo": "tab:red", "dr_grpo": "tab:blue", "dapo": "tab:green"}
     for ax, k, title in ((axes[0], "length_incorrect", "wrong rollouts"),
                          (axes[1], "length_correct", "right rollouts")):
+        n, w = len(data["runs"]["grpo"][0][k]), data["window"]
+        for lo, hi in ((0.5, w + 0.5), (n - w + 0.5, n + 0.5)):  # the windows compared
+            ax.axvspan(lo, hi, color="0.9", zorder=0)
         for arm, runs in data["runs"].items():
-            n = len(runs[0][k])
             cols = [[r[k][i] for r in runs if r[k][i] is not None] for i in range(n)]
             common.mean_band(ax, range(1, n + 1), cols, colors[arm], arm, lw=1.2)
         ax.set_ylabel("mean completion length (tokens)")
