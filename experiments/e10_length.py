@@ -129,6 +129,14 @@ def rl_steps_of(ms):
     return [m for m in ms if m["phase"] == "rl" and m["step"] >= 1]
 
 
+def from_log(ms):
+    """What a record keeps of a run's metrics lines beyond the outcome: the run's ledger
+    (post hoc, docstring) and the warm start's greedy accuracy (its RL step 0)."""
+    start = [m for m in ms if m["phase"] == "rl" and m["step"] == 0 and "eval_acc" in m]
+    return {"ledger": ledger_shares(rl_steps_of(ms)),
+            "warm_acc": start[0]["eval_acc"] if start else None}
+
+
 def length_change(values, window):
     """Mean of the last ``window`` values minus the mean of the first ``window``, over the
     steps that have such rollouts (None elsewhere); None if either end has none."""
@@ -200,10 +208,9 @@ def one_run(o, seed, arm, rl_steps, warm):
         rec = json.load(open(cache))
         if rec.get("flags") == flags and all(k in rec for k in FINAL):
             metrics = os.path.join(run_dir, "metrics.jsonl")
-            if "ledger" not in rec and os.path.exists(metrics):  # a record from before the
-                # amendment: its ledger is read from the run's own log
-                rec["ledger"] = ledger_shares(rl_steps_of(
-                    [json.loads(line) for line in open(metrics)]))
+            if "warm_acc" not in rec and os.path.exists(metrics):  # a record from before
+                # the amendment: its ledger and warm start are read from the run's own log
+                rec.update(from_log([json.loads(line) for line in open(metrics)]))
             return rec
     ms = common.run(flags, run_dir)
     steps = rl_steps_of(ms)
@@ -211,7 +218,7 @@ def one_run(o, seed, arm, rl_steps, warm):
     rec = {"seed": seed, "arm": arm, "flags": flags,
            "length_correct": [m["length_correct"] for m in steps],
            "length_incorrect": [m["length_incorrect"] for m in steps],
-           "reward": [m["reward"] for m in steps], "ledger": ledger_shares(steps),
+           "reward": [m["reward"] for m in steps], **from_log(ms),
            **{k: evals[-1].get(k) if evals else None for k in FINAL}}
     os.makedirs(os.path.dirname(cache), exist_ok=True)
     tmp = cache + ".tmp"
@@ -268,8 +275,9 @@ def main(argv):
     }
     for k in ("length change wrong, dapo - dr_grpo", "length change right, dapo - dr_grpo"):
         secondary[k]["equivalence"] = common.verdict(secondary[k], MARGIN)
-    per_arm = {a: {k: common.ci(of(a, k)) for k in ("change_incorrect", "change_correct")
-                   + FINAL} for a in ARMS}
+    per_arm = {a: {k: common.ci(of(a, k)) for k in ("warm_acc", "change_incorrect",
+                                                     "change_correct") + FINAL}
+               for a in ARMS}
     for a in ARMS:  # post hoc, descriptive (docstring): the run's ledger shares
         for k in LEDGER:
             per_arm[a][f"ledger_{k}"] = common.ci([(r.get("ledger") or {}).get(k)

@@ -111,11 +111,13 @@ def test_e10_quick(tmp_path):
     assert led["dr_grpo"]["weights"] is None or abs(led["dr_grpo"]["weights"]) < 1e-6
     cache = tmp_path / "runs" / "e10" / "grpo_s100.json"
     rec = json.load(open(cache))
-    del rec["ledger"]
+    del rec["ledger"], rec["warm_acc"]
     json.dump(rec, open(cache, "w"))
     third = e10_length.main(["--quick", "--small", "--sft_steps=5", "--rl_steps=2",
                              f"--out={tmp_path}"])
     assert third["runs"]["grpo"][0]["ledger"] == pytest.approx(led["grpo"])
+    warm = {r["warm_acc"] for (r,) in third["runs"].values()}
+    assert len(warm) == 1 and 0 <= warm.pop() <= 1  # one warm start, three arms
     # the checks (post hoc): the warm start's and each run's final model, sampled; the
     # counts add up and the contrasts are the paired differences of the shares
     for key in ("warm start", "grpo", "dr_grpo", "dapo"):
