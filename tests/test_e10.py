@@ -129,3 +129,38 @@ def test_e10_quick(tmp_path):
     c = saved["check_share_change"]["grpo"]
     assert c["n"] == 1 and c["diff"] == pytest.approx(
         saved["checks"]["grpo"][0]["share_checked"] - w)
+
+
+def test_committed_e10_recomputes_from_its_per_step_lengths_and_matches_the_report():
+    """The committed full run: each primary recomputed from the runs' per-step lengths
+    alone (window means by hand, paired t with t_{0.975,9} from the table) equals the JSON's
+    and is what results/README.md prints; so are the post-hoc check counts it quotes."""
+    import math
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = json.load(open(os.path.join(root, "results", "e10_length.json")))
+    text = open(os.path.join(root, "results", "README.md"), encoding="utf-8").read()
+    w = data["window"]
+    assert data["seeds"] == list(range(10)) and w == 20 and data["rl_steps"] == 200
+
+    def change(xs):
+        first = [x for x in xs[:w] if x is not None]
+        last = [x for x in xs[-w:] if x is not None]
+        return sum(last) / len(last) - sum(first) / len(first)
+    for key, k in (("length change wrong, grpo - dr_grpo", "length_incorrect"),
+                   ("length change right, grpo - dr_grpo", "length_correct")):
+        by = {a: {r["seed"]: change(r[k]) for r in data["runs"][a]} for a in ("grpo", "dr_grpo")}
+        d = [by["grpo"][s] - by["dr_grpo"][s] for s in data["seeds"]]
+        m = sum(d) / 10
+        half = 2.2622 * math.sqrt(sum((x - m) ** 2 for x in d) / 9) / math.sqrt(10)
+        c = data["primary"][key]
+        assert c["diff"] == pytest.approx(m, abs=1e-9) and c["half"] == pytest.approx(half, rel=1e-3)
+        assert f"{m:.2f} ± {half:.2f} tokens".replace("-", "\u2212") in text, key
+    warm = data["checks"]["warm start"]
+    checked = sum(c["checked"] for c in warm)
+    lost = sum(c["changed_to_wrong"] for c in warm)
+    gained = sum(c["changed_to_right"] for c in warm)
+    share = sum(c["share_checked"] for c in warm) / len(warm)
+    assert (f"{lost} of {checked // 1000} {checked % 1000:03d} checking completions lost their reward"
+            in text.replace("\n  ", " ")) and f"and {gained} gained it" in text
+    assert f"At the warm start {100 * share:.1f} % of" in text.replace("\n  ", " ")
