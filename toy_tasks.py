@@ -263,10 +263,11 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     ``chain_check`` adds a third, at the end: after its last step the teacher writes the
     step again as a check, ``,15-5=10``, and again, each time with p = 0.5 and at most
     twice (``max_checks=2``; 3 operations per problem, so that two checks fit the block).
-    A check adds up to 8 tokens and never changes the reward (a wrong answer checked
-    stays wrong): the length of a completion can grow or shrink without its correctness
-    changing, the lever on which GRPO's 1/L_i is said to lengthen wrong completions
-    (experiments/e10_length.py).
+    A check adds up to 8 tokens, and the teacher's, an exact copy, never changes the
+    reward (a wrong answer checked stays wrong): the length of a completion can grow or
+    shrink without its correctness changing, the lever on which GRPO's 1/L_i is said to
+    lengthen wrong completions (experiments/e10_length.py). A *sampled* check that
+    miscopies the step is the last step the verifier reads, so it can change the reward.
 
     ``p_restate_flawed`` (default: ``p_restate``) is the flawed teacher's own restate
     rate: below p_restate, a restated completion is more often right, which gives the
