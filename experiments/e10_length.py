@@ -57,11 +57,11 @@ Secondary (exploratory, Holm within them shown by multiplicity.py):
 * mean token entropy of the greedy completions at the last evaluation (``entropy``),
   grpo - dr_grpo (no prediction).
 
-Amendment, before any run on seeds 0-9: the quick run on seed 100 read the entropy
+First amendment, before any run on seeds 0-9: the quick run on seed 100 read the entropy
 from a key train.py does not log (``mean_token_entropy``); it reads ``entropy`` now.
 Nothing else was changed after that run.
 
-Amendment during the full run (post hoc, descriptive, outside every Holm family): each
+Second amendment, during the full run (post hoc, descriptive, outside every Holm family): each
 run's cancellation ledger (ledger.py; the run's shares of the shared tokens' coefficient
 mass, weighted by each step's mass), which issue 43 listed among the secondaries. It was
 added when seeds 0-3 had finished and before any of their outcomes had been looked at. No
@@ -69,7 +69,7 @@ contrast is tested on it: under dr_grpo and dapo the ``weights`` part is 0 by
 construction, so grpo's share says how large the exchangeability break was on this task,
 not what it did.
 
-Second amendment, after the full run had been seen (post hoc, its own family in
+Third amendment, after the full run had been seen (post hoc, its own family in
 multiplicity.py): every arm shortened both its wrong and its right completions, and a
 check can change the reward of a *sampled* completion (a miscopied check is the last step
 the verifier reads), which the teacher's exact checks never do. So each seed's warm start
@@ -79,7 +79,9 @@ check, the accuracy of those that check against those that do not, and how often
 checks change the reward (the completion cut after its last operation, scored again).
 Post-hoc contrasts: the warm start's accuracy gap (checked - unchecked) against 0; each
 arm's share of checking completions, end - warm start; and that share at the end,
-grpo - dr_grpo.
+grpo - dr_grpo. Two facts of the text above, corrected here rather than edited: the
+restatement is 9 tokens (not about eight), and a check 6-8 (so +-1 token is an eighth of
+an 8-token check, not a seventh).
 
 Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
 and any look before the full run use seeds >= 100). Each run's record is cached in

@@ -162,7 +162,20 @@ def test_committed_e10_recomputes_from_its_per_step_lengths_and_matches_the_repo
     lost = sum(c["changed_to_wrong"] for c in warm)
     gained = sum(c["changed_to_right"] for c in warm)
     share = sum(c["share_checked"] for c in warm) / len(warm)
-    flat = text.replace("\n  ", " ")
-    assert f"{lost} of {checked // 1000} {checked % 1000:03d} checking completions lost" in flat
-    assert f"and {gained} gained it" in flat
-    assert f"At the warm start {100 * share:.1f} % of" in text.replace("\n  ", " ")
+    words = " ".join(text.split())
+    assert (f"Of {checked // 1000} {checked % 1000:03d} checking completions, {lost} lost their"
+            f" reward to a check and {gained} gained it") in words
+    assert f"At the warm start {100 * share:.1f} % of completions check" in words
+
+    def rates(c):  # P(check | wrong), P(check | right), from one model's counts
+        s, a, b = c["share_checked"], c["acc_checked"], c["acc_not"]
+        return (s * (1 - a) / (s * (1 - a) + (1 - s) * (1 - b)), s * a / (s * a + (1 - s) * b))
+    mean_rates = {k: [sum(rates(c)[j] for c in v) / len(v) for j in (0, 1)]
+                  for k, v in data["checks"].items()}
+    wrong, right = mean_rates["warm start"]
+    assert f"{100 * wrong:.1f} % after a wrong answer and {100 * right:.1f} % after a right" in words
+    for arm in ("grpo", "dr_grpo", "dapo"):
+        wrong, right = mean_rates[arm]
+        assert f"{100 * wrong:.1f} and {100 * right:.1f} % (`{arm}`)" in words, arm
+        end = sum(c["share_checked"] for c in data["checks"][arm]) / 10
+        assert f"{100 * end:.1f} % (`{arm}`)" in words, arm
