@@ -22,8 +22,11 @@ def pytest_runtest_makereport(item, call):
     text = str(call.excinfo.getrepr(style="short"))
     if STUB in text or (call.excinfo.errisinstance(NotImplementedError)
                         and str(call.excinfo.value).startswith("exercise ")):
-        why = text[text.find(STUB) + len("NotImplementedError: "):].split("(")[0].strip() if STUB in text \
+        why = (
+            text[text.find(STUB) + len("NotImplementedError: ") :].split("(")[0].strip()
+            if STUB in text
             else str(call.excinfo.value).split("(")[0].strip()
+        )
         report = pytest.TestReport.from_item_and_call(item, call)
         report.outcome = "skipped"
         report.longrepr = (str(item.path), item.location[1] or 0, f"needs a solved exercise: {why}")

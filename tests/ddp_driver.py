@@ -9,13 +9,15 @@ train.main as ``torchrun train.py`` runs it (OUT_DIR/cli); train.main with
 the rollouts replaced by each rank's share of ``fixed_batch`` (the same on
 every step) and SGD for AdamW (OUT_DIR); then for every objective x clip x
 micro-batch size one rl_update of a float64 model wrapped in DDP on
-``fixed_batch``, whose parameters rank 0 saves to OUT_DIR/params.pt. ``fail``: rank 1 dies after the process
-group is up; rank 0 must not wait for it for ever. ``train``: train.py's command
-line with a reward for even-length completions (so groups are mixed and RL
-moves the weights); each rank SIGKILLs itself in its K-th rollout (K = 0: never).
+``fixed_batch``, whose parameters rank 0 saves to OUT_DIR/params.pt. ``fail``:
+rank 1 dies after the process group is up; rank 0 must not wait for it for ever.
+``train``: train.py's command line with a reward for even-length completions (so
+groups are mixed and RL moves the weights); each rank SIGKILLs itself in its K-th
+rollout (K = 0: never).
 The single-process references are computed by test_ddp.py with the same
 functions.
 """
+
 import dataclasses
 import os
 import sys
@@ -38,7 +40,11 @@ B, G = 4, 4  # groups, rollouts per group
 
 def tiny_model(dtype=torch.float64, seed=0):
     torch.manual_seed(seed)
-    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32))
+    m = GPT(
+        GPTConfig(
+            vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32
+        )
+    )
     return m.to(dtype)
 
 
@@ -48,7 +54,9 @@ def fixed_batch(dtype=torch.float64, seed=0):
     current policy's plus noise, so the step is off-policy and clips bind."""
     g = torch.Generator().manual_seed(seed)
     task = toy_tasks.make_task("add", 2)
-    prompts = [toy_tasks.encode(task.prompt((10 + 7 * b, 3 + 11 * b))) for b in range(B) for _ in range(G)]
+    prompts = [
+        toy_tasks.encode(task.prompt((10 + 7 * b, 3 + 11 * b))) for b in range(B) for _ in range(G)
+    ]
     N, Tm = B * G, 6
     lens = torch.randint(1, Tm + 1, (N,), generator=g)
     mask = torch.arange(Tm)[None] < lens[:, None]
@@ -114,11 +122,13 @@ if __name__ == "__main__":
     from plumbing import dist_utils
     from plumbing.config import parse_args
     mode, rank = sys.argv[1], int(os.environ["RANK"])
-    if mode == "train":  # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
-        import dataclasses
+    # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
+    if mode == "train":
         import signal
         make, kill_at, calls = toy_tasks.make_task, int(sys.argv[2]), [0]
-        toy_tasks.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
+        toy_tasks.make_task = lambda *a, **k: dataclasses.replace(
+            make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0)
+        )
         real_rollouts = train.rollouts
 
         def counting(*a, **k):
@@ -144,7 +154,9 @@ if __name__ == "__main__":
     train.main(parse_args(CLI_FLAGS + [f"--out_dir={os.path.join(sys.argv[2], 'cli')}"]))
     # 2. train.main on fixed rollouts, with SGD
     rollouts, train.rollouts = train.rollouts, fixed_rollouts(fixed_batch(torch.float32))
-    adamw, torch.optim.AdamW = torch.optim.AdamW, lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)
+    adamw, torch.optim.AdamW = torch.optim.AdamW, lambda params, lr, **kw: torch.optim.SGD(
+        params, lr=lr
+    )
     train.main(parse_args(MAIN_FLAGS + [f"--out_dir={sys.argv[2]}"]))
     torch.optim.AdamW, train.rollouts = adamw, rollouts
     # 3. every case's step

@@ -12,7 +12,7 @@ import loss
 import train
 from plumbing.config import parse_args
 from plumbing.errors import CliError
-from tests.test_docs import objective_block, rows
+from tests.test_docs import rows
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
 G = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -24,15 +24,20 @@ def test_grpo_dr_grpo_rloo_by_hand():
     a = torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3])
     torch.testing.assert_close(advantage.advantages(R, G, "dr_grpo"), a)
     torch.testing.assert_close(advantage.advantages(R, G, "grpo"), a / (s + 1e-6))
-    torch.testing.assert_close(advantage.advantages(R, G, "rloo"), torch.tensor([1.0, -0.5, -0.5, 0.5, 0.5, -1.0]))
+    torch.testing.assert_close(
+        advantage.advantages(R, G, "rloo"), torch.tensor([1.0, -0.5, -0.5, 0.5, 0.5, -1.0])
+    )
 
 
 def test_batch_estimators_by_hand():
     sd_b = math.sqrt(6 * 0.25 / 5)  # sample sd of three 1s and three 0s
     a = torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3])
     torch.testing.assert_close(advantage.advantages(R, G, "grpo_batch_std"), a / (sd_b + 1e-6))
-    torch.testing.assert_close(advantage.advantages(R, G, "batch_whiten"), (R - 0.5) / (sd_b + 1e-6))
-    torch.testing.assert_close(advantage.advantages(R, G, "gpg"), a * 6 / 3)  # alpha = N / #{r != 0} = 6/3
+    torch.testing.assert_close(
+        advantage.advantages(R, G, "batch_whiten"), (R - 0.5) / (sd_b + 1e-6)
+    )
+    # alpha = N / #{r != 0} = 6/3
+    torch.testing.assert_close(advantage.advantages(R, G, "gpg"), a * 6 / 3)
 
 
 def _token_route(x, lens):
@@ -45,8 +50,10 @@ def test_reinforce_plus_plus_rows_by_the_token_route():
     torch.testing.assert_close(advantage.advantages(R, G, "reinforce_plus_plus", lengths=LENS),
                                _token_route(R, LENS))
     x = advantage.advantages(R, G, "dr_grpo")
-    torch.testing.assert_close(advantage.advantages(R, G, "reinforce_plus_plus_baseline", lengths=LENS),
-                               _token_route(x, LENS))
+    torch.testing.assert_close(
+        advantage.advantages(R, G, "reinforce_plus_plus_baseline", lengths=LENS),
+        _token_route(x, LENS),
+    )
 
 
 def test_opo_remax_passk_by_hand():
@@ -56,7 +63,8 @@ def test_opo_remax_passk_by_hand():
     base = torch.tensor([0.0, 0, 0, 1, 1, 1])
     torch.testing.assert_close(advantage.advantages(R, G, "remax", baseline=base),
                                torch.tensor([1.0, 0, 0, 0, 0, -1]))
-    # pass@k: group 0 has one correct: it gets (1 - 0)/(sd + eps); group 1 has two: r_max - r_2nd = 0
+    # pass@k: group 0 has one correct: it gets (1 - 0)/(sd + eps);
+    # group 1 has two: r_max - r_2nd = 0
     s = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)
     torch.testing.assert_close(advantage.advantages(R, G, "grpo_passk"),
                                torch.tensor([1 / (s + 1e-6), 0, 0, 0, 0, 0]))
@@ -74,7 +82,8 @@ def test_every_estimator_is_centred_exactly_when_the_table_says():
             lens = torch.randint(1, 9, (20,), generator=g)
             base = (torch.rand(5, generator=g) < 0.5).float().repeat_interleave(4)
             a = advantage.advantages(r, grp, est, lengths=lens, baseline=base)
-            worst = max(worst, float(advantage.group_sum(a, grp).abs().max()))  # sum_g A, on every row
+            # sum_g A, on every row
+            worst = max(worst, float(advantage.group_sum(a, grp).abs().max()))
         assert (worst < 1e-5) == advantage.ESTIMATORS[est].centred, (est, worst)
 
 
@@ -91,7 +100,10 @@ def test_auto_keeps_every_loss_on_its_own_estimator():
     for name, (adv_cell, _, _) in rows(loss.table()).items():
         chosen = loss.own_estimator(name)
         assert est[chosen][0].startswith(adv_cell), (name, chosen)
-        assert parse_args([f"--loss={name}"] + (["--dro_beta=0.1"] if name == "dro" else [])).adv == chosen
+        assert (
+            parse_args([f"--loss={name}"] + (["--dro_beta=0.1"] if name == "dro" else [])).adv
+            == chosen
+        )
 
 
 def test_unknown_or_unfed_estimators_fail_loudly():
@@ -105,11 +117,23 @@ def test_unknown_or_unfed_estimators_fail_loudly():
         parse_args(["--adv=ppo"])
 
 
-TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8", "--rl_steps=1",
-        "--prompts_per_step=3", "--group_size=4", "--eval_size=8", "--device=cpu"]
+TINY = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=32",
+    "--sft_steps=2",
+    "--sft_batch=8",
+    "--rl_steps=1",
+    "--prompts_per_step=3",
+    "--group_size=4",
+    "--eval_size=8",
+    "--device=cpu",
+]
 
 
-@pytest.mark.parametrize("est", ["remax", "reinforce_plus_plus", "opo", "grpo_passk", "batch_whiten"])
+@pytest.mark.parametrize(
+    "est", ["remax", "reinforce_plus_plus", "opo", "grpo_passk", "batch_whiten"]
+)
 def test_an_estimator_runs_and_is_logged(tmp_path, est):
     train.main(parse_args(TINY + [f"--adv={est}", f"--out_dir={tmp_path}"]))
     assert json.load(open(os.path.join(tmp_path, "config.json")))["adv"] == est
@@ -126,14 +150,17 @@ def test_permute_within_groups_keeps_each_groups_rewards():
         moved += int(not torch.equal(out, r))
     assert moved >= 4
     again = advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
-    assert torch.equal(again, advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0)))
+    assert torch.equal(
+        again, advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
+    )
 
 
 def test_sgd_and_permuted_rewards_run(tmp_path):
     train.main(parse_args(TINY + ["--optimizer=sgd", "--permute_rewards", f"--out_dir={tmp_path}"]))
     ck = torch.load(os.path.join(tmp_path, "ckpt.pt"), weights_only=True)
     groups = ck["resume"]["optimizer"]["param_groups"]
-    assert "momentum" in groups[0] and "betas" not in groups[0]  # torch.optim.SGD's state, not AdamW's
+    # torch.optim.SGD's state, not AdamW's
+    assert "momentum" in groups[0] and "betas" not in groups[0]
     conf = json.load(open(os.path.join(tmp_path, "config.json")))
     assert conf["optimizer"] == "sgd" and conf["permute_rewards"] is True
     with pytest.raises(CliError, match="unknown optimizer"):

@@ -138,14 +138,17 @@ def test_style_drift_on_a_model_whose_style_logits_are_set():
     ref = Bigram(torch.zeros(toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT))
     W = torch.zeros(toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT)
     eq, five = toy_tasks.encode("=")[0], toy_tasks.encode("5")[0]
-    W[eq, toy_tasks.encode("(")[0]] = -1.5            # restate: log-odds (majority - "(") + 1.5 everywhere
+    W[eq, toy_tasks.encode("(")[0]] = -1.5  # restate: log-odds (majority - "(") + 1.5 everywhere
     W[five, toy_tasks.encode(",")[0]] = 2.0           # sep after a '5': log-odds + 2
     now = Bigram(W)
     lo0, prob, kinds = diagnostics.style_log_odds(ref, TASK, probs)
     lo1, _, _ = diagnostics.style_log_odds(now, TASK, probs)
     assert torch.all(lo0 == 0)
     out = diagnostics.style_drift(lo1, lo0, prob, kinds)
-    assert abs(out["style_drift_restate"] - 1.5) < 1e-6 and abs(out["style_drift_signed_restate"] - 1.5) < 1e-6
+    assert (
+        abs(out["style_drift_restate"] - 1.5) < 1e-6
+        and abs(out["style_drift_signed_restate"] - 1.5) < 1e-6
+    )
     # by hand: per problem, 2 x (share of its sep points whose prefix ends in '5')
     per_sep, per_all = [], []
     for p in probs:
@@ -188,7 +191,11 @@ def test_before_divergence_and_interior_histories():
 def test_tax_interior_is_zero_for_an_unchanged_model_and_not_for_a_changed_one():
     from model import GPT, GPTConfig
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16))
+    m = GPT(
+        GPTConfig(
+            vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16
+        )
+    )
     rng = random.Random(4)
     probs = [TASK.sample(rng) for _ in range(3)]
     prompts = [toy_tasks.encode(TASK.prompt(p)) for p in probs for _ in range(2)]
@@ -201,7 +208,10 @@ def test_tax_interior_is_zero_for_an_unchanged_model_and_not_for_a_changed_one()
     h = diagnostics.shared_histories(tok, mask, g, interior=True)
     assert len(h) > 0
     before = diagnostics.policy_at(m, prompts, tok, mask, h)
-    assert float(diagnostics.kl(before, diagnostics.policy_at(m, prompts, tok, mask, h)).abs().max()) == 0.0
+    assert (
+        float(diagnostics.kl(before, diagnostics.policy_at(m, prompts, tok, mask, h)).abs().max())
+        == 0.0
+    )
     with torch.no_grad():
         m.lm_head.weight.add_(0.5 * torch.randn_like(m.lm_head.weight))
     assert float(diagnostics.kl(before, diagnostics.policy_at(m, prompts, tok, mask, h)).min()) > 0
@@ -228,7 +238,12 @@ def test_style_entropy_by_hand():
     assert out["style_entropy_restate"] == pytest.approx((math.log(2) + h3) / 2)
     assert out["style_entropy_sep"] == pytest.approx(h3)  # the sign of the log-odds does not matter
     assert out["style_entropy"] == pytest.approx(((math.log(2) + h3) / 2 + h3) / 2)
-    assert diagnostics.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])["style_entropy"] < 1e-80
+    assert (
+        diagnostics.style_entropy(torch.tensor([200.0]), torch.tensor([0]), ["restate"])[
+            "style_entropy"
+        ]
+        < 1e-80
+    )
 
 
 def test_the_flawed_teachers_own_restate_rate():

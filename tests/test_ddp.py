@@ -23,8 +23,16 @@ from plumbing import checkpoint
 import train
 from plumbing.config import parse_args
 from plumbing.errors import CliError
-from ddp_driver import (CASES, INVARIANT, MAIN_FLAGS, fixed_batch, fixed_rollouts, one_update, step_config,
-                        tiny_model)
+from ddp_driver import (
+    CASES,
+    INVARIANT,
+    MAIN_FLAGS,
+    fixed_batch,
+    fixed_rollouts,
+    one_update,
+    step_config,
+    tiny_model,
+)
 from model import completion_logprobs
 from sampler import Rollouts
 
@@ -47,15 +55,20 @@ def assert_same(a, b):
 @pytest.fixture(scope="module")
 def unsplit():
     """The reference: one process, no micro-batches, for every case."""
-    return {(objective, clip): params_after(step_config(objective, clip, 0)) for objective in INVARIANT
-            for clip in loss.CLIPS}
+    return {
+        (objective, clip): params_after(step_config(objective, clip, 0))
+        for objective in INVARIANT
+        for clip in loss.CLIPS
+    }
 
 
 def test_bnpo_depends_on_the_split():
     """bnpo normalises by each micro-batch's own tokens, as TRL does: the same
     rollouts give another step once it is split (clip_cov and kl_cov select inside
     each micro-batch too, but on these few tokens verl's ratio selects none)."""
-    a, b = params_after(step_config("bnpo", "none", 0)), params_after(step_config("bnpo", "none", 3))
+    a, b = params_after(step_config("bnpo", "none", 0)), params_after(
+        step_config("bnpo", "none", 3)
+    )
     assert max(float((x - y).abs().max()) for x, y in zip(a, b)) > 1e-6
 
 
@@ -101,12 +114,19 @@ def test_dfpo_split_groups_need_the_step_weights():
     assert max(float((a - b).abs().max()) for a, b in zip(ref, local)) > 1e-4
 
 
-# ----------------------------------------------------------------------------- the failure that must show
+# ----------------------------------------------------------------------- the failure that must show
 
 def shared_group():
     """One group of 4: all start with token 5, then differ; rewards 1, 1, 0, 0;
     lengths 2, 2, 4, 4; on-policy (recorded log-probs = the current policy's)."""
-    tokens = torch.tensor([[5, 7, toy_tasks.PAD, toy_tasks.PAD], [5, 8, toy_tasks.PAD, toy_tasks.PAD], [5, 9, 1, 2], [5, 3, 4, 2]])
+    tokens = torch.tensor(
+        [
+            [5, 7, toy_tasks.PAD, toy_tasks.PAD],
+            [5, 8, toy_tasks.PAD, toy_tasks.PAD],
+            [5, 9, 1, 2],
+            [5, 3, 4, 2],
+        ]
+    )
     mask = tokens != toy_tasks.PAD
     prompts = [toy_tasks.encode("12+34=")] * 4
     with torch.no_grad():
@@ -128,7 +148,8 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
     out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), shared_group(), cfg,
                           torch.Generator().manual_seed(0))
     assert out["exch_residual"] == pytest.approx(expected, abs=1e-6)
-    assert out["first_token_residual"] == pytest.approx(expected, abs=1e-6)  # only the first token is shared
+    # only the first token is shared
+    assert out["first_token_residual"] == pytest.approx(expected, abs=1e-6)
 
 
 # ----------------------------------------------------------------------------- helpers and errors
@@ -147,7 +168,9 @@ def test_world_checks():
     with pytest.raises(CliError, match="not divisible by the 3 processes"):
         dist_utils.check_world(parse_args(["--prompts_per_step=4"]), 3)
     with pytest.raises(CliError, match="fewer than the 4 processes"):
-        dist_utils.check_world(parse_args(["--prompts_per_step=4", "--group_size=2", "--minibatches=4"]), 4)
+        dist_utils.check_world(
+            parse_args(["--prompts_per_step=4", "--group_size=2", "--minibatches=4"]), 4
+        )
 
 
 TORCHRUN_ENV = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
@@ -172,8 +195,14 @@ def test_bad_input_is_caught_before_anything_runs(tmp_path, monkeypatch, env, fl
 
 
 def test_bad_input_under_torchrun_is_one_line(tmp_path):
-    run = subprocess.run([sys.executable, "train.py", "--prompts_per_step=3", f"--out_dir={tmp_path}/o"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=60, env=dict(ENV, **TORCHRUN_ENV))
+    run = subprocess.run(
+        [sys.executable, "train.py", "--prompts_per_step=3", f"--out_dir={tmp_path}/o"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(ENV, **TORCHRUN_ENV),
+    )
     lines = [l for l in run.stderr.splitlines() if l.strip()]
     assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), run.stderr
     assert "not divisible by the 2 processes" in lines[0]
@@ -196,13 +225,17 @@ def test_torchrun_train_logs_each_step_once_and_checkpoints(two_processes):
 def test_torchrun_main_step_equals_single_process_on_fixed_rollouts(two_processes, tmp_path,
                                                                    monkeypatch):
     monkeypatch.setattr(train, "rollouts", fixed_rollouts(fixed_batch(torch.float32)))
-    monkeypatch.setattr(torch.optim, "AdamW", lambda params, lr, **kw: torch.optim.SGD(params, lr=lr))
+    monkeypatch.setattr(
+        torch.optim, "AdamW", lambda params, lr, **kw: torch.optim.SGD(params, lr=lr)
+    )
     train.main(parse_args(MAIN_FLAGS + [f"--out_dir={tmp_path}"]))
     two, _ = checkpoint.load_checkpoint(str(two_processes / "ckpt.pt"))
     one, _ = checkpoint.load_checkpoint(str(tmp_path / "ckpt.pt"))
     with torch.no_grad():
         start = tiny_model(torch.float32)
-        moved = max(float((a - b).abs().max()) for a, b in zip(one.parameters(), start.parameters()))
+        moved = max(
+            float((a - b).abs().max()) for a, b in zip(one.parameters(), start.parameters())
+        )
     assert moved > 1e-3
     assert_same([p.detach() for p in two.parameters()], [p.detach() for p in one.parameters()])
     logs = [[json.loads(l) for l in open(d / "metrics.jsonl")] for d in (tmp_path, two_processes)]
@@ -236,17 +269,38 @@ def test_a_failing_rank_does_not_hang_the_other():
     assert codes[1] == 3 and codes[0] != 0
 
 
-# ----------------------------------------------------------------------------- torchrun: exact resume, clean exit
+# --------------------------------------------------------------- torchrun: exact resume, clean exit
 
-RUN_FLAGS = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--sft_steps=4", "--sft_batch=4", "--rl_steps=6",
-             "--prompts_per_step=2", "--group_size=3", "--eval_size=4", "--eval_every=2", "--ckpt_every=2",
-             "--device=cpu", "--lr=1e-2"]
+RUN_FLAGS = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=16",
+    "--sft_steps=4",
+    "--sft_batch=4",
+    "--rl_steps=6",
+    "--prompts_per_step=2",
+    "--group_size=3",
+    "--eval_size=4",
+    "--eval_every=2",
+    "--ckpt_every=2",
+    "--device=cpu",
+    "--lr=1e-2",
+]
 
 
 def torchrun_train(out, kill_at=0, extra=()):
-    return subprocess.run(TORCHRUN + ["tests/ddp_driver.py", "train", str(kill_at)] + RUN_FLAGS
-                          + [f"--out_dir={out}"] + list(extra), cwd=ROOT, env=ENV, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        TORCHRUN
+        + ["tests/ddp_driver.py", "train", str(kill_at)]
+        + RUN_FLAGS
+        + [f"--out_dir={out}"]
+        + list(extra),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def logged(out):
@@ -274,4 +328,5 @@ def test_torchrun_runs_end_cleanly_and_a_killed_run_resumes_to_the_same_bits(tmp
     b = torch.load(tmp_path / "full0" / "ckpt.pt", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in b)
     start = torch.load(tmp_path / "full0" / "warm_start.pt", weights_only=True)["model"]
-    assert any(not torch.equal(start[k], b[k]) for k in b)  # RL moved the weights: the check has teeth
+    # RL moved the weights: the check has teeth
+    assert any(not torch.equal(start[k], b[k]) for k in b)

@@ -1,4 +1,6 @@
-"""diagnostics.py (what training logs): each measurement against a hand value or an independent route."""
+"""diagnostics.py (what training logs): each measurement against a hand value or an
+independent route."""
+
 import dataclasses
 import math
 
@@ -69,7 +71,14 @@ def test_learning_tax_kl_zero_without_change_positive_with():
     h = diagnostics.shared_histories(b.tokens, b.mask, b.group)
     before = diagnostics.policy_at(model, b.prompts, b.tokens, b.mask, h)
     same = probes.one_update(model, b, adv, "sgd", 0.0)
-    assert float(diagnostics.kl(before, diagnostics.policy_at(same, b.prompts, b.tokens, b.mask, h)).abs().max()) == 0.0
+    assert (
+        float(
+            diagnostics.kl(before, diagnostics.policy_at(same, b.prompts, b.tokens, b.mask, h))
+            .abs()
+            .max()
+        )
+        == 0.0
+    )
     moved = probes.one_update(model, b, adv, "adam", 1e-2)
     k = diagnostics.kl(before, diagnostics.policy_at(moved, b.prompts, b.tokens, b.mask, h))
     assert bool((k > 0).all())
@@ -92,10 +101,17 @@ def test_pass_at_k_eval_and_entropy_bounds():
     gen = torch.Generator().manual_seed(0)
     always = dataclasses.replace(task, reward=lambda p, t: 1.0)
     assert diagnostics.pass_at_k_eval(model, always, probs, 4, 2, gen) == 1.0
-    assert diagnostics.pass_at_k_eval(model, dataclasses.replace(task, reward=lambda p, t: 0.0), probs, 4, 2, gen) == 0.0
+    assert (
+        diagnostics.pass_at_k_eval(
+            model, dataclasses.replace(task, reward=lambda p, t: 0.0), probs, 4, 2, gen
+        )
+        == 0.0
+    )
     with torch.no_grad():
         model.lm_head.weight.zero_()  # uniform policy: entropy log |V|
-    assert diagnostics.mean_token_entropy(model, task, probs) == pytest.approx(math.log(toy_tasks.N_OUT), rel=1e-5)
+    assert diagnostics.mean_token_entropy(model, task, probs) == pytest.approx(
+        math.log(toy_tasks.N_OUT), rel=1e-5
+    )
 
 
 def test_answer_logprobs_and_drift():
@@ -108,7 +124,9 @@ def test_answer_logprobs_and_drift():
     assert bool(torch.isinf(lp[0, n[0]:]).all()) and bool(torch.isfinite(lp[0, :n[0]]).all())
     from model import completion_logprobs
     a = encode(task.answers(probs[1])[1]) + [EOS]
-    ref = completion_logprobs(model, [encode("58=")], torch.tensor([a]), torch.ones(1, len(a), dtype=torch.bool), PAD)
+    ref = completion_logprobs(
+        model, [encode("58=")], torch.tensor([a]), torch.ones(1, len(a), dtype=torch.bool), PAD
+    )
     assert float(lp[1, 1]) == pytest.approx(float(ref.detach().sum()), abs=1e-5)
     inf = float("-inf")
     hand = torch.tensor([[math.log(0.6), math.log(0.2), inf], [math.log(0.3), inf, inf],

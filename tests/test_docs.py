@@ -67,14 +67,16 @@ def test_no_other_doc_repeats_the_objective_columns():
         text = read(path)
         assert "<!-- objectives -->" not in text, path
         heads = re.findall(r"^(\|[^\n]*\|)\n\|[-| :]+\|$", text, re.M)  # table header rows
-        assert not [h for h in heads if re.search("advantage", h, re.I) and re.search("exchang", h, re.I)], path
+        assert not [
+            h for h in heads if re.search("advantage", h, re.I) and re.search("exchang", h, re.I)
+        ], path
 
 
 def test_readme_is_short():
     assert len(read("README.md").splitlines()) <= 300
 
 
-# ----------------------------------------------------------------------------- docs/REFERENCE.md: every flag
+# -------------------------------------------------------------------- docs/REFERENCE.md: every flag
 
 def captured_help(call):
     """What a --help call prints to stdout (it exits 0)."""
@@ -111,8 +113,12 @@ def flags_reference():
     for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py"))):
         if 'if __name__ == "__main__"' in open(path).read():
             name = os.path.basename(path)[:-3]
-            text = captured_help(lambda: importlib.import_module("experiments." + name).main(["--help"]))
-            parts.append((f"experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip()))
+            text = captured_help(
+                lambda: importlib.import_module("experiments." + name).main(["--help"])
+            )
+            parts.append(
+                (f"experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip())
+            )
     return "\n\n".join(f"### `{name}`\n\n```\n{text}\n```" for name, text in parts)
 
 

@@ -173,7 +173,9 @@ def test_committed_e10_recomputes_from_its_per_step_lengths_and_matches_the_repo
     mean_rates = {k: [sum(rates(c)[j] for c in v) / len(v) for j in (0, 1)]
                   for k, v in data["checks"].items()}
     wrong, right = mean_rates["warm start"]
-    assert f"{100 * wrong:.1f} % after a wrong answer and {100 * right:.1f} % after a right" in words
+    assert (
+        f"{100 * wrong:.1f} % after a wrong answer and {100 * right:.1f} % after a right" in words
+    )
     for arm in ("grpo", "dr_grpo", "dapo"):
         wrong, right = mean_rates[arm]
         assert f"{100 * wrong:.1f} and {100 * right:.1f} % (`{arm}`)" in words, arm

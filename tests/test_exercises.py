@@ -16,7 +16,9 @@ import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):
-    pytest.skip("teacher's copy only: exercises/answers/ is not in a student copy", allow_module_level=True)
+    pytest.skip(
+        "teacher's copy only: exercises/answers/ is not in a student copy", allow_module_level=True
+    )
 
 import batching  # noqa: E402
 from exercises import check, ex6_buggy_loss, roster
@@ -58,7 +60,9 @@ def load(path, name):
     return module
 
 
-FIXED = load(os.path.join(ROOT, "exercises", "answers", "ex6_buggy_loss.py"), "fixed_ex6").dfpo_orth_loss
+FIXED = load(
+    os.path.join(ROOT, "exercises", "answers", "ex6_buggy_loss.py"), "fixed_ex6"
+).dfpo_orth_loss
 
 
 def env(name=STUDENTS[0], **sheet_changes):
@@ -100,25 +104,35 @@ def test_the_key_matches_closed_forms_computed_another_way(name):
     a = [x - sum(r) / 4 for x in r]
     sd = (sum(x * x for x in a) / 3) ** 0.5  # Bessel-corrected, as TRL and verl
     i = p1["k"] - 1
-    assert k["EX1"]["grpo_residual"] == pytest.approx(abs(sum(x / m for x, m in zip(a, n)))
-                                                      / sum(abs(x) / m for x, m in zip(a, n)), rel=1e-5)
-    assert k["EX1"]["grpo_net"] == pytest.approx(sum(x / sd / (4 * m) for x, m in zip(a, n)), rel=1e-4)
+    assert k["EX1"]["grpo_residual"] == pytest.approx(
+        abs(sum(x / m for x, m in zip(a, n))) / sum(abs(x) / m for x, m in zip(a, n)), rel=1e-5
+    )
+    assert k["EX1"]["grpo_net"] == pytest.approx(
+        sum(x / sd / (4 * m) for x, m in zip(a, n)), rel=1e-4
+    )
     assert k["EX1"]["grpo_coef_k"] == pytest.approx(a[i] / sd / (4 * n[i]), rel=1e-4)
     assert k["EX1"]["dr_grpo_coef_k"] == pytest.approx(a[i] / (4 * p1["L_max"]), rel=1e-5)
     r, n, s = p4["rewards"], p4["lengths"], p4["s"]
     a = [x - sum(r) / 4 for x in r]
-    assert k["EX4"]["gspo_residual"] == pytest.approx(abs(sum(w * x / m for w, x, m in zip(s, a, n)))
-                                                      / sum(w * abs(x) / m for w, x, m in zip(s, a, n)), rel=1e-5)
-    assert k["EX4"]["luspo_residual"] == pytest.approx(abs(sum(w * x for w, x in zip(s, a)))
-                                                       / sum(w * abs(x) for w, x in zip(s, a)), rel=1e-5)
+    assert k["EX4"]["gspo_residual"] == pytest.approx(
+        abs(sum(w * x / m for w, x, m in zip(s, a, n)))
+        / sum(w * abs(x) / m for w, x, m in zip(s, a, n)),
+        rel=1e-5,
+    )
+    assert k["EX4"]["luspo_residual"] == pytest.approx(
+        abs(sum(w * x for w, x in zip(s, a))) / sum(w * abs(x) for w, x in zip(s, a)), rel=1e-5
+    )
     j = p4["k"] - 1
     proj = sum(w * x for w, x in zip(s, a)) / sum(x * x for x in a)
     assert k["EX4"]["orth_w_k"] == pytest.approx(s[j] - proj * a[j], rel=1e-6)
     text = toy_tasks.make_task("add", 2, True).solution(p7["problem"])
     assert k["EX7"]["tokens"] == len(text) + 1  # EOS
-    assert k["EX7"]["template"] == sum(not c.isdigit() for c in text) + 1  # operators, separators and EOS
+    # operators, separators and EOS
+    assert k["EX7"]["template"] == sum(not c.isdigit() for c in text) + 1
     pairs = [(x, y) for x in range(p7["lo"], p7["hi"] + 1) for y in range(p7["lo"], p7["hi"] + 1)]
-    assert k["EX7"]["plain_share"] == pytest.approx(len(pairs) / sum(len(str(x + y)) + 1 for x, y in pairs))
+    assert k["EX7"]["plain_share"] == pytest.approx(
+        len(pairs) / sum(len(str(x + y)) + 1 for x, y in pairs)
+    )
 
 
 # ---------------------------------------------------------------- wrong work
@@ -228,7 +242,9 @@ def reshaped(w, adv, group):  # assumes contiguous groups of equal size
     K = len(torch.unique(group))
     W, A = w.reshape(K, -1), adv.reshape(K, -1).to(w.dtype)
     sq = (A * A).sum(1, keepdim=True)
-    return (W - torch.where(sq > 0, (A * W).sum(1, keepdim=True) / sq.clamp(min=1e-12), 0 * sq) * A).reshape(-1)
+    return (
+        W - torch.where(sq > 0, (A * W).sum(1, keepdim=True) / sq.clamp(min=1e-12), 0 * sq) * A
+    ).reshape(-1)
 
 
 def no_guard(w, adv, group):  # 0/0 in a group whose advantages are all zero
@@ -281,31 +297,51 @@ def round_robin(group_ids, adv, lengths, M, gen):  # whole groups dealt in label
 
 
 WRONG = {
-    "ex2": {"re-centred A": recentred, "equal contiguous groups": reshaped, "no 0/0 guard": no_guard,
-            "modifies its input": in_place, "one projection for the batch": whole_batch,
-            "projected on sign(A)": per_group(lambda w, a: w - safe_proj(w, torch.sign(a))),
-            "the part along A kept, not removed": per_group(safe_proj),
-            "w centred instead of projected": per_group(lambda w, a: w - w.mean() + 1)},
-    "ex3": {"contiguous runs": runs, "global min": lambda w, a, g: torch.full_like(w, float(w.min())),
-            "group mean": lambda w, a, g: advantage.group_mean(w, g)[0],
-            "equal contiguous groups": lambda w, a, g: w.reshape(len(torch.unique(g)), -1).min(1, keepdim=True)
-            .values.expand(len(torch.unique(g)), -1).reshape(-1),
-            "group max": per_group(lambda w, a: torch.full_like(w, float(w.max()))),
-            "min over the A > 0 rows": per_group(lambda w, a: torch.full_like(
-                w, float(w[a > 0].min()) if bool((a > 0).any()) else float(w.min()))),
-            "clamped at 1": lambda w, a, g: w.clamp(max=1.0),
-            "group median": per_group(lambda w, a: torch.full_like(w, float(w.median())))},
-    "ex5": {"shuffle (splits groups)": batching.shuffle, "query (no balancing)": batching.query,
-            "balanced (splits groups)": batching.balanced,
-            "contiguous cut of the rows": lambda g, a, l, M, gen: list(torch.arange(len(g)).tensor_split(M)),
-            "greedy without room": lambda g, a, l, M, gen: greedy_no_room(g, a, M),
-            "length (splits groups)": batching.length, "sign (splits groups)": batching.sign,
-            "whole groups dealt in label order": round_robin},
+    "ex2": {
+        "re-centred A": recentred,
+        "equal contiguous groups": reshaped,
+        "no 0/0 guard": no_guard,
+        "modifies its input": in_place,
+        "one projection for the batch": whole_batch,
+        "projected on sign(A)": per_group(lambda w, a: w - safe_proj(w, torch.sign(a))),
+        "the part along A kept, not removed": per_group(safe_proj),
+        "w centred instead of projected": per_group(lambda w, a: w - w.mean() + 1),
+    },
+    "ex3": {
+        "contiguous runs": runs,
+        "global min": lambda w, a, g: torch.full_like(w, float(w.min())),
+        "group mean": lambda w, a, g: advantage.group_mean(w, g)[0],
+        "equal contiguous groups": lambda w, a, g: w.reshape(len(torch.unique(g)), -1)
+        .min(1, keepdim=True)
+        .values.expand(len(torch.unique(g)), -1)
+        .reshape(-1),
+        "group max": per_group(lambda w, a: torch.full_like(w, float(w.max()))),
+        "min over the A > 0 rows": per_group(
+            lambda w, a: torch.full_like(
+                w, float(w[a > 0].min()) if bool((a > 0).any()) else float(w.min())
+            )
+        ),
+        "clamped at 1": lambda w, a, g: w.clamp(max=1.0),
+        "group median": per_group(lambda w, a: torch.full_like(w, float(w.median()))),
+    },
+    "ex5": {
+        "shuffle (splits groups)": batching.shuffle,
+        "query (no balancing)": batching.query,
+        "balanced (splits groups)": batching.balanced,
+        "contiguous cut of the rows": lambda g, a, l, M, gen: list(
+            torch.arange(len(g)).tensor_split(M)
+        ),
+        "greedy without room": lambda g, a, l, M, gen: greedy_no_room(g, a, M),
+        "length (splits groups)": batching.length,
+        "sign (splits groups)": batching.sign,
+        "whole groups dealt in label order": round_robin,
+    },
 }
 
 
 def greedy_no_room(group_ids, adv, M):
-    """Each group to the mini-batch with the fewest signed rollouts so far: even signs, uneven group counts."""
+    """Each group to the mini-batch with the fewest signed rollouts so far: even signs,
+    uneven group counts."""
     chunks, load = [[] for _ in range(M)], [0] * M
     for gid in torch.unique(group_ids).tolist():
         rows = (group_ids == gid).nonzero().flatten()
@@ -337,7 +373,9 @@ def own_length(new_logp, old_logp, mask, adv, group, max_len):  # 1/L_i instead 
     return -(per_seq[:, None] * new_logp * mask).sum()
 
 
-def untransformed(new_logp, old_logp, mask, adv, group, max_len):  # w, detached, without Adv-Orthogonal
+def untransformed(
+    new_logp, old_logp, mask, adv, group, max_len
+):  # w, detached, without Adv-Orthogonal
     w = ((new_logp - old_logp) * mask).sum(1).div(mask.sum(1).clamp(min=1)).exp().detach()
     return -((w * adv / (mask.shape[0] * max_len))[:, None] * new_logp * mask).sum()
 
@@ -367,9 +405,20 @@ def summed_log_ratio(new_logp, old_logp, mask, adv, group, max_len):  # s_i with
     return -((w_tilde * adv / (mask.shape[0] * max_len))[:, None] * new_logp * mask).sum()
 
 
-@pytest.mark.parametrize("fn", [ex6_buggy_loss.dfpo_orth_loss, unfixed_but_detached_in_the_wrong_place,
-                                own_length, untransformed, whole_batch_weights, batch_max_len,
-                                no_gradient, ratio_upside_down, summed_log_ratio])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        ex6_buggy_loss.dfpo_orth_loss,
+        unfixed_but_detached_in_the_wrong_place,
+        own_length,
+        untransformed,
+        whole_batch_weights,
+        batch_max_len,
+        no_gradient,
+        ratio_upside_down,
+        summed_log_ratio,
+    ],
+)
 def test_ex6_wrong_fixes_are_refused(fn):
     bad = failures("ex6", dict(env(), ex6=fn))
     assert "several groups, L_max above the longest" in [w for w, _ in bad], bad
@@ -443,7 +492,12 @@ def test_handout_refuses_a_bad_roster_in_one_line(tmp_path, body, message):
 def test_the_student_copy_holds_no_answers(student_copy):
     assert not (student_copy / "exercises" / "answers").exists()
     assert not (student_copy / "tests" / "test_exercises.py").exists()
-    answers = ['"amin")[g]', "dot / nrm.clamp", "improved = True", "w_tilde = L.adv_orthogonal(w, adv, group).detach()"]
+    answers = [
+        '"amin")[g]',
+        "dot / nrm.clamp",
+        "improved = True",
+        "w_tilde = L.adv_orthogonal(w, adv, group).detach()",
+    ]
     for path in student_copy.rglob("*"):
         if path.is_file() and path.suffix in (".py", ".md"):
             text = path.read_text()
@@ -455,15 +509,33 @@ def test_the_student_copy_fails_cleanly_until_solved(student_copy):
     for ex in check.CHECKS:
         proc = subprocess.run([sys.executable, "-m", "exercises.check", ex], cwd=student_copy,
                               capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, (ex, proc.stdout, proc.stderr)
+        assert proc.returncode == 1 and "Traceback" not in proc.stdout + proc.stderr, (
+            ex,
+            proc.stdout,
+            proc.stderr,
+        )
         assert "FAIL" in proc.stdout, proc.stdout
 
 
 def test_the_student_copy_passes_its_tests(student_copy):
     # The tests that reach the stubbed functions; the rest of the suite does not touch them.
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_loss.py",
-                           "tests/test_batching.py", "-rs"],
-                          cwd=student_copy, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/test_loss.py",
+            "tests/test_batching.py",
+            "-rs",
+        ],
+        cwd=student_copy,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert "needs a solved exercise: exercise 2" in proc.stdout, proc.stdout[-3000:]
 
@@ -472,7 +544,11 @@ def test_handout_refuses_a_used_folder(tmp_path):
     (tmp_path / "x").write_text("keep me")
     proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path)], cwd=ROOT,
                           capture_output=True, text=True)
-    assert proc.returncode == 2 and proc.stderr.startswith("error: ") and (tmp_path / "x").read_text() == "keep me"
+    assert (
+        proc.returncode == 2
+        and proc.stderr.startswith("error: ")
+        and (tmp_path / "x").read_text() == "keep me"
+    )
 
 
 def test_handout_into_a_folder_that_cannot_be_made_is_one_line(tmp_path):
@@ -543,8 +619,13 @@ def test_the_marking_tool_marks_numbers_and_code_in_a_subprocess(tmp_path):
     write_sheet(lazy / "sheet.py", sheet)
     write_sheet(stuck / "sheet.py", key.filled_sheet(STUDENTS[2]))
     (stuck / "loss.py").write_text("while True:\n    pass\n")
-    proc = subprocess.run([sys.executable, "-m", "exercises.answers.mark", str(subs), "--timeout=20"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "exercises.answers.mark", str(subs), "--timeout=20"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = {line.split(" | ")[0][2:]: line for line in proc.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| student")}
@@ -597,8 +678,13 @@ def test_a_broken_roster_is_one_line_for_the_student(student_copy, body):
 
 
 def test_handout_refuses_an_unknown_flag(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(tmp_path / "c"), "--fast"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "exercises.handout", str(tmp_path / "c"), "--fast"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and proc.stderr.startswith("error: unknown flag") and \
         not (tmp_path / "c").exists()
 

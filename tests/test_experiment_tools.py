@@ -2,8 +2,6 @@
 the verdict rule, |Delta|-weighted sign agreement, coupling mass by row, one
 training step from a carried optimizer state, and the worker pool."""
 import math
-import os
-import sys
 
 import torch
 
@@ -61,7 +59,9 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     new, new_opt = common.real_step(model, opt, b, adv)
-    steps = torch.cat([(p1 - p0).abs().flatten() for p0, p1 in zip(before.values(), new.state_dict().values())])
+    steps = torch.cat(
+        [(p1 - p0).abs().flatten() for p0, p1 in zip(before.values(), new.state_dict().values())]
+    )
     moved = steps[steps > 0]
     assert len(moved) > 100 and float(moved.max()) <= 1e-3 * (1 + 1e-6)  # never more than lr
     # where |g| >> eps = 1e-8 (most of them) a step of exactly lr; an SGD step would spread out
@@ -86,8 +86,11 @@ def test_kept_steps_rules():
     import pytest
     from plumbing.errors import CliError
     o = common.kept_steps({"quick": True, "steps": [0, 100, 200], "primary_step": 100}, [])
-    assert o["steps"] == [0, 20] and o["primary_step"] == 20  # quick: its own steps, the last is primary
-    o = common.kept_steps({"quick": True, "steps": [2, 0, 2], "primary_step": 100}, ["--steps=2,0,2"])
+    # quick: its own steps, the last is primary
+    assert o["steps"] == [0, 20] and o["primary_step"] == 20
+    o = common.kept_steps(
+        {"quick": True, "steps": [2, 0, 2], "primary_step": 100}, ["--steps=2,0,2"]
+    )
     assert o["steps"] == [0, 2] and o["primary_step"] == 2
     o = common.kept_steps({"quick": False, "steps": [200, 0, 100], "primary_step": 100}, [])
     assert o["steps"] == [0, 100, 200] and o["primary_step"] == 100

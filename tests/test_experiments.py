@@ -6,7 +6,6 @@ import importlib
 import importlib.util
 import json
 import os
-import sys
 
 import pytest
 
@@ -17,44 +16,100 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--quick", "--sft_steps=20", "--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_batch=8",
         "--prompts=4", "--group_size=4", "--batches=1"]
 EXPERIMENTS = {  # extra flags, and where the summary holds a [mean, CI] pair that must exist
-    "e1_flips": (["--steps=0,2"], lambda s: [s["2"]["adam"]["pos"]["boosted"], s["0"]["sgd"]["neg"]["stable"],
-                                             s["2"]["sgd"]["flipped"]]),
-    "e2_coupling": (["--steps=0,2"], lambda s: [s["2"]["adam_live"], s["0"]["sgd_all_w"], s["2"]["mass_same_low"],
-                                                s["2"]["mass_same"][0], s["0"]["head_vs_closed_form"]]),
-    "e3_masked": (["--sgd_lrs=1e-2,1e-1"],
-                  lambda s: [r[v]["flipped_eps0"] for r in (s["net"]["0.1"], s["cf"])
-                             for v in ("full", "no_opposite_same_token", "positive_only")]
-                  + [s["cf"]["full"]["flipped_by_lr"]["0.01"]]),
-    "e4_categories": (["--rl_step=2"], lambda s: [s["at"][t][r][c]["share"] for t in ("0", "2")
-                                                  for r in ("grpo_adam", "positive_only_sgd")
-                                                  for c in ("template", "compute", "style")]
-                      + [s["gap"]["2"]["adam"]["template+style"]]),
-    "e5_value": (["--K=2", "--tokens=8", "--rl_step=1"],
-                 lambda s: [s["adam"]["grpo"]["neg"], s["sgd"]["shuffled"]["pos"], s["adam"]["positive_only"]["neg"]]),
-    "e6_group_size": (["--group_sizes=2,4", "--prompt_counts=2,4", "--rollouts=16", "--K=2", "--tokens=16",
-                       "--rl_step=1"], lambda s: [s["G"][1]["gap"], s["B"][0]["gap"]]),
+    "e1_flips": (
+        ["--steps=0,2"],
+        lambda s: [
+            s["2"]["adam"]["pos"]["boosted"],
+            s["0"]["sgd"]["neg"]["stable"],
+            s["2"]["sgd"]["flipped"],
+        ],
+    ),
+    "e2_coupling": (
+        ["--steps=0,2"],
+        lambda s: [
+            s["2"]["adam_live"],
+            s["0"]["sgd_all_w"],
+            s["2"]["mass_same_low"],
+            s["2"]["mass_same"][0],
+            s["0"]["head_vs_closed_form"],
+        ],
+    ),
+    "e3_masked": (
+        ["--sgd_lrs=1e-2,1e-1"],
+        lambda s: [
+            r[v]["flipped_eps0"]
+            for r in (s["net"]["0.1"], s["cf"])
+            for v in ("full", "no_opposite_same_token", "positive_only")
+        ]
+        + [s["cf"]["full"]["flipped_by_lr"]["0.01"]],
+    ),
+    "e4_categories": (
+        ["--rl_step=2"],
+        lambda s: [
+            s["at"][t][r][c]["share"]
+            for t in ("0", "2")
+            for r in ("grpo_adam", "positive_only_sgd")
+            for c in ("template", "compute", "style")
+        ]
+        + [s["gap"]["2"]["adam"]["template+style"]],
+    ),
+    "e5_value": (
+        ["--K=2", "--tokens=8", "--rl_step=1"],
+        lambda s: [
+            s["adam"]["grpo"]["neg"],
+            s["sgd"]["shuffled"]["pos"],
+            s["adam"]["positive_only"]["neg"],
+        ],
+    ),
+    "e6_group_size": (
+        [
+            "--group_sizes=2,4",
+            "--prompt_counts=2,4",
+            "--rollouts=16",
+            "--K=2",
+            "--tokens=16",
+            "--rl_step=1",
+        ],
+        lambda s: [s["G"][1]["gap"], s["B"][0]["gap"]],
+    ),
 }
 
 BY_HAND = {  # each primary contrast recomputed from the seed's own JSON values
-    "e1_flips": lambda r: {"adam (carried) step 2: boosted share A>0 - A<0":
-                           r["steps"]["2"]["adam"]["pos"]["boosted"] - r["steps"]["2"]["adam"]["neg"]["boosted"]},
-    "e2_coupling": lambda r: {"adam step 2: sign agreement full vs head (A!=0) - 0.7":
-                              r["steps"]["2"]["adam_live"] - 0.7},
+    "e1_flips": lambda r: {
+        "adam (carried) step 2: boosted share A>0 - A<0": r["steps"]["2"]["adam"]["pos"]["boosted"]
+        - r["steps"]["2"]["adam"]["neg"]["boosted"]
+    },
+    "e2_coupling": lambda r: {
+        "adam step 2: sign agreement full vs head (A!=0) - 0.7": r["steps"]["2"]["adam_live"] - 0.7
+    },
     "e3_masked": lambda r: {
-        "full network, lr 0.1: flipped full - no_opposite_same_token":
-        r["net"]["0.1"]["full"]["flipped"] - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
-        "closed form, lr 0.1: flipped full - no_opposite_same_token":
-        r["cf"]["full"]["flipped_by_lr"]["0.1"] - r["cf"]["no_opposite_same_token"]["flipped_by_lr"]["0.1"]},
-    "e4_categories": lambda r: {f"{o}, step 2: template+style share grpo - positive_only":
-                                sum(r["at"]["2"][f"grpo_{o}"][c]["share"] - r["at"]["2"][f"positive_only_{o}"][c]["share"]
-                                    for c in ("template", "style")) for o in ("adam", "sgd")},
-    "e5_value": lambda r: {"adam: value gap A<0, grpo - shuffled":
-                           (r["adam"]["grpo"]["neg"]["boosted"] - r["adam"]["grpo"]["neg"]["suppressed"])
-                           - (r["adam"]["shuffled"]["neg"]["boosted"] - r["adam"]["shuffled"]["neg"]["suppressed"])},
-    "e6_group_size": lambda r: {f"value gap at {k} = {hi} - at {k} = {lo}":
-                                (r[k][-1]["boosted"] - r[k][-1]["suppressed"])
-                                - (r[k][0]["boosted"] - r[k][0]["suppressed"])
-                                for k, hi, lo in (("G", 4, 2), ("B", 4, 2))},
+        "full network, lr 0.1: flipped full - no_opposite_same_token": r["net"]["0.1"]["full"][
+            "flipped"
+        ]
+        - r["net"]["0.1"]["no_opposite_same_token"]["flipped"],
+        "closed form, lr 0.1: flipped full - no_opposite_same_token": r["cf"]["full"][
+            "flipped_by_lr"
+        ]["0.1"]
+        - r["cf"]["no_opposite_same_token"]["flipped_by_lr"]["0.1"],
+    },
+    "e4_categories": lambda r: {
+        f"{o}, step 2: template+style share grpo - positive_only": sum(
+            r["at"]["2"][f"grpo_{o}"][c]["share"] - r["at"]["2"][f"positive_only_{o}"][c]["share"]
+            for c in ("template", "style")
+        )
+        for o in ("adam", "sgd")
+    },
+    "e5_value": lambda r: {
+        "adam: value gap A<0, grpo - shuffled": (
+            r["adam"]["grpo"]["neg"]["boosted"] - r["adam"]["grpo"]["neg"]["suppressed"]
+        )
+        - (r["adam"]["shuffled"]["neg"]["boosted"] - r["adam"]["shuffled"]["neg"]["suppressed"])
+    },
+    "e6_group_size": lambda r: {
+        f"value gap at {k} = {hi} - at {k} = {lo}": (r[k][-1]["boosted"] - r[k][-1]["suppressed"])
+        - (r[k][0]["boosted"] - r[k][0]["suppressed"])
+        for k, hi, lo in (("G", 4, 2), ("B", 4, 2))
+    },
 }
 
 
@@ -99,7 +154,8 @@ def test_experiment_quick_mode_writes_json_and_png(name, out, rewards, capsys):
     else:
         assert not os.path.exists(os.path.join(d, f"{name}.png"))
     check_primary(data)
-    if rewards == "mixed" and name in BY_HAND:  # both signs in the groups: every contrast has its seed
+    # both signs in the groups: every contrast has its seed
+    if rewards == "mixed" and name in BY_HAND:
         hand = BY_HAND[name](data["per_seed"][0])
         assert set(hand) == set(data["primary"])
         for k, v in hand.items():
@@ -120,6 +176,7 @@ def check_primary(data):
         assert set(c) == PRIMARY_KEYS, (name, set(c))
         assert c["n"] == len(c["per_seed"]) == len(c["seeds"]) <= 1
         assert c["half"] is None and c["mde"] is None
-        assert c["predicted"].split()[0] in ("<", ">", "about", "none")  # none: registered without a sign
+        # none: registered without a sign
+        assert c["predicted"].split()[0] in ("<", ">", "about", "none")
         if c["n"]:
             assert abs(c["diff"] - c["per_seed"][0]) < 1e-12

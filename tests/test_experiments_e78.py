@@ -43,10 +43,17 @@ def test_e7_quick(tmp_path):
     assert len(saved["primary"]) == 12  # 2 settings x (query, balanced, sign) x (drift, tax)
     for name in saved["runs"]:
         for arm, sign in (("query", "<"), ("balanced", "<"), ("sign", ">")):
-            for k, label in (("style_drift_restate", "|restate drift|"), ("tax_interior_sum", "tax_interior_sum")):
+            for k, label in (
+                ("style_drift_restate", "|restate drift|"),
+                ("tax_interior_sum", "tax_interior_sum"),
+            ):
                 c = saved["primary"][f"{name}: {label} {arm} - shuffle"]
                 a, b = saved["runs"][name][arm][0][k][-1], saved["runs"][name]["shuffle"][0][k][-1]
-                assert c["n"] == 1 and c["predicted"] == f"{sign} 0" and abs(c["diff"] - (a - b)) < 1e-12
+                assert (
+                    c["n"] == 1
+                    and c["predicted"] == f"{sign} 0"
+                    and abs(c["diff"] - (a - b)) < 1e-12
+                )
             c = saved["secondary"][f"{name}: accuracy (last 3 evals) {arm} - shuffle"]
             a, b = saved["runs"][name][arm][0], saved["runs"][name]["shuffle"][0]
             assert abs(c["diff"] - (a["acc_last3"] - b["acc_last3"])) < 1e-12
@@ -66,7 +73,10 @@ def test_e7_last3_and_settings():
     assert e7.last3([0.5, 0.6, 0.7, 0.8, 0.9]) == pytest.approx((0.7 + 0.8 + 0.9) / 3)
     assert e7.last3([0.5, 0.6, 0.8]) == pytest.approx(0.7)  # the warm start (first) never counts
     assert e7.last3([0.5]) is None
-    assert [(n, e, len(a)) for n, e, a in e7.settings({})] == [("1 epoch", 1, 5), ("2 epochs", 2, 4)]
+    assert [(n, e, len(a)) for n, e, a in e7.settings({})] == [
+        ("1 epoch", 1, 5),
+        ("2 epochs", 2, 4),
+    ]
 
 
 def test_e8_quick(tmp_path):
@@ -75,7 +85,9 @@ def test_e8_quick(tmp_path):
     from experiments import e8_objectives
     data = e8_objectives.main(SMALL + ["--jobs=1", f"--out={tmp_path}"])
     saved = json.load(open(os.path.join(tmp_path, "e8_objectives.json")))
-    assert saved["arms"] == ["grpo", "dr_grpo", "dfpo_min", "dfpo_orth"] and saved["minibatches"] == 2
+    assert (
+        saved["arms"] == ["grpo", "dr_grpo", "dfpo_min", "dfpo_orth"] and saved["minibatches"] == 2
+    )
     assert saved["clip"] == "sym" and saved["lr"] == 3e-5
     for arm, runs in saved["runs"].items():
         (r,) = runs
@@ -83,14 +95,24 @@ def test_e8_quick(tmp_path):
         assert r["style_drift_restate"][-1] >= abs(r["style_drift_signed_restate"][-1]) - 1e-12
         assert 0 <= r["style_entropy_restate"][-1] <= 0.6932 and r["tax_interior_sum"] >= 0
     check_primary(saved)
-    assert set(saved["primary"]) == {f"style_drift_restate {a} - grpo" for a in ("dfpo_min", "dfpo_orth", "dr_grpo")}
+    assert set(saved["primary"]) == {
+        f"style_drift_restate {a} - grpo" for a in ("dfpo_min", "dfpo_orth", "dr_grpo")
+    }
     g, d = saved["runs"]["grpo"][0], saved["runs"]["dfpo_min"][0]
     p = saved["primary"]["style_drift_restate dfpo_min - grpo"]
     assert p["n"] == 1 and p["predicted"] == "< 0"
     assert abs(p["diff"] - (d["style_drift_restate"][-1] - g["style_drift_restate"][-1])) < 1e-12
     s = saved["secondary"]["style_drift_restate dfpo_min - dr_grpo (token ratio vs min-replace)"]
-    assert abs(s["diff"] - (d["style_drift_restate"][-1] - saved["runs"]["dr_grpo"][0]["style_drift_restate"][-1])) \
+    assert (
+        abs(
+            s["diff"]
+            - (
+                d["style_drift_restate"][-1]
+                - saved["runs"]["dr_grpo"][0]["style_drift_restate"][-1]
+            )
+        )
         < 1e-12
+    )
     a = saved["secondary"]["acc_last3 dr_grpo - grpo"]["diff"]
     acc = lambda r: sum(r["eval_acc"][-3:]) / len(r["eval_acc"][-3:])
     assert abs(a - (acc(saved["runs"]["dr_grpo"][0]) - acc(g))) < 1e-12
@@ -106,7 +128,10 @@ def test_chain_style_quick(tmp_path):
     assert g["seed"] == d["seed"] == 0 and g["steps"] == d["steps"]
     p = saved["primary"]["signed restate drift, grpo - dr_grpo"]
     assert p["n"] == 1 and p["predicted"] == "< 0"
-    assert abs(p["diff"] - (g["style_drift_signed_restate"][-1] - d["style_drift_signed_restate"][-1])) < 1e-12
+    assert (
+        abs(p["diff"] - (g["style_drift_signed_restate"][-1] - d["style_drift_signed_restate"][-1]))
+        < 1e-12
+    )
     assert g["style_drift_restate"][-1] >= abs(g["style_drift_signed_restate"][-1]) - 1e-12
 
 
@@ -144,7 +169,8 @@ def test_e9_quick(tmp_path):
                                                        runs["sgd"][0]["kl"])
     assert runs["teacher60"][0]["ell_end"] != runs["adamw"][0]["ell_end"]  # its own warm start
     assert data["rl_steps"] == 2
-    again = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])  # cached runs, same numbers
+    # cached runs, same numbers
+    again = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])
     assert again["primary"] == data["primary"]
 
 
@@ -161,7 +187,8 @@ def test_e9_kl_matched_lr_by_hand():
     from experiments import e9_drift_mechanism as e9
     lr = e9.kl_matched_lr(0.01, [3e-4, 5e-4], [0.5e-4, 1.5e-4])
     assert abs(lr - 0.01 * 4 ** (1 / e9.KL_SLOPE)) < 1e-15 and lr > 0.01
-    assert e9.kl_matched_lr(0.01, [3e-4], [0.0]) == 0.01  # a run that did not move: nothing to match
+    # a run that did not move: nothing to match
+    assert e9.kl_matched_lr(0.01, [3e-4], [0.0]) == 0.01
 
 
 def test_e9_kl_slope_is_the_calibration_s():
@@ -178,7 +205,17 @@ def test_e9_calibration_refuses_runs_that_do_not_move(tmp_path, capsys, monkeypa
     """--small's warm start earns no reward: no KL to match, one error line."""
     from experiments import e9_drift_mechanism as e9
     with pytest.raises(SystemExit) as e:
-        monkeypatch.setattr(sys, "argv", ["e9", "--calibrate", "--small", "--calib_steps=1", "--calib_lrs=0.1,1",
-                                          f"--out={tmp_path}"])
+        monkeypatch.setattr(
+            sys,
+            "argv",
+            [
+                "e9",
+                "--calibrate",
+                "--small",
+                "--calib_steps=1",
+                "--calib_lrs=0.1,1",
+                f"--out={tmp_path}",
+            ],
+        )
         e9.common.cli(e9.main)
     assert e.value.code == 2 and capsys.readouterr().err.count("error:") == 1

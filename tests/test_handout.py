@@ -26,8 +26,12 @@ def tracked_files(*suffixes):
     """The repository's files (git's view: tracked, or untracked and not ignored; every file
     in a copy without git), by ending."""
     if os.path.isdir(os.path.join(ROOT, ".git")):
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-                             cwd=ROOT, capture_output=True, check=True).stdout.decode()
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+        ).stdout.decode()
         files = [p for p in out.split("\0") if p and os.path.isfile(os.path.join(ROOT, p))]
     else:
         files = [os.path.relpath(os.path.join(d, f), ROOT) for d, dirs, fs in os.walk(ROOT)
@@ -83,9 +87,20 @@ def test_licence_and_citations():
     lic = open(os.path.join(ROOT, "LICENSE")).read()
     assert lic.startswith("MIT License") and "Copyright (c) 2026 the cancel-gpt authors" in lic
     theory = " ".join(open(os.path.join(ROOT, "THEORY.md")).read().split())
-    for needle in ("2604.13088", "2605.08666", "Token Gradient Cancellation", "Cancellation Hypothesis",
-                   "Fei Ding", "Zeyu Huang", "2402.03300", "2503.20783", "2503.14476", "2507.18071",
-                   "2402.14740", "1707.06347"):
+    for needle in (
+        "2604.13088",
+        "2605.08666",
+        "Token Gradient Cancellation",
+        "Cancellation Hypothesis",
+        "Fei Ding",
+        "Zeyu Huang",
+        "2402.03300",
+        "2503.20783",
+        "2503.14476",
+        "2507.18071",
+        "2402.14740",
+        "1707.06347",
+    ):
         assert needle in theory, needle
 
 
@@ -99,7 +114,14 @@ def write_run(d, loss="grpo", diagnostics=False, n=30):
             f.write(json.dumps({"phase": "sft", "step": s, "loss": 2.0 / s}) + "\n")
         f.write(json.dumps({"phase": "rl", "step": 0, "eval_acc": 0.5}) + "\n")
         for s in range(1, n + 1):
-            rec = {"phase": "rl", "step": s, "reward": s / n, "mixed": 0.7, "first_token_residual": 0.01, "clip_frac": 0.0}
+            rec = {
+                "phase": "rl",
+                "step": s,
+                "reward": s / n,
+                "mixed": 0.7,
+                "first_token_residual": 0.01,
+                "clip_frac": 0.0,
+            }
             if diagnostics:
                 rec.update(tax=0.1, tax_sum=0.1 * s)
             if s % 10 == 0:
@@ -115,11 +137,16 @@ def test_plot_series_and_panels(tmp_path):
     write_run(tmp_path / "b", diagnostics=True)
     a, b = plot.load_run(str(tmp_path / "a")), plot.load_run(str(tmp_path / "b"))
     assert a["label"] == "a (grpo, add2)"
-    assert plot.series(a, "eval_acc", "eval") == ([0, 10, 20, 30], [0.5, 0.5 + 10 / 120, 0.5 + 20 / 120, 0.75])
+    assert plot.series(a, "eval_acc", "eval") == (
+        [0, 10, 20, 30],
+        [0.5, 0.5 + 10 / 120, 0.5 + 20 / 120, 0.75],
+    )
     assert plot.series(a, "loss", "sft")[1] == [2.0, 1.0, 2 / 3, 0.5, 0.4]
     keys = lambda runs: [p[0] for p in plot.panels_present(runs)]
     assert "tax_sum" not in keys([a]) and "entropy" not in keys([a])
-    assert {"tax_sum", "entropy", "eval_acc", "reward", "mixed", "first_token_residual"} <= set(keys([a, b]))
+    assert {"tax_sum", "entropy", "eval_acc", "reward", "mixed", "first_token_residual"} <= set(
+        keys([a, b])
+    )
     assert plot.running_mean([1, 2, 3, 4], k=2) == [1, 1.5, 2.5, 3.5]
 
 
@@ -140,8 +167,12 @@ def test_plot_bad_input_is_one_line_exit_2(tmp_path):
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "metrics.jsonl").write_text("{not json\n")
     for args in ([], [str(tmp_path / "nowhere")], ["--colour=red", str(tmp_path / "a")]):
-        p = subprocess.run([sys.executable, "plot.py", *args], cwd=ROOT, capture_output=True, text=True)
-        assert p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1, p.stderr
+        p = subprocess.run(
+            [sys.executable, "plot.py", *args], cwd=ROOT, capture_output=True, text=True
+        )
+        assert (
+            p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
+        ), p.stderr
     with pytest.raises(CliError, match="line 1"):
         plot.load_run(str(tmp_path / "bad"))
 
@@ -152,7 +183,9 @@ def test_plot_without_matplotlib_says_so_in_one_line(tmp_path):
             "import runpy; runpy.run_path('plot.py', run_name='__main__')" % str(tmp_path / "a"))
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
-    assert p.stderr.strip() == "error: plot.py needs matplotlib: pip install -r requirements-plots.txt"
+    assert (
+        p.stderr.strip() == "error: plot.py needs matplotlib: pip install -r requirements-plots.txt"
+    )
     assert not (tmp_path / "a" / "curves.png").exists()
 
 
@@ -160,14 +193,21 @@ def test_plot_without_matplotlib_says_so_in_one_line(tmp_path):
 
 def test_help_is_grouped_with_examples_and_hides_no_flag():
     text = config.usage(Config, train.__doc__, config.GROUPS, config.EXAMPLES)
-    heads = [line[:-1] for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    heads = [
+        line[:-1]
+        for line in text.splitlines()
+        if line and not line.startswith(" ") and line.endswith(":")
+    ]
     assert heads[:8] == list(config.GROUPS) and heads[-1] == "examples"
     for f in dataclasses.fields(Config):
-        assert sum(line.lstrip().startswith(f"--{f.name}=") for line in text.splitlines()) == 1, f.name
+        assert (
+            sum(line.lstrip().startswith(f"--{f.name}=") for line in text.splitlines()) == 1
+        ), f.name
     assert len(re.findall(r"^  python (train|plot)\.py", text, re.M)) == 3
     # A flag that no group names (one being added elsewhere) is still shown, under "other".
-    extra = dataclasses.make_dataclass("WithNew", [("new_flag", int, config._f(3, "something new"))],
-                                       bases=(Config,))
+    extra = dataclasses.make_dataclass(
+        "WithNew", [("new_flag", int, config._f(3, "something new"))], bases=(Config,)
+    )
     text = config.usage(extra, "", config.GROUPS, config.EXAMPLES)
     other = text.split("\nother:\n")[1]
     assert other.splitlines()[0].split() == ["--new_flag=3", "something", "new"]
@@ -175,7 +215,9 @@ def test_help_is_grouped_with_examples_and_hides_no_flag():
 
 def test_experiment_help_has_one_flag_per_line():
     from experiments import common
-    text = common.help_text("E0: a doc.", {"eps": (1e-4, "a threshold"), "threads": (1, "torch threads")})
+    text = common.help_text(
+        "E0: a doc.", {"eps": (1e-4, "a threshold"), "threads": (1, "torch threads")}
+    )
     flags = [line for line in text.splitlines() if line.lstrip().startswith("--")]
     assert not re.search(r"--\w+(=\S*)?\s+--\w", text), "two flags on one line"
     names = [line.split()[0].split("=")[0] for line in flags]
@@ -183,7 +225,7 @@ def test_experiment_help_has_one_flag_per_line():
                      "--threads"]
 
 
-# ----------------------------------------------------------------------------- runs that cannot learn
+# --------------------------------------------------------------------------- runs that cannot learn
 
 def test_weak_start_hint_names_the_flags():
     cfg = Config()
@@ -199,7 +241,9 @@ def test_summary_line_never_prints_nan():
     base = {"warm_start_acc": 0.5, "final_acc": 0.5, "seconds": 3.0}
     line = train.summary_line(base, cfg)
     assert "nan" not in line.lower() and "no RL steps run" in line
-    assert "mixed groups in the first RL steps 0.75" in train.summary_line(dict(base, mixed_at_start=0.75), cfg)
+    assert "mixed groups in the first RL steps 0.75" in train.summary_line(
+        dict(base, mixed_at_start=0.75), cfg
+    )
 
 
 def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
@@ -209,12 +253,16 @@ def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
             "ledger_cancelled": 0.6, "ledger_credit": 0.3, "ledger_weights": 0.05,
             "ledger_ratios": 0.0, "ledger_split": 0.0, "ledger_uncentred": 0.0}
     lines = train.summary_line(base, Config(loss="grpo")).splitlines()
-    assert "60 % cancelled" in lines[1] and "unequal weights from the objective itself 5 %" in lines[1]
+    assert (
+        "60 % cancelled" in lines[1] and "unequal weights from the objective itself 5 %" in lines[1]
+    )
     assert lines[2].startswith("the largest cause other than credit: unequal weights")
     assert "--loss=dr_grpo" in lines[2]
     assert "-1.0e-04 nats" in lines[3]
     lines = train.summary_line(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo")).splitlines()
-    assert lines[2].startswith("beyond the credit the rewards give, nothing") and "--" not in lines[2]
+    assert (
+        lines[2].startswith("beyond the credit the rewards give, nothing") and "--" not in lines[2]
+    )
     lines = train.summary_line(dict(base, ledger_mixed_steps=0), Config(loss="grpo")).splitlines()
     assert "no group was mixed" in lines[1] and "--sft_steps" in lines[1]
     lines = train.summary_line(dict(base, ledger_steps=40), Config(loss="grpo")).splitlines()
@@ -232,8 +280,19 @@ def test_summary_exch_residual_mean_is_the_mean_of_the_logged_steps(tmp_path, mo
         calls.append(1)
         return 0.01 * len(calls)
     monkeypatch.setattr(train.loss, "exch_residual", fake)
-    flags = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8", "--rl_steps=3",
-             "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--device=cpu", f"--out_dir={tmp_path}"]
+    flags = [
+        "--n_layer=1",
+        "--n_head=2",
+        "--n_embd=32",
+        "--sft_steps=2",
+        "--sft_batch=8",
+        "--rl_steps=3",
+        "--prompts_per_step=2",
+        "--group_size=4",
+        "--eval_size=8",
+        "--device=cpu",
+        f"--out_dir={tmp_path}",
+    ]
     summary = train.main(parse_args(flags))
     lines = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
     logged = [r["exch_residual"] for r in lines if r["phase"] == "rl" and "exch_residual" in r]
@@ -247,7 +306,8 @@ def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
              "--prompts_per_step=3", "--group_size=4", "--eval_size=8", "--device=cpu"]
     train.main(parse_args(flags + ["--rl_steps=1", f"--out_dir={tmp_path / 'a'}"]))
     out = capsys.readouterr()
-    assert "hint: only 0 % of groups are mixed" in out.out + out.err  # a 2-step SFT model is never right
+    # a 2-step SFT model is never right
+    assert "hint: only 0 % of groups are mixed" in out.out + out.err
     assert f"plot the curves: python plot.py {tmp_path / 'a'}" in out.out
     train.main(parse_args(flags + ["--rl_steps=0", f"--out_dir={tmp_path / 'b'}"]))
     assert "nan" not in capsys.readouterr().out.lower()
@@ -255,7 +315,10 @@ def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
 
 # ----------------------------------------------------------------------------- quick modes
 
-@pytest.mark.skipif(not os.path.isdir(os.path.join(ROOT, ".git")), reason="not a git checkout (a student copy)")
+
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(ROOT, ".git")), reason="not a git checkout (a student copy)"
+)
 def test_quick_mode_writes_to_a_scratch_folder_that_git_ignores():
     from experiments import common
     quick, full = common.default_out(True), common.default_out(False)

@@ -15,8 +15,11 @@ from plumbing import config
 from plumbing.config import Config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EXPERIMENTS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
-                     if open(p).read().count('if __name__ == "__main__"'))
+EXPERIMENTS = sorted(
+    os.path.basename(p)[:-3]
+    for p in glob.glob(os.path.join(ROOT, "experiments", "*.py"))
+    if open(p).read().count('if __name__ == "__main__"')
+)
 FLAG = re.compile(r"(?<![\w-])--([A-Za-z][A-Za-z_0-9]*)")
 TRAIN_FLAGS = {f.name for f in dataclasses.fields(Config)}
 
@@ -41,8 +44,13 @@ def strangers(text, takes):
 
 
 def test_train_help_by_subprocess_lists_every_flag_and_chain_defaults():
-    out = subprocess.run([sys.executable, "train.py", "--task=chain", "--help"], cwd=ROOT, capture_output=True,
-                         text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "train.py", "--task=chain", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0 and out.stderr == ""
     for name, value in config.TASK_DEFAULTS["chain"].items():
         assert f"--{name}={value} " in out.stdout, name
@@ -55,7 +63,8 @@ def test_train_help_defaults_are_what_a_run_takes(capsys):
         text = help_of(lambda: config.parse_args([f"--task={task}", "--help"]), capsys)
         cfg = config.parse_args([f"--task={task}"], check=False)
         for f in dataclasses.fields(Config):
-            if f.name not in ("clip", "adv"):  # clip: none for the objectives without one; adv: the loss's own
+            # clip: none for the objectives without one; adv: the loss's own
+            if f.name not in ("clip", "adv"):
                 assert f"--{f.name}={getattr(cfg, f.name)} " in text, (task, f.name)
         assert "--adv=auto " in text and cfg.adv == "grpo"
 
@@ -65,7 +74,9 @@ def test_dataclass_scripts_help(script, capsys):
     mod = importlib.import_module(script)
     cls = {"sample": "SampleConfig", "see": "SeeConfig"}[script]
     fields = {f.name for f in dataclasses.fields(getattr(mod, cls))}
-    text = help_of(lambda: config.parse_args(["--help"], getattr(mod, cls), doc=mod.__doc__), capsys)
+    text = help_of(
+        lambda: config.parse_args(["--help"], getattr(mod, cls), doc=mod.__doc__), capsys
+    )
     assert not strangers(text, fields), strangers(text, fields)
     assert fields <= mentioned(text)
 
@@ -97,4 +108,6 @@ def test_experiment_help(name, capsys, monkeypatch):
     doc, flags = text.split("\nflags:\n")
     assert mentioned(flags) == takes
     # an experiment runs train.py: its description may name train.py's flags
-    assert not mentioned(doc) - takes - TRAIN_FLAGS, f"{name} --help mentions {sorted(mentioned(doc) - takes)}"
+    assert (
+        not mentioned(doc) - takes - TRAIN_FLAGS
+    ), f"{name} --help mentions {sorted(mentioned(doc) - takes)}"

@@ -20,9 +20,21 @@ from plumbing.config import parse_args
 from plumbing.errors import CliError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = ["--n_layer=1", "--n_head=2", "--n_embd=16", "--sft_steps=4", "--sft_batch=4", "--rl_steps=3",
-        "--prompts_per_step=2", "--group_size=3", "--eval_size=4", "--eval_every=2", "--ckpt_every=2",
-        "--device=cpu", "--pass_k=1"]
+TINY = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=16",
+    "--sft_steps=4",
+    "--sft_batch=4",
+    "--rl_steps=3",
+    "--prompts_per_step=2",
+    "--group_size=3",
+    "--eval_size=4",
+    "--eval_every=2",
+    "--ckpt_every=2",
+    "--device=cpu",
+    "--pass_k=1",
+]
 
 
 def command(script):
@@ -75,7 +87,9 @@ HOSTILE = [  # (flags against the finished run D, a piece of the message)
 
 
 @pytest.mark.parametrize("flags, message", HOSTILE, ids=[" ".join(f) for f, _ in HOSTILE])
-def test_a_refused_command_leaves_the_finished_run_byte_identical(finished, tmp_path, capsys, flags, message):
+def test_a_refused_command_leaves_the_finished_run_byte_identical(
+    finished, tmp_path, capsys, flags, message
+):
     d = copy_run(finished, tmp_path)
     before = digest(d)
     refused(TINY + [f.format(d=d) for f in flags] + [f"--out_dir={d}"], capsys, message)
@@ -92,20 +106,28 @@ CORRUPT_STATES = {  # name: (change to the checkpoint, a piece of the message na
     "step is a string": (lambda s, ck: s.update(step="7"), "step"),
     "float seed": (lambda s, ck: ck["config"].update(seed=1.5), "seed"),
     "no param_groups": (lambda s, ck: s["optimizer"].pop("param_groups"), "param_groups"),
-    "rng of the wrong size": (lambda s, ck: s["streams"][0].update(torch_gen=torch.zeros(7, dtype=torch.uint8)),
-                              "torch_gen"),
-    "python rng of the wrong version": (lambda s, ck: s["streams"][0].update(python_random=(99, (1, 2), None)),
-                                        "python_random"),
+    "rng of the wrong size": (
+        lambda s, ck: s["streams"][0].update(torch_gen=torch.zeros(7, dtype=torch.uint8)),
+        "torch_gen",
+    ),
+    "python rng of the wrong version": (
+        lambda s, ck: s["streams"][0].update(python_random=(99, (1, 2), None)),
+        "python_random",
+    ),
     "a sum missing": (lambda s, ck: s["sums"].pop("tax_sum"), "sums"),
-    "a moment of the wrong shape": (lambda s, ck: s["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
-                                    "exp_avg"),
+    "a moment of the wrong shape": (
+        lambda s, ck: s["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
+        "exp_avg",
+    ),
     "world of two, streams of one": (lambda s, ck: s.update(world=2), "streams"),
-    "metrics longer than the file": (lambda s, ck: s.update(metrics_bytes=10 ** 9), "shorter"),
+    "metrics longer than the file": (lambda s, ck: s.update(metrics_bytes=10**9), "shorter"),
 }
 
 
 @pytest.mark.parametrize("name", CORRUPT_STATES)
-def test_a_resume_state_that_fails_its_schema_is_refused_and_changes_nothing(finished, tmp_path, capsys, name):
+def test_a_resume_state_that_fails_its_schema_is_refused_and_changes_nothing(
+    finished, tmp_path, capsys, name
+):
     d = copy_run(finished, tmp_path)
     change, message = CORRUPT_STATES[name]
     ck = torch.load(d / "ckpt.pt", weights_only=True)
@@ -173,7 +195,11 @@ def test_resume_restores_each_ranks_own_streams(finished):
     """The saved state holds one set of random streams per rank; rank r restores streams[r]."""
     ck = torch.load(finished / "run" / "ckpt.pt", weights_only=True)
     s = ck["resume"]
-    assert s["world"] == 1 and len(s["streams"]) == 1 and set(s["streams"][0]) == set(checkpoint.STREAMS)
+    assert (
+        s["world"] == 1
+        and len(s["streams"]) == 1
+        and set(s["streams"][0]) == set(checkpoint.STREAMS)
+    )
 
 
 PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
@@ -186,22 +212,37 @@ PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
     ("see.py", ["--init_from={d}/ckpt.pt", "--out="], "--out is empty"),
     ("see.py", ["--init_from={d}/ckpt.pt", "--out={d}/nowhere/see.png"], "does not exist"),
     ("experiments/scoreboard.py", [f"--seeds={2 ** 64}", "--out={d}/sb"], "out of range"),
-    ("experiments/e8_objectives.py", ["--quick", "--group_size=1", "--out={d}/e8"], "at least 2 completions"),
-    ("sample.py", ["--init_from={d}/ckpt.pt", "--num_prompts=4096", "--num_samples=4096", "--temperature=1"],
-     "GiB"),
+    (
+        "experiments/e8_objectives.py",
+        ["--quick", "--group_size=1", "--out={d}/e8"],
+        "at least 2 completions",
+    ),
+    (
+        "sample.py",
+        ["--init_from={d}/ckpt.pt", "--num_prompts=4096", "--num_samples=4096", "--temperature=1"],
+        "GiB",
+    ),
     ("bench.py", ["--ddp_worker"], "internal"),
     ("experiments/multiplicity.py", ["--results={d}/nowhere"], "no such folder"),
 ]
 
 
-@pytest.mark.parametrize("script, argv, message", PLOT_SEE, ids=[f"{s} {' '.join(a)}" for s, a, _ in PLOT_SEE])
+@pytest.mark.parametrize(
+    "script, argv, message", PLOT_SEE, ids=[f"{s} {' '.join(a)}" for s, a, _ in PLOT_SEE]
+)
 def test_other_entry_points_refuse_hostile_input(finished, tmp_path, script, argv, message):
     d = copy_run(finished, tmp_path)
     (d / "list").mkdir()
     (d / "list" / "metrics.jsonl").write_text("[1, 2]\n")
     before = digest(d)
-    out = subprocess.run([sys.executable, *command(script)] + [a.format(d=d) for a in argv], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    out = subprocess.run(
+        [sys.executable, *command(script)] + [a.format(d=d) for a in argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
     lines = [x for x in out.stderr.splitlines() if x.strip()]
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], out.stderr
@@ -213,8 +254,19 @@ def test_memory_estimate_by_hand():
     params 12*2*64 + 8*(64+64) = 2560 -> 16 B each = 40960; activations 12*64*2*8*20*4 = 983040;
     KV of the largest sampling call, 128 rows held twice: 2*128*64*2*8*2*4 = 2097152."""
     from plumbing.config import memory_estimate
-    cfg = parse_args(["--n_layer=2", "--n_head=2", "--n_embd=8", "--prompts_per_step=3", "--group_size=4",
-                      "--eval_size=5", "--diagnostics", "--pass_k=1"], check=False)
+    cfg = parse_args(
+        [
+            "--n_layer=2",
+            "--n_head=2",
+            "--n_embd=8",
+            "--prompts_per_step=3",
+            "--group_size=4",
+            "--eval_size=5",
+            "--diagnostics",
+            "--pass_k=1",
+        ],
+        check=False,
+    )
     assert memory_estimate(cfg) == 40960 + 983040 + 2097152
     cfg.diagnostics = False  # then the 12 rollouts are the largest call
     assert memory_estimate(cfg) == 40960 + 983040 + 2 * 12 * 64 * 2 * 8 * 2 * 4
@@ -228,25 +280,39 @@ def test_sample_memory_need_by_hand():
     assert sample.memory_need(c, 10) == 2 * 10 * (2048 + 1984) * 4 == 322560
 
 
-@pytest.mark.parametrize("script, args, message", [
-    ("experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
-    ("experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
-    ("experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
-    ("experiments/multiplicity.py", ["--replot", "--out=/nonexistent/x"], "--replot does nothing"),
-    ("experiments/multiplicity.py", ["--quick", "--seeds=5", "--jobs=7"], "--quick does nothing"),
-    ("experiments/scoreboard.py", ["--jobs=3"], "--jobs does nothing"),
-    ("experiments/scoreboard.py", ["--replot"], "--replot does nothing"),
-    ("experiments/e1_flips.py", ["--quick", "--out="], "--out is empty"),
-    ("experiments/e1_flips.py", ["--quick", "--device=tpu"], "unknown device"),
-    ("experiments/e10_length.py", ["--quick", "--device=cuda"], "no CUDA device")
-    if not torch.cuda.is_available() else ("experiments/e10_length.py", ["--device=tpu"], "unknown device"),
-    ("experiments/scoreboard.py", ["--device=cuda"], "--device does nothing"),
-    ("experiments/e8_objectives.py", ["--replot", "--out={cut}"], "not readable JSON"),
-    ("plot.py", ["{binary}"], "is not text (UTF-8)"),
-    ("plot.py", ["{latin}"], "is not a config.json of this project"),
-    ("plot.py", ["{hugestep}"], "integer step in [0, 2**53)"),
-    ("plot.py", ["{nostep}"], "integer step in [0, 2**53)"),
-])
+@pytest.mark.parametrize(
+    "script, args, message",
+    [
+        ("experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
+        ("experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
+        ("experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
+        (
+            "experiments/multiplicity.py",
+            ["--replot", "--out=/nonexistent/x"],
+            "--replot does nothing",
+        ),
+        (
+            "experiments/multiplicity.py",
+            ["--quick", "--seeds=5", "--jobs=7"],
+            "--quick does nothing",
+        ),
+        ("experiments/scoreboard.py", ["--jobs=3"], "--jobs does nothing"),
+        ("experiments/scoreboard.py", ["--replot"], "--replot does nothing"),
+        ("experiments/e1_flips.py", ["--quick", "--out="], "--out is empty"),
+        ("experiments/e1_flips.py", ["--quick", "--device=tpu"], "unknown device"),
+        (
+            ("experiments/e10_length.py", ["--quick", "--device=cuda"], "no CUDA device")
+            if not torch.cuda.is_available()
+            else ("experiments/e10_length.py", ["--device=tpu"], "unknown device")
+        ),
+        ("experiments/scoreboard.py", ["--device=cuda"], "--device does nothing"),
+        ("experiments/e8_objectives.py", ["--replot", "--out={cut}"], "not readable JSON"),
+        ("plot.py", ["{binary}"], "is not text (UTF-8)"),
+        ("plot.py", ["{latin}"], "is not a config.json of this project"),
+        ("plot.py", ["{hugestep}"], "integer step in [0, 2**53)"),
+        ("plot.py", ["{nostep}"], "integer step in [0, 2**53)"),
+    ],
+)
 def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, script, args, message):
     """Bad flags and damaged files, for the experiments and plot.py: one line, exit 2,
     results/ and every input file unchanged."""
@@ -259,14 +325,22 @@ def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, scri
     (folders["binary"] / "metrics.jsonl").write_bytes(bytes(range(256)) * 2)
     (folders["latin"] / "metrics.jsonl").write_text(good)
     (folders["latin"] / "config.json").write_bytes(b'{"loss": "gr\xe9po"}')
-    (folders["hugestep"] / "metrics.jsonl").write_text('{"phase": "rl", "step": 1' + "0" * 300 + "}\n")
+    (folders["hugestep"] / "metrics.jsonl").write_text(
+        '{"phase": "rl", "step": 1' + "0" * 300 + "}\n"
+    )
     (folders["nostep"] / "metrics.jsonl").write_text(good + '{"phase": "rl", "eval_acc": 0.5}\n')
     before, out_before = digest(os.path.join(ROOT, "results")), sorted(os.listdir(tmp_path))
     inputs = {p: open(p, "rb").read() for d in folders.values() for p in map(str, d.iterdir())}
     argv = [a.format(empty=tmp_path / "empty", **folders) for a in args]
-    run = subprocess.run([sys.executable, *command(script)] + argv + (["--out=" + str(tmp_path / "x.png")]
-                                                            if script == "plot.py" else []),
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, *command(script)]
+        + argv
+        + (["--out=" + str(tmp_path / "x.png")] if script == "plot.py" else []),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     err = [x for x in run.stderr.splitlines() if x.strip()]
     assert run.returncode == 2 and len(err) == 1 and err[0].startswith("error: "), run.stderr
     assert message in err[0]

@@ -44,13 +44,21 @@ def test_advantages_by_hand():
     torch.testing.assert_close(advantage.advantages(R, GROUP, "grpo"), A_STD)
     torch.testing.assert_close(advantage.advantages(R, GROUP, loss.own_estimator("dapo")), A_STD)
     torch.testing.assert_close(advantage.advantages(R, GROUP, "dr_grpo"), A_CEN)
-    torch.testing.assert_close(advantage.advantages(R, GROUP, loss.own_estimator("dfpo_orth")), A_CEN)
-    torch.testing.assert_close(advantage.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5]))
-    torch.testing.assert_close(advantage.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0]))
+    torch.testing.assert_close(
+        advantage.advantages(R, GROUP, loss.own_estimator("dfpo_orth")), A_CEN
+    )
+    torch.testing.assert_close(
+        advantage.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5])
+    )
+    torch.testing.assert_close(
+        advantage.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0])
+    )
     # two interleaved groups are handled separately
     r = torch.tensor([1.0, 3.0, 0.0, 2.0])
     g = torch.tensor([0, 1, 0, 1])
-    torch.testing.assert_close(advantage.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5]))
+    torch.testing.assert_close(
+        advantage.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5])
+    )
 
 
 ON = torch.log(torch.rand(3, 4, generator=torch.Generator().manual_seed(0)) * 0.9 + 0.05) * MASK
@@ -103,7 +111,9 @@ def test_off_policy_token_ppo_coefficients_by_hand():
 
 
 def test_gspo_coefficients_by_hand():
-    s = torch.tensor([(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]).exp()
+    s = torch.tensor(
+        [(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]
+    ).exp()
     c, st = coef("gspo", ON, OLD, A_STD, clip="none")
     torch.testing.assert_close(c, expand(s * A_STD / (3 * LENS)))
     assert abs(st["seq_ratio"] - float(s.mean())) < 1e-6
@@ -117,7 +127,9 @@ def test_gspo_coefficients_by_hand():
 
 
 def test_dfpo_coefficients_by_hand():
-    s = torch.tensor([(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]).exp()
+    s = torch.tensor(
+        [(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]
+    ).exp()
     c, _ = coef("dfpo_min", ON, OLD, A_CEN)
     torch.testing.assert_close(c, expand(s.min() * A_CEN / 12))
     w = s - (A_CEN @ s) / (A_CEN @ A_CEN) * A_CEN
@@ -205,7 +217,9 @@ def test_first_token_residual_stat():
     assert loss.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
     new, old, mask, r, grp = shared_group()
     for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
-        c, _ = coef(name, new, old, advantage.advantages(r, grp, loss.own_estimator(name)), mask, grp)
+        c, _ = coef(
+            name, new, old, advantage.advantages(r, grp, loss.own_estimator(name)), mask, grp
+        )
         assert (loss.first_token_residual(c, grp) < 1e-6) == expect_zero
 
 
@@ -307,21 +321,29 @@ def test_exch_residual_by_hand():
     # {0,2} twice: c = 1/6, -1/8, sum A = 0: res = (1/24)/(7/24) = 1/7
     w = torch.tensor([1 / 3, 1 / 3, 1 / 4, 1 / 2])[:, None]
     expected = (4 / 33 + 2 / 7) / 3
-    assert abs(loss.exch_residual(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6  # float32 coefficients
+    # float32 coefficients
+    assert abs(loss.exch_residual(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6
 
 
 def test_exch_residual_zero_for_dr_grpo_where_first_token_residual_is_not():
     """Off-policy dr_grpo on a whole group whose first tokens differ: the copies of
     each (h, a) share one ratio, so every set cancels up to the credit sum_S A. The
     first-token residual mixes the ratios of token 5 and token 1 and is not 0."""
-    new = torch.log(torch.tensor([[0.5, 0.4, 0.9], [0.5, 0.3, 0.9], [0.5, 0.4, 0.9], [0.2, 0.6, 0.8]]))
-    old = new - torch.tensor([[0.2, 0.1, -0.1], [0.2, 0.3, 0.0], [0.2, 0.1, -0.1], [-0.3, 0.05, 0.1]])
+    new = torch.log(
+        torch.tensor([[0.5, 0.4, 0.9], [0.5, 0.3, 0.9], [0.5, 0.4, 0.9], [0.2, 0.6, 0.8]])
+    )
+    old = new - torch.tensor(
+        [[0.2, 0.1, -0.1], [0.2, 0.3, 0.0], [0.2, 0.1, -0.1], [-0.3, 0.05, 0.1]]
+    )
     c, _ = coef("dr_grpo", new, old, HA_A, mask=HA_MASK, group=HA_G, clip="none")
     assert loss.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
     assert loss.first_token_residual(c, HA_G) > 0.05
     # on-policy both are 0
     c0, _ = coef("dr_grpo", new, new.detach(), HA_A, mask=HA_MASK, group=HA_G, clip="none")
-    assert loss.exch_residual(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6 and loss.first_token_residual(c0, HA_G) < 1e-6
+    assert (
+        loss.exch_residual(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
+        and loss.first_token_residual(c0, HA_G) < 1e-6
+    )
     # grpo's 1/L_i with unequal lengths breaks it on-policy
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
     cg, _ = coef("grpo", new, new.detach(), HA_A, mask=mask, group=HA_G, clip="none")

@@ -5,7 +5,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 
 import pytest
 import torch
@@ -45,7 +44,9 @@ def test_gpg_advantage_by_hand():
                                torch.tensor([2.0, -1.0, -1.0]))
     # two groups, 4 rollouts, 3 non-zero rewards: alpha = 4/3
     r, g = torch.tensor([1.0, 0, 2, 1]), torch.tensor([0, 0, 1, 1])
-    torch.testing.assert_close(advantage.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3)
+    torch.testing.assert_close(
+        advantage.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3
+    )
 
 
 @pytest.mark.parametrize("name, expected", [
@@ -69,7 +70,8 @@ def test_bnpo_divides_by_the_local_token_count():
 
 
 def test_cispo_keeps_every_token_when_the_clip_binds():
-    # clip-higher 0.2 / 0.28: rho = e^-0.3 = .74 -> .8, e^0.4 = 1.49 -> 1.28; no token loses its gradient
+    # clip-higher 0.2 / 0.28: rho = e^-0.3 = .74 -> .8, e^0.4 = 1.49 -> 1.28;
+    # no token loses its gradient
     c, st = coef("cispo", ON, OLD, A, clip="higher", clip_low=0.2, clip_high=0.28)
     w = RHO.clamp(0.8, 1.28) * MASK
     torch.testing.assert_close(c, w * A[:, None] / 9)
@@ -91,7 +93,9 @@ def test_gmpo_by_hand():
     # t1 -0.3 -> -0.15, no gradient; row 2's 0.4 is not clipped (A < 0 clips only below)
     logr = LOGR.clone()
     logr[0, 0], logr[1, 1] = 0.3, -0.3
-    g = torch.tensor([math.exp((0.15 - 0.3) / 2), math.exp((0.05 - 0.15 + 0.2) / 3), math.exp(0.4 / 4)])
+    g = torch.tensor(
+        [math.exp((0.15 - 0.3) / 2), math.exp((0.05 - 0.15 + 0.2) / 3), math.exp(0.4 / 4)]
+    )
     keep = MASK.float().clone()
     keep[0, 0] = keep[1, 1] = 0
     c, st = coef("gmpo", ON, ON - logr * MASK, A, clip="sym", clip_low=0.15)
@@ -116,14 +120,15 @@ def test_cov_scores_and_clip_cov_by_hand():
 
 
 def test_kl_cov_by_hand():
-    # top-1 covariance is (0, 0): it gets + 0.1 |log rho| (verl's ppo_kl_coef), c = rho A / 4 - 0.1 sign(log rho) / 4;
-    # no ratio clip, so rho = e^0.5 at (1, 1) keeps rho A / 4
+    # top-1 covariance is (0, 0): it gets + 0.1 |log rho| (verl's ppo_kl_coef),
+    # c = rho A / 4 - 0.1 sign(log rho) / 4; no ratio clip, so rho = e^0.5 at (1, 1) keeps rho A / 4
     logr = torch.tensor([[0.1, -0.2], [0.0, 0.5]])
     c, _ = coef("kl_cov", COV_LP, COV_LP - logr, COV_A, COV_M, COV_G)
     expected = logr.exp() * COV_A[:, None] / 4
     expected[0, 0] -= 0.025
     torch.testing.assert_close(c, expected)
-    c, _ = coef("kl_cov", COV_LP, COV_LP.detach(), COV_A, COV_M, COV_G)  # on-policy: |0| adds nothing
+    # on-policy: |0| adds nothing
+    c, _ = coef("kl_cov", COV_LP, COV_LP.detach(), COV_A, COV_M, COV_G)
     torch.testing.assert_close(c, COV_A[:, None].expand(2, 2) / 4)
 
 
@@ -133,7 +138,9 @@ def test_gpg_ignores_the_ratio():
 
 
 def test_luspo_by_hand():
-    s = torch.tensor([(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]).exp()
+    s = torch.tensor(
+        [(0.10 - 0.30) / 2, (0.05 + 0.02 + 0.20) / 3, (-0.1 + 0 + 0.1 + 0.4) / 4]
+    ).exp()
     c, _ = coef("luspo", ON, OLD, A)
     torch.testing.assert_close(c, per_seq(s * A / 3))
     # per-sequence clip eps 0.05 on -A: row 0 (A<0, s=.905 < .95) and rows 1, 2 (A>0, s > 1.05) clip
@@ -148,7 +155,8 @@ def test_vespo_by_hand():
     phi = torch.exp(lam) * W ** k * torch.exp(-lam * W)
     c, _ = coef("vespo", ON, OLD, A)
     torch.testing.assert_close(c, per_seq(phi * A / 9))
-    assert float(loss_engines.vespo_weight(torch.zeros(3, 4), MASK, A).sub(1).abs().max()) < 1e-6  # phi(1) = 1
+    # phi(1) = 1
+    assert float(loss_engines.vespo_weight(torch.zeros(3, 4), MASK, A).sub(1).abs().max()) < 1e-6
 
 
 def test_dual_clip_by_hand():
@@ -193,7 +201,8 @@ def test_entropy_term_leaves_c_and_pushes_every_copy_alike():
                            entropy_coef=0.1, entropy=H.expand(2, 1))
         grads.append(torch.autograd.grad(total, z, retain_graph=True)[0])
     (dH,) = torch.autograd.grad(H, z)
-    torch.testing.assert_close(grads[0], -0.1 * dH)  # 2 copies x 0.1 / 2 tokens: all of it is the push
+    # 2 copies x 0.1 / 2 tokens: all of it is the push
+    torch.testing.assert_close(grads[0], -0.1 * dH)
     torch.testing.assert_close(grads[0], grads[1])
 
 
@@ -203,7 +212,9 @@ def verdict_group(regime):
     """One group of four, rewards 1, 0, 1, 0, lengths 4, 3, 5, 6. Token 5 first in every
     rollout; rollouts 0, 1 continue with 2 and 2, 3 with 3: three (h, a) sets with
     copies of both signs. One log pi (and one log pi_old) per set."""
-    tok = torch.tensor([[5, 2, 7, 9, 0, 0], [5, 2, 8, 0, 0, 0], [5, 3, 7, 9, 4, 0], [5, 3, 6, 1, 1, 2]])
+    tok = torch.tensor(
+        [[5, 2, 7, 9, 0, 0], [5, 2, 8, 0, 0, 0], [5, 3, 7, 9, 4, 0], [5, 3, 6, 1, 1, 2]]
+    )
     lens = torch.tensor([4, 3, 5, 6])
     mask = torch.arange(6)[None] < lens[:, None]
     grp = torch.zeros(4, dtype=torch.long)
@@ -212,7 +223,11 @@ def verdict_group(regime):
     lp = -0.3 - 0.1 * torch.arange(K).float() % 1.7
     shift = 0.1 * torch.sin(torch.arange(K).float() * 1.3)  # |log rho| <= 0.1
     new = torch.where(mask, lp[ids.clamp(min=0)], torch.zeros(()))
-    logr = torch.zeros(4, 6) if regime == "on" else torch.where(mask, shift[ids.clamp(min=0)], torch.zeros(()))
+    logr = (
+        torch.zeros(4, 6)
+        if regime == "on"
+        else torch.where(mask, shift[ids.clamp(min=0)], torch.zeros(()))
+    )
     if regime == "clip":
         logr[:, 0] = 0.35  # the shared first token: rho 1.42 > 1.28
     return tok, mask, grp, new, new - logr, torch.tensor([1.0, 0, 1, 0])
@@ -232,7 +247,16 @@ def test_exchangeability_verdict_of_each_row(name, regime):
     adv = advantage.advantages(r, grp, loss.own_estimator(name))
     clip = ("none", 0.2) if loss.OBJECTIVES[name].clip == "none" else \
         ("higher", 3e-4, 4e-4) if name in ("gspo", "luspo") else ("higher", 0.2, 0.28)
-    c, _ = coef(name, new, old, adv, mask, grp, clip=clip[0], **dict(zip(("clip_low", "clip_high"), clip[1:])))
+    c, _ = coef(
+        name,
+        new,
+        old,
+        adv,
+        mask,
+        grp,
+        clip=clip[0],
+        **dict(zip(("clip_low", "clip_high"), clip[1:])),
+    )
     res = loss.exch_residual(c, adv, tok, mask, grp)
     if regime in CANCELS[name].split():
         assert res < 1e-6, res
@@ -244,18 +268,20 @@ def test_switch_verdicts():
     tok, mask, grp, new, old, r = verdict_group("off")
     adv = advantage.advantages(r, grp, loss.own_estimator("dapo"))
     ref = new - 0.2 * mask
-    res = lambda **kw: loss.exch_residual(coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0],
-                                     adv, tok, mask, grp)
+    res = lambda **kw: loss.exch_residual(
+        coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0], adv, tok, mask, grp
+    )
     assert res() < 1e-6
-    assert res(beta=0.04, ref_logprobs=ref) > 1e-3               # the same k on every copy: no cancel
+    assert res(beta=0.04, ref_logprobs=ref) > 1e-3  # the same k on every copy: no cancel
     assert res(entropy_coef=0.1, entropy=torch.ones(4, 6)) < 1e-6  # c unchanged
     tok, mask, grp, new, old, r = verdict_group("clip")
     old[:, 0] = new[:, 0] - 1.2                               # shared rho = 3.3 > C = 3
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher", dual_clip=3.0)
-    assert bool((c[:, 0] == 0).all())                         # every copy cut: nothing left to break
+    assert bool((c[:, 0] == 0).all())  # every copy cut: nothing left to break
     assert loss.exch_residual(c, adv, tok, mask, grp) < 1e-6
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher")
-    assert loss.exch_residual(c, adv, tok, mask, grp) > 1e-3       # without it, only the A < 0 copies keep one
+    # without it, only the A < 0 copies keep one
+    assert loss.exch_residual(c, adv, tok, mask, grp) > 1e-3
 
 
 def test_dfpo_orth_cancels_whole_group_tokens_only():
@@ -290,7 +316,9 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
     grid = {f"{l} · {e}" for l in loss.OBJECTIVES for e in advantage.ESTIMATORS}
-    assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(scoreboard.REGIMES)
+    assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(
+        scoreboard.REGIMES
+    )
     for row in saved["summary"].values():
         for cell in row.values():
             assert cell["exch_predicted"] in ("0", ">0") and 0 <= cell["exch_residual"] <= 1
@@ -347,12 +375,17 @@ def test_dppo_tv_by_hand():
     # row 1 (A < 0): pi = 0.2 (-0.3 < -0.2: masked), 0.45 (kept)
     new = torch.tensor([[0.6, 0.8], [0.2, 0.45]]).log()
     old = torch.full((2, 2), 0.5).log()
-    a, m, g = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.long)
+    a, m, g = (
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.long),
+    )
     c, st = coef("dppo_tv", new, old, a, m, g, clip="sym")
     rho = new.exp() / 0.5
     torch.testing.assert_close(c, torch.tensor([[rho[0, 0] / 4, 0.0], [0.0, -rho[1, 1] / 4]]))
     assert st["clip_frac"] == 0.5
-    c, _ = coef("dppo_tv", new, old, a, m, g, clip="sym", dual_clip=1.1)  # the IS weight capped at 1.1
+    # the IS weight capped at 1.1
+    c, _ = coef("dppo_tv", new, old, a, m, g, clip="sym", dual_clip=1.1)
     torch.testing.assert_close(c, torch.tensor([[1.1 / 4, 0.0], [0.0, -0.9 / 4]]))
 
 
@@ -362,15 +395,27 @@ def test_dppo_kl_by_hand():
         0.5 * math.log(0.5 / 0.6) + 0.5 * math.log(0.5 / 0.4), abs=1e-6)
     new = torch.tensor([[0.6, 0.8], [0.2, 0.45]]).log()
     old = torch.full((2, 2), 0.5).log()
-    a, m, g = torch.tensor([1.0, -1.0]), torch.ones(2, 2, dtype=torch.bool), torch.zeros(2, dtype=torch.long)
-    # eps = 0.1: (0,0) KL 0.020 kept; (0,1) KL 0.223 with pi > pi_old masked; (1,0) KL(0.5||0.2) = 0.223,
-    # pi < pi_old masked for A < 0; (1,1) KL 0.005 kept
+    a, m, g = (
+        torch.tensor([1.0, -1.0]),
+        torch.ones(2, 2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.long),
+    )
+    # eps = 0.1: (0,0) KL 0.020 kept; (0,1) KL 0.223 with pi > pi_old masked;
+    # (1,0) KL(0.5||0.2) = 0.223, pi < pi_old masked for A < 0; (1,1) KL 0.005 kept
     c, _ = coef("dppo_kl", new, old, a, m, g, clip="sym", clip_low=0.1)
     rho = new.exp() / 0.5
     torch.testing.assert_close(c, torch.tensor([[rho[0, 0] / 4, 0.0], [0.0, -rho[1, 1] / 4]]))
     # A > 0 with pi below pi_old is always kept, however far
-    c, _ = coef("dppo_kl", torch.tensor([[0.05]]).log(), old[:1, :1], a[:1], m[:1, :1], g[:1], clip="sym",
-                clip_low=0.1)
+    c, _ = coef(
+        "dppo_kl",
+        torch.tensor([[0.05]]).log(),
+        old[:1, :1],
+        a[:1],
+        m[:1, :1],
+        g[:1],
+        clip="sym",
+        clip_low=0.1,
+    )
     torch.testing.assert_close(c, torch.tensor([[0.1]]))
 
 
@@ -384,9 +429,19 @@ def test_dro_by_hand():
 
 # ----------------------------------------------------------------------------- switches
 
-@pytest.mark.parametrize("kind,grad", [("k1", lambda d: torch.ones_like(d)), ("k2", lambda d: d),
-                                       ("k3", lambda d: 1 - torch.exp(-d)), ("abs", torch.sign),
-                                       ("k1+", lambda d: d), ("k3+", lambda d: d), ("abs+", lambda d: d)])
+
+@pytest.mark.parametrize(
+    "kind,grad",
+    [
+        ("k1", lambda d: torch.ones_like(d)),
+        ("k2", lambda d: d),
+        ("k3", lambda d: 1 - torch.exp(-d)),
+        ("abs", torch.sign),
+        ("k1+", lambda d: d),
+        ("k3+", lambda d: d),
+        ("abs+", lambda d: d),
+    ],
+)
 def test_kl_estimators_value_and_gradient_by_hand(kind, grad):
     d = torch.tensor([-0.4, -0.1, 0.3, 0.7])
     lp = d.clone().requires_grad_(True)
@@ -401,18 +456,27 @@ def test_kl_estimators_value_and_gradient_by_hand(kind, grad):
 def test_beta_takes_the_estimator_and_the_objective_aggregation():
     ref = ON + 0.2 * MASK  # log pi - log pi_ref = -0.2 on every token
     c0, _ = coef("dapo", ON, ON.detach(), A, clip="sym")
-    c, st = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k1")
+    c, st = coef(
+        "dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k1"
+    )
     torch.testing.assert_close(c, c0 - 0.5 * MASK.float() / 9)  # k1: -beta * norm on every token
-    c, _ = coef("dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k2")
+    c, _ = coef(
+        "dapo", ON, ON.detach(), A, clip="sym", beta=0.5, ref_logprobs=ref, kl_loss_type="k2"
+    )
     torch.testing.assert_close(c, c0 + 0.5 * 0.2 * MASK.float() / 9)  # k2: -beta d norm, d = -0.2
     assert st["kl_ref"] == pytest.approx(-0.2)
 
 
-@pytest.mark.parametrize("agg,norm", [("token-mean", lambda: torch.full((3,), 1 / 9)),
-                                      ("token-sum", lambda: torch.ones(3)),
-                                      ("seq-mean-token-sum", lambda: torch.full((3,), 1 / 3)),
-                                      ("seq-mean-token-mean", lambda: 1 / (3 * LENS)),
-                                      ("seq-mean-token-sum-norm", lambda: torch.full((3,), 1 / 12))])
+@pytest.mark.parametrize(
+    "agg,norm",
+    [
+        ("token-mean", lambda: torch.full((3,), 1 / 9)),
+        ("token-sum", lambda: torch.ones(3)),
+        ("seq-mean-token-sum", lambda: torch.full((3,), 1 / 3)),
+        ("seq-mean-token-mean", lambda: 1 / (3 * LENS)),
+        ("seq-mean-token-sum-norm", lambda: torch.full((3,), 1 / 12)),
+    ],
+)
 def test_agg_modes_by_hand(agg, norm):
     # on-policy, no clip: c = A * norm_i; L_max = 4 (the mask's width)
     c, _ = coef("grpo", ON, ON.detach(), A, agg=agg)
@@ -420,13 +484,18 @@ def test_agg_modes_by_hand(agg, norm):
 
 
 def test_entropy_keep_by_hand():
-    # 8 tokens, entropies 0.1..0.8; q = 0.25 keeps those >= the 0.75 quantile = 0.625 (linear): 0.7, 0.8
+    # 8 tokens, entropies 0.1..0.8; q = 0.25 keeps those >= the 0.75 quantile = 0.625 (linear):
+    # 0.7, 0.8
     h = torch.arange(1, 9, dtype=torch.float).reshape(2, 4) / 10
     m = torch.ones(2, 4, dtype=torch.bool)
-    torch.testing.assert_close(loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1.0]]))
+    torch.testing.assert_close(
+        loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1.0]])
+    )
     assert bool(loss_engines.entropy_keep(h, m, 1.0).all())
     m[1, 3] = False  # a masked token is never kept, nor counted: 7 tokens, 0.75 quantile = 0.55
-    torch.testing.assert_close(loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0.0]]))
+    torch.testing.assert_close(
+        loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0.0]])
+    )
 
 
 def test_off_policy_keep_by_hand():
@@ -434,7 +503,9 @@ def test_off_policy_keep_by_hand():
     # row 2 = 0.1 (A < 0, below delta: kept)
     new = torch.zeros(3, 2)
     old = torch.tensor([[0.2, 0.4], [0.3, 0.3], [0.1, 0.1]])
-    keep = loss_engines.off_policy_keep(new, old, torch.ones(3, 2, dtype=torch.bool), torch.tensor([-1.0, 1.0, -1.0]), 0.2)
+    keep = loss_engines.off_policy_keep(
+        new, old, torch.ones(3, 2, dtype=torch.bool), torch.tensor([-1.0, 1.0, -1.0]), 0.2
+    )
     torch.testing.assert_close(keep.float(), torch.tensor([[0, 0], [1, 1], [1, 1.0]]))
 
 

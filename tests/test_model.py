@@ -13,7 +13,14 @@ from sampler import sample
 
 def tiny(seed=0, **kw):
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=2, n_head=2, n_embd=32, block_size=40)
+    cfg = dict(
+        vocab_size=toy_tasks.VOCAB_SIZE,
+        n_out=toy_tasks.N_OUT,
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        block_size=40,
+    )
     cfg.update(kw)
     return GPT(GPTConfig(**cfg))
 
@@ -35,7 +42,11 @@ def test_head_is_untied_and_hidden_states_feed_it():
 def test_logprobs_equal_hand_written_cross_entropy():
     m = tiny()
     prompts = mixed_prompts()[:3]
-    comps = [toy_tasks.encode("132") + [toy_tasks.EOS], toy_tasks.encode("7"), toy_tasks.encode("4,92") + [toy_tasks.EOS]]
+    comps = [
+        toy_tasks.encode("132") + [toy_tasks.EOS],
+        toy_tasks.encode("7"),
+        toy_tasks.encode("4,92") + [toy_tasks.EOS],
+    ]
     Tn = max(map(len, comps))
     tokens = torch.tensor([c + [toy_tasks.PAD] * (Tn - len(c)) for c in comps])
     mask = tokens != toy_tasks.PAD
@@ -92,7 +103,8 @@ def test_sampler_masks_eos_and_recorded_logprobs():
             assert row.index(toy_tasks.EOS) == n - 1  # mask covers EOS, nothing after it
     assert torch.all(out.old_logprobs[~mask] == 0) and torch.all(out.old_logprobs[mask] < 0)
     recomputed = completion_logprobs(m, out.prompts, tok, mask, toy_tasks.PAD)
-    torch.testing.assert_close(recomputed, out.old_logprobs, atol=1e-5, rtol=1e-5)  # on-policy ratio 1
+    # on-policy ratio 1
+    torch.testing.assert_close(recomputed, out.old_logprobs, atol=1e-5, rtol=1e-5)
 
 
 def test_temperature_and_top_k():

@@ -2,7 +2,6 @@
 then plot.py on it; every panel plot.py promises gets data from some run."""
 
 import json
-import os
 
 import pytest
 
@@ -10,14 +9,26 @@ import plot
 import train
 from plumbing.config import parse_args
 
-TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=3", "--sft_batch=8", "--rl_steps=3",
-        "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--eval_every=1", "--diagnostics",
-        "--device=cpu"]
+TINY = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=32",
+    "--sft_steps=3",
+    "--sft_batch=8",
+    "--rl_steps=3",
+    "--prompts_per_step=2",
+    "--group_size=4",
+    "--eval_size=8",
+    "--eval_every=1",
+    "--diagnostics",
+    "--device=cpu",
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """One tiny run of each task whose diagnostics differ: chain (style points) and primes (answers)."""
+    """One tiny run of each task whose diagnostics differ: chain (style points) and primes
+    (answers)."""
     out = {}
     for task in ("chain", "primes"):
         d = tmp_path_factory.mktemp(task)

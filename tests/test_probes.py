@@ -18,7 +18,9 @@ def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
     coef = probes.token_coefficients(model, b, adv)
     lr = 1e-2
     ct = probes.coupling_terms(model, b, coef, lr)
-    actual = probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, params="head"), b)[b.mask]
+    actual = probes.token_deltas(
+        model, probes.one_update(model, b, adv, "sgd", lr, params="head"), b
+    )[b.mask]
     rel = lambda x: float((x - actual).norm() / actual.norm())
     assert actual.abs().max() > 1e-5  # a real, first-order-sized change
     assert rel(ct["pred"]) < 0.05
@@ -75,7 +77,9 @@ def test_masked_sweep_equals_separate_sgd_steps():
     sweep = probes.masked_update_deltas(model, b, adv, [1e-2, 1e-1])
     assert set(sweep) == {1e-2, 1e-1}
     for lr in (1e-2, 1e-1):
-        step = lambda c: probes.token_deltas(model, probes.one_update(model, b, adv, "sgd", lr, coef=c), b)
+        step = lambda c: probes.token_deltas(
+            model, probes.one_update(model, b, adv, "sgd", lr, coef=c), b
+        )
         d = sweep[lr]
         assert torch.allclose(d["full"], step(coef), rtol=1e-9, atol=1e-12)
         assert torch.allclose(d["positive_only"], step(coef * (sgn >= 0)), rtol=1e-9, atol=1e-12)
@@ -144,7 +148,9 @@ def test_value_gap_bins_and_pick_by_hand():
     assert probes.value_gap(v, d, 1.0)["gap"] is None
     bins = probes.value_bins(torch.tensor([0.9, 0.1, 0.5, 0.3, 0.7, 0.2]), 3)
     assert bins.tolist() == [2, 0, 1, 1, 2, 0]
-    tied = probes.value_bins(torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0))
+    tied = probes.value_bins(
+        torch.tensor([1.0, 1.0, 0.0, 1.0]), 2, torch.Generator().manual_seed(0)
+    )
     assert tied[2] == 0 and sorted(tied.tolist()) == [0, 0, 1, 1]
     cand = torch.tensor([[True, False, True], [False, True, False]])
     pick = probes.pick_tokens(cand, 2, torch.Generator().manual_seed(0))
@@ -159,8 +165,12 @@ def test_shuffled_advantages_permute_inside_groups():
     for k in range(3):
         assert sorted(out[group == k].tolist()) == sorted(adv[group == k].tolist())
     assert out[6] == 3.0
-    moved = sum(not torch.equal(probes.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv)
-                for s in range(20))
+    moved = sum(
+        not torch.equal(
+            probes.shuffled_advantages(adv, group, torch.Generator().manual_seed(s)), adv
+        )
+        for s in range(20)
+    )
     assert moved >= 15  # a permutation of 4 and of 2 is the identity with probability 1/48
 
 
@@ -169,7 +179,9 @@ def test_token_values_match_mc_values_on_the_subset():
     task = toy_tasks.make_add(2)
     probs = [(12, 34), (56, 78)]
     gen = torch.Generator().manual_seed(0)
-    b = sample(model, [encode(task.prompt(p)) for p in probs], 2, task.max_new_tokens, 1.0, generator=gen)
+    b = sample(
+        model, [encode(task.prompt(p)) for p in probs], 2, task.max_new_tokens, 1.0, generator=gen
+    )
     b.problems = [probs[i // 2] for i in range(4)]
     first_is_1 = dataclasses.replace(task, reward=lambda p, t: float(t[:1] == "1"))
     b.rewards = torch.tensor([first_is_1.reward(p, toy_tasks.decode(t))
@@ -195,8 +207,9 @@ def test_token_categories_rule():
     assert cats[0, :len(rows[0])].tolist() == idx(task.categories(p, sol))
     assert cats[1, :len(rows[1])].tolist() == idx(task.categories(p, wrong_digits))
     assert "copy" in task.categories(p, sol)
-    assert cats[2, :len(rows[2])].tolist() == idx(["compute" if c.isdigit() else "template" for c in other]
-                                                  + ["template"])
+    assert cats[2, : len(rows[2])].tolist() == idx(
+        ["compute" if c.isdigit() else "template" for c in other] + ["template"]
+    )
     assert bool((cats[2, len(rows[2]):] == -1).all())
 
 
@@ -214,7 +227,14 @@ def test_token_categories_chain_labels_every_style():
     name = lambda i, j: probes.CATEGORIES[int(cats[i, j])]
     assert [name(0, j) for j in (0, 1, 9, 13, 14, 28, 29)] == \
         ["style", "copy", "copy", "compute", "style", "compute", "template"]
-    assert [name(1, j) for j in (0, 1, 3, 4, 5, 12)] == ["copy", "template", "template", "compute", "style", "style"]
+    assert [name(1, j) for j in (0, 1, 3, 4, 5, 12)] == [
+        "copy",
+        "template",
+        "template",
+        "compute",
+        "style",
+        "style",
+    ]
     assert [name(2, j) for j in (5, 10, 11)] == ["style", "compute", "template"]
     assert bool((cats[2, len(rows[2]):] == -1).all())
 

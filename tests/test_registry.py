@@ -5,7 +5,6 @@ import contextlib
 import io
 import json
 import os
-import sys
 
 import pytest
 import torch
@@ -26,10 +25,30 @@ def toy_term(x, settings):
     return total, torch.tensor(0.0), {}
 
 
-TOY = loss.Objective("toy", toy_term, "token-mean", "Â_i / sum L, no ratio", "yes, in every regime",
-                     loss.EVERY_REGIME, adv="dr_grpo", clip="none", own_agg=True)
-SMALL = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft_batch=8", "--rl_steps=2",
-         "--prompts_per_step=2", "--group_size=4", "--eval_size=8", "--eval_every=1", "--device=cpu"]
+TOY = loss.Objective(
+    "toy",
+    toy_term,
+    "token-mean",
+    "Â_i / sum L, no ratio",
+    "yes, in every regime",
+    loss.EVERY_REGIME,
+    adv="dr_grpo",
+    clip="none",
+    own_agg=True,
+)
+SMALL = [
+    "--n_layer=1",
+    "--n_head=2",
+    "--n_embd=32",
+    "--sft_steps=2",
+    "--sft_batch=8",
+    "--rl_steps=2",
+    "--prompts_per_step=2",
+    "--group_size=4",
+    "--eval_size=8",
+    "--eval_every=1",
+    "--device=cpu",
+]
 
 
 @pytest.fixture

@@ -36,7 +36,8 @@ sys.path.insert(0, os.getcwd())
 import torch; torch.set_num_threads(1)
 import toy_tasks
 make = toy_tasks.make_task
-toy_tasks.make_task = lambda *a, **k: dataclasses.replace(make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
+toy_tasks.make_task = lambda *a, **k: dataclasses.replace(
+    make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0))
 import train
 from plumbing import checkpoint
 where, k = sys.argv[1], int(sys.argv[2])
@@ -145,7 +146,9 @@ def test_refused_second_run_leaves_the_first_untouched(tmp_path):
     with pytest.raises(CliError, match="configured in"):  # a resumed run keeps its flags
         train.main(parse_args(TINY + [f"--out_dir={d}", "--resume", "--lr=0.5"]))
     assert {f: open(os.path.join(d, f), "rb").read() for f in os.listdir(d)} == before
-    train.main(parse_args(TINY + ["--sft_steps=2", "--rl_steps=1", f"--out_dir={d}", "--overwrite"]))
+    train.main(
+        parse_args(TINY + ["--sft_steps=2", "--rl_steps=1", f"--out_dir={d}", "--overwrite"])
+    )
     assert sorted(os.listdir(d)) == sorted(before)
 
 
@@ -206,18 +209,25 @@ def test_sampler_refuses_non_finite_logits(tmp_path):
             sample(m, [toy_tasks.encode("12+34=")], 2, 4, temp, generator=torch.Generator())
 
 
-# ----------------------------------------------------------------------------- bad input, table-driven
+# -------------------------------------------------------------------------- bad input, table-driven
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     """A good checkpoint and one corrupt file of every kind, a run folder, a plain file."""
     d = tmp_path_factory.mktemp("bad")
     m, good = build(d)
-    checkpoint.save_checkpoint(good, m, parse_args(["--n_layer=1", "--n_head=2", "--n_embd=16"]), "rl", 1)
+    checkpoint.save_checkpoint(
+        good, m, parse_args(["--n_layer=1", "--n_head=2", "--n_embd=16"]), "rl", 1
+    )
     ck = torch.load(good, weights_only=True)
 
     def variant(name, change):
-        c = {**ck, "model": dict(ck["model"]), "model_cfg": dict(ck["model_cfg"]), "task": dict(ck["task"])}
+        c = {
+            **ck,
+            "model": dict(ck["model"]),
+            "model_cfg": dict(ck["model_cfg"]),
+            "task": dict(ck["task"]),
+        }
         change(c)
         torch.save(c, d / name)
     variant("nokind.pt", lambda c: c.pop("kind"))
@@ -229,7 +239,12 @@ def files(tmp_path_factory):
     variant("block.pt", lambda c: c["model_cfg"].update(block_size=4))
     variant("shape.pt", lambda c: c["model"].update({"lm_head.weight": torch.zeros(3, 3)}))
     variant("missing.pt", lambda c: c["model"].pop("lm_head.weight"))
-    variant("nan.pt", lambda c: c["model"].update({"lm_head.weight": c["model"]["lm_head.weight"] * float("nan")}))
+    variant(
+        "nan.pt",
+        lambda c: c["model"].update(
+            {"lm_head.weight": c["model"]["lm_head.weight"] * float("nan")}
+        ),
+    )
     variant("resume.pt", lambda c: c.update(resume={"phase": "rl"}))
     torch.save([1, 2], d / "list.pt")
     torch.save({"weights": m.state_dict()}, d / "foreign.pt")
@@ -253,16 +268,25 @@ T_OUT = "--out_dir={d}/fresh"
 CORRUPT = ["nokind", "kind", "step", "task", "digits", "vocab", "block", "shape", "missing", "nan",
            "resume", "list", "foreign", "junk", "empty", "trunc"]
 BAD = [  # (entry point, argv, a piece of the one-line message)
-    ("train", ["--lr=nan"], "finite"), ("train", ["--lr=inf"], "finite"),
-    ("train", ["--sft_lr=-1"], "positive"), ("train", ["--temperature=1e6"], "sane"),
-    ("train", ["--temperature=0"], "greedy"), ("train", ["--digits=21"], "block"),
-    ("train", ["--digits=1000000000"], "block"), ("train", ["--task=add", "--digits=20", "--scratchpad"], "block size"),
-    ("train", ["--task=primes", "--scratchpad"], "no scratchpad"), ("train", ["--seed=-1"], "--seed"),
+    ("train", ["--lr=nan"], "finite"),
+    ("train", ["--lr=inf"], "finite"),
+    ("train", ["--sft_lr=-1"], "positive"),
+    ("train", ["--temperature=1e6"], "sane"),
+    ("train", ["--temperature=0"], "greedy"),
+    ("train", ["--digits=21"], "block"),
+    ("train", ["--digits=1000000000"], "block"),
+    ("train", ["--task=add", "--digits=20", "--scratchpad"], "block size"),
+    ("train", ["--task=primes", "--scratchpad"], "no scratchpad"),
+    ("train", ["--seed=-1"], "--seed"),
     ("train", ["--n_layer=100000", "--n_embd=8192", "--n_head=8"], "GiB"),
-    ("train", ["--n_embd=30", "--n_head=4"], "divisible"), ("train", ["--ckpt_every=0"], "at least 1"),
-    ("train", ["--device=tpu"], "unknown device"), ("train", ["--resume", "--overwrite"], "give one"),
-    ("train", ["--out_dir={d}/afile"], "is a file"), ("train", ["--out_dir={d}/afile/sub"], "is a file"),
-    ("train", ["--out_dir=/proc/version/sub"], "is a file"), ("train", ["--out_dir=/sys/fs/x"], "cannot write"),
+    ("train", ["--n_embd=30", "--n_head=4"], "divisible"),
+    ("train", ["--ckpt_every=0"], "at least 1"),
+    ("train", ["--device=tpu"], "unknown device"),
+    ("train", ["--resume", "--overwrite"], "give one"),
+    ("train", ["--out_dir={d}/afile"], "is a file"),
+    ("train", ["--out_dir={d}/afile/sub"], "is a file"),
+    ("train", ["--out_dir=/proc/version/sub"], "is a file"),
+    ("train", ["--out_dir=/sys/fs/x"], "cannot write"),
     ("train", ["--out_dir={d}/run"], "--resume or replace it with --overwrite"),
     ("train", ["--resume", T_OUT], "holds no run"),
     ("train", ["--resume", "--out_dir={d}/run"], "not a config"),
@@ -270,35 +294,53 @@ BAD = [  # (entry point, argv, a piece of the one-line message)
     ("train", ["--init_from={d}/good.pt", "--task=mul", T_OUT], "trained on task"),
     ("train", ["--init_from={d}/ckdir.pt", T_OUT], "is a folder"),
     ("train", ["--init_from=", "--resume", T_OUT], "holds no run"),
-    ("train", ["stray"], "unexpected argument"), ("train", ["--lr"], "needs a value"),
+    ("train", ["stray"], "unexpected argument"),
+    ("train", ["--lr"], "needs a value"),
     *[("train", [f"--init_from={{d}}/{n}.pt", T_OUT], "corrupt") for n in CORRUPT],
     *[("sample", [f"--init_from={{d}}/{n}.pt"], "corrupt") for n in CORRUPT],
-    ("sample", [], "required"), ("sample", ["--init_from={d}/good.pt", "--temperature=nan"], "temperature"),
+    ("sample", [], "required"),
+    ("sample", ["--init_from={d}/good.pt", "--temperature=nan"], "temperature"),
     ("sample", ["--init_from={d}/good.pt", "--temperature=-1"], "temperature"),
     ("sample", ["--init_from={d}/good.pt", "--num_samples=0"], "num_samples"),
     ("sample", ["--init_from={d}/good.pt", "--num_prompts=100000"], "num_prompts"),
     ("sample", ["--init_from={d}/good.pt", "--prompt=1+a="], "alphabet"),
     ("sample", ["--init_from={d}/good.pt", "--prompt=" + "1" * 80], "too long"),
-    ("sample", ["--init_from={d}/ckdir.pt"], "is a folder"), ("sample", ["--bogus=1"], "unknown flag"),
-    ("bench", ["--bogus"], "unknown argument"), ("bench", ["--device=tpu"], "unknown device"),
-    ("bench", ["--quick=maybe"], "true or false"), ("bench", ["--out={d}"], "is a folder"),
-    ("bench", ["--out={d}/nowhere/b.jsonl"], "does not exist"), ("bench", ["--out=/sys/fs/b.jsonl"], "cannot write"),
-    ("bench", ["--out"], "needs a value"), ("bench", ["quick"], "unknown argument"),
-    ("see", [], "required"), ("see", ["--init_from={d}/good.pt", "--losses=ppo"], "unknown loss"),
+    ("sample", ["--init_from={d}/ckdir.pt"], "is a folder"),
+    ("sample", ["--bogus=1"], "unknown flag"),
+    ("bench", ["--bogus"], "unknown argument"),
+    ("bench", ["--device=tpu"], "unknown device"),
+    ("bench", ["--quick=maybe"], "true or false"),
+    ("bench", ["--out={d}"], "is a folder"),
+    ("bench", ["--out={d}/nowhere/b.jsonl"], "does not exist"),
+    ("bench", ["--out=/sys/fs/b.jsonl"], "cannot write"),
+    ("bench", ["--out"], "needs a value"),
+    ("bench", ["quick"], "unknown argument"),
+    ("see", [], "required"),
+    ("see", ["--init_from={d}/good.pt", "--losses=ppo"], "unknown loss"),
     ("see", ["--init_from={d}/good.pt", "--lr=-1"], "positive"),
-    ("see", ["--init_from={d}/good.pt"], "style points"), ("see", ["--init_from={d}/ckdir.pt"], "is a folder"),
+    ("see", ["--init_from={d}/good.pt"], "style points"),
+    ("see", ["--init_from={d}/ckdir.pt"], "is a folder"),
     *[("see", [f"--init_from={{d}}/{n}.pt"], "corrupt") for n in CORRUPT],
-    ("plot", [], "name at least one run folder"), ("plot", ["{d}"], "does not exist"),
+    ("plot", [], "name at least one run folder"),
+    ("plot", ["{d}"], "does not exist"),
     ("plot", ["--bogus=1", "{d}"], "unknown flag"),
 ]
 EXPERIMENTS = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size",
                "e7_schedulers", "e8_objectives"]
-BAD += [("chain_style", ["--seeds=a"], "list of integers"), ("chain_style", ["--rl_steps=0"], "at least 1"),
-        ("chain_style", ["--sft_steps=x"], "an integer"), ("chain_style", ["--out={d}/afile"], "is a file")]
-BAD += [("e9_drift_mechanism", ["--sgd_lr=0"], "> 0"), ("e9_drift_mechanism", ["--calib_lrs=0.1,x"], "numbers"),
-        ("e9_drift_mechanism", ["--rl_steps=0"], "at least 1"), ("e9_drift_mechanism", ["--seeds=a"], "integers"),
-        ("e9_drift_mechanism", ["--calibrate=maybe"], "true or false"),
-        ("e9_drift_mechanism", ["--out={d}/afile"], "is a file")]
+BAD += [
+    ("chain_style", ["--seeds=a"], "list of integers"),
+    ("chain_style", ["--rl_steps=0"], "at least 1"),
+    ("chain_style", ["--sft_steps=x"], "an integer"),
+    ("chain_style", ["--out={d}/afile"], "is a file"),
+]
+BAD += [
+    ("e9_drift_mechanism", ["--sgd_lr=0"], "> 0"),
+    ("e9_drift_mechanism", ["--calib_lrs=0.1,x"], "numbers"),
+    ("e9_drift_mechanism", ["--rl_steps=0"], "at least 1"),
+    ("e9_drift_mechanism", ["--seeds=a"], "integers"),
+    ("e9_drift_mechanism", ["--calibrate=maybe"], "true or false"),
+    ("e9_drift_mechanism", ["--out={d}/afile"], "is a file"),
+]
 BAD += [("scoreboard", ["--nope=1"], "unknown flag"), ("scoreboard", ["--groups=0"], "at least 1"),
         ("scoreboard", ["--seeds=x"], "list of integers")]
 for e in EXPERIMENTS:
@@ -310,16 +352,30 @@ for e in EXPERIMENTS:
 BAD += [(e, ["--batches=0"], "at least 1") for e in EXPERIMENTS[:6]]
 BAD += [(e, ["--digits=0"], "digits") for e in EXPERIMENTS[:6]]
 BAD += [(e, ["--task=div"], "unknown task") for e in EXPERIMENTS[:6]]
-BAD += [("e1_flips", ["--eps=nan"], "finite"), ("e5_value", ["--sgd_lr=0"], "> 0"),
-        ("e5_value", ["--K=0"], "at least 1"), ("e6_group_size", ["--group_sizes=2,x"], "list of integers"),
-        ("e6_group_size", ["--prompt_counts=0,4"], "at least 1"), ("e7_schedulers", ["--minibatches=17"], "exceeds the 16 groups"),
-        ("e7_schedulers", ["--rl_steps=0"], "at least 1"), ("e8_objectives", ["--small=2"], "true or false"),
-        ("e8_objectives", ["--arm_set=gspo"], "unknown set"),
-        ("e8_objectives", ["--clip=higher"], "not none or sym"), ("e8_objectives", ["--lr=0"], "> 0"), ("e8_objectives", ["--task=chain"], "unknown flag")]
-BAD += [("e3_masked", ["--sgd_lrs=1e-1,x"], "list of numbers"), ("e3_masked", ["--sgd_lrs=0,1e-1"], "> 0"),
-        ("e3_masked", ["--sgd_lrs=1e-2", "--primary_lr=0.1"], "not one of --sgd_lrs")]
-BAD += [("e4_categories", ["--scratchpad"], "does not apply"), ("e4_categories", ["--rl_step=0"], "at least 1"),
-        ("e4_categories", ["--adam_lr=0"], "> 0")]
+BAD += [
+    ("e1_flips", ["--eps=nan"], "finite"),
+    ("e5_value", ["--sgd_lr=0"], "> 0"),
+    ("e5_value", ["--K=0"], "at least 1"),
+    ("e6_group_size", ["--group_sizes=2,x"], "list of integers"),
+    ("e6_group_size", ["--prompt_counts=0,4"], "at least 1"),
+    ("e7_schedulers", ["--minibatches=17"], "exceeds the 16 groups"),
+    ("e7_schedulers", ["--rl_steps=0"], "at least 1"),
+    ("e8_objectives", ["--small=2"], "true or false"),
+    ("e8_objectives", ["--arm_set=gspo"], "unknown set"),
+    ("e8_objectives", ["--clip=higher"], "not none or sym"),
+    ("e8_objectives", ["--lr=0"], "> 0"),
+    ("e8_objectives", ["--task=chain"], "unknown flag"),
+]
+BAD += [
+    ("e3_masked", ["--sgd_lrs=1e-1,x"], "list of numbers"),
+    ("e3_masked", ["--sgd_lrs=0,1e-1"], "> 0"),
+    ("e3_masked", ["--sgd_lrs=1e-2", "--primary_lr=0.1"], "not one of --sgd_lrs"),
+]
+BAD += [
+    ("e4_categories", ["--scratchpad"], "does not apply"),
+    ("e4_categories", ["--rl_step=0"], "at least 1"),
+    ("e4_categories", ["--adam_lr=0"], "> 0"),
+]
 
 
 def entry(name):
@@ -361,13 +417,23 @@ def test_bad_input_is_one_error_line_and_status_2(name, argv, message, files, ca
     assert not os.path.exists(os.path.join(files, "fresh"))  # nothing written
 
 
-@pytest.mark.parametrize("script, argv", [("train.py", ["--lr=inf"]), ("sample.py", ["--init_from=x"]),
-                                          ("bench.py", ["--device=tpu"]),
-                                          ("experiments/e7_schedulers.py", ["--seeds=x"])])
+@pytest.mark.parametrize(
+    "script, argv",
+    [
+        ("train.py", ["--lr=inf"]),
+        ("sample.py", ["--init_from=x"]),
+        ("bench.py", ["--device=tpu"]),
+        ("experiments/e7_schedulers.py", ["--seeds=x"]),
+    ],
+)
 def test_bad_input_from_a_real_process(script, argv):
-    out = subprocess.run([sys.executable, *command(script)] + argv, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, *command(script)] + argv, cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith("error: "), out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and out.stderr.startswith(
+        "error: "
+    ), out.stderr
 
 
 @pytest.mark.parametrize("script", ["experiments/e1_flips.py", "experiments/multiplicity.py",

@@ -48,7 +48,9 @@ def test_a_bare_resume_continues_a_run_of_another_task(runs, tmp_path, capsys):
     ("rloo", "--loss=grpo", "loss=rloo; drop --loss=grpo"),
     ("mul", "--task=add", "task=mul; drop --task=add"),
 ])
-def test_a_flag_that_differs_from_the_saved_run_is_refused(runs, tmp_path, capsys, name, flag, message):
+def test_a_flag_that_differs_from_the_saved_run_is_refused(
+    runs, tmp_path, capsys, name, flag, message
+):
     d = copy(runs, tmp_path, name)
     before = digest(d)
     refused(["--resume", flag, f"--out_dir={d}"], capsys, message)

@@ -24,9 +24,13 @@ def teacher_batch(G=4, n_prompts=3):
         if TASK.reward(p, TASK.flawed(p, random.Random(1))) == 0:  # a carry the teacher forgets
             probs.append(p)
             # seeds whose draws do not restate: the group shares its first tokens
-            seeds = [s for s in range(100) if not TASK.solution(p, random.Random(s)).startswith("(")][:G]
-            texts += [TASK.solution(p, random.Random(s)) if k % 2 else TASK.flawed(p, random.Random(s))
-                      for k, s in enumerate(seeds)]
+            seeds = [
+                s for s in range(100) if not TASK.solution(p, random.Random(s)).startswith("(")
+            ][:G]
+            texts += [
+                TASK.solution(p, random.Random(s)) if k % 2 else TASK.flawed(p, random.Random(s))
+                for k, s in enumerate(seeds)
+            ]
     seqs = [toy_tasks.encode(t) + [toy_tasks.EOS] for t in texts]
     tok = torch.full((len(seqs), max(map(len, seqs))), toy_tasks.PAD)
     for i, s in enumerate(seqs):
@@ -41,11 +45,15 @@ def teacher_batch(G=4, n_prompts=3):
 
 def test_panels_and_figure(tmp_path):
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16)).double()
+    m = GPT(
+        GPTConfig(
+            vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=16
+        )
+    ).double()
     batch = teacher_batch()
     cfg = see.SeeConfig(optimizer="sgd", lr=0.5)
     panels = {n: see.panel(m, batch, n, cfg) for n in ("grpo", "dr_grpo", "positive_only")}
-    assert panels["dr_grpo"][2] < 1e-9            # equal weights: every (history, token) set cancels
+    assert panels["dr_grpo"][2] < 1e-9  # equal weights: every (history, token) set cancels
     assert panels["grpo"][2] > 1e-3               # 1/L_i with unequal lengths does not
     for delta, adv, _ in panels.values():
         assert delta.shape == batch.tokens.shape and float(delta.abs().max()) > 0

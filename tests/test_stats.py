@@ -1,7 +1,6 @@
 """The statistics of experiments/common.py against values from t tables."""
 import math
 import os
-import sys
 
 import pytest
 from experiments import common
@@ -50,14 +49,20 @@ def test_seeds_needed_by_hand():
 
 def test_contrast_drops_missing_seeds_and_one_sample():
     # seed 1 has no value in arm a, seed 3 none in arm b: pairs of seeds 0, 2, 4 remain
-    c = common.contrast([1.0, None, 3.0, 2.0, 5.0], [0.0, 1.0, 2.5, float("nan"), 4.0], "> 0", seeds=[0, 1, 2, 3, 4])
+    c = common.contrast(
+        [1.0, None, 3.0, 2.0, 5.0], [0.0, 1.0, 2.5, float("nan"), 4.0], "> 0", seeds=[0, 1, 2, 3, 4]
+    )
     assert c["seeds"] == [0, 2, 4] and c["per_seed"] == [1.0, 0.5, 1.0] and c["predicted"] == "> 0"
     sd = math.sqrt(((1 - 5 / 6) ** 2 * 2 + (0.5 - 5 / 6) ** 2) / 2)
     assert abs(c["diff"] - 5 / 6) < 1e-12 and abs(c["half"] - 4.3027 * sd / math.sqrt(3)) < 1e-4
     # a number for b: a one-sample t interval of a - b
     o = common.contrast([0.6, 0.8, 0.7, 0.9], 0.7, "about 0")
     m, h = common.mean_ci([0.6, 0.8, 0.7, 0.9])
-    assert abs(o["diff"] - (m - 0.7)) < 1e-12 and abs(o["half"] - h) < 1e-12 and o["seeds"] == [0, 1, 2, 3]
+    assert (
+        abs(o["diff"] - (m - 0.7)) < 1e-12
+        and abs(o["half"] - h) < 1e-12
+        and o["seeds"] == [0, 1, 2, 3]
+    )
     assert common.contrast([None], [1.0], "< 0")["n"] == 0
     with pytest.raises(ValueError):
         common.contrast([1.0, 2.0], [1.0], "< 0")
@@ -72,27 +77,51 @@ def test_e8_primary_contrast_by_hand(capsys):
     from experiments import e8_objectives
     drift = {"grpo": [2.0, 3.0, 4.0], "dr_grpo": [1.5, 3.0, 3.0], "dfpo_min": [1.0, 1.0, 1.0],
              "dfpo_orth": [2.0, 3.0, 4.0], "dapo": [2.0, 2.0, 2.0]}
-    order = {"grpo": [0, 1, 2], "dr_grpo": [2, 0, 1], "dfpo_min": [1, 2, 0], "dfpo_orth": [0, 2, 1], "dapo": [1, 0, 2]}
-    run = lambda loss, s: {"seed": s, "steps": [0, 50, 100, 150], "style_drift_restate": [None, 9.0, 9.0, drift[loss][s]],
-                           "eval_acc": [0.1, 0.5 + s / 10, 0.6, 0.7 if loss == "grpo" else 0.4],
-                           "tax_interior_sum": 1.0}
+    order = {
+        "grpo": [0, 1, 2],
+        "dr_grpo": [2, 0, 1],
+        "dfpo_min": [1, 2, 0],
+        "dfpo_orth": [0, 2, 1],
+        "dapo": [1, 0, 2],
+    }
+    run = lambda loss, s: {
+        "seed": s,
+        "steps": [0, 50, 100, 150],
+        "style_drift_restate": [None, 9.0, 9.0, drift[loss][s]],
+        "eval_acc": [0.1, 0.5 + s / 10, 0.6, 0.7 if loss == "grpo" else 0.4],
+        "tax_interior_sum": 1.0,
+    }
     runs = {loss: [run(loss, s) for s in order[loss]] for loss in drift}
     p = e8_objectives.primary(runs)
     c = p["style_drift_restate dr_grpo - grpo"]      # differences -0.5, 0, -1 over seeds 0, 1, 2
     sd = math.sqrt(((-0.5 + 0.5) ** 2 + 0.5 ** 2 + 0.5 ** 2) / 2)
-    assert c["n"] == 3 and abs(c["diff"] + 0.5) < 1e-12 and c["predicted"] == "< 0" and c["seeds"] == [0, 1, 2]
+    assert (
+        c["n"] == 3
+        and abs(c["diff"] + 0.5) < 1e-12
+        and c["predicted"] == "< 0"
+        and c["seeds"] == [0, 1, 2]
+    )
     assert abs(c["half"] - 4.3027 * sd / math.sqrt(3)) < 1e-4
     assert p["style_drift_restate dfpo_min - grpo"]["per_seed"] == [-1.0, -2.0, -3.0]
-    assert p["style_drift_restate dfpo_orth - grpo"]["sd"] == 0.0   # same per-seed values: exact zero
+    # same per-seed values: exact zero
+    assert p["style_drift_restate dfpo_orth - grpo"]["sd"] == 0.0
     sec = e8_objectives.secondary(runs)
     # in the order of the reference arm dapo (seeds 1, 0, 2): 3 - 2, 1.5 - 2, 3 - 2
     assert sec["style_drift_restate dr_grpo - dapo (sigma_g)"]["per_seed"] == [1.0, -0.5, 1.0]
-    assert sec["style_drift_restate dapo - grpo (1/L_i vs 1/sum L)"]["per_seed"] == [0.0, -1.0, -2.0]
-    # accuracy: mean of the last 3 evaluations, (0.5 + s/10 + 0.6 + 0.4) / 3 - (0.5 + s/10 + 0.6 + 0.7) / 3 = -0.1
+    assert sec["style_drift_restate dapo - grpo (1/L_i vs 1/sum L)"]["per_seed"] == [
+        0.0,
+        -1.0,
+        -2.0,
+    ]
+    # accuracy: mean of the last 3 evaluations,
+    # (0.5 + s/10 + 0.6 + 0.4) / 3 - (0.5 + s/10 + 0.6 + 0.7) / 3 = -0.1
     assert sec["acc_last3 dfpo_min - grpo"]["diff"] == pytest.approx(-0.1)
     one = e8_objectives.primary({k: [r for r in v if r["seed"] == 0] for k, v in runs.items()})
     common.print_contrasts({"x": one["style_drift_restate dfpo_min - grpo"]})
-    assert "primary: x: -1 ± n/a (n=1, 95% t; smallest detectable n/a; predicted < 0)" in capsys.readouterr().out
+    assert (
+        "primary: x: -1 ± n/a (n=1, 95% t; smallest detectable n/a; predicted < 0)"
+        in capsys.readouterr().out
+    )
     json.dumps(common.clean(one), allow_nan=False)
 
 
@@ -112,7 +141,9 @@ def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
     import json
     data = json.load(open(os.path.join(ROOT, "results", "chain_style.json")))
     key = "style_drift_signed_restate"
-    by_seed = {arm: {r["seed"]: r[key][-1] for r in data["runs"][arm]} for arm in ("grpo", "dr_grpo")}
+    by_seed = {
+        arm: {r["seed"]: r[key][-1] for r in data["runs"][arm]} for arm in ("grpo", "dr_grpo")
+    }
     d = [by_seed["grpo"][s] - by_seed["dr_grpo"][s] for s in data["seeds"]]
     n = len(d)
     m = sum(d) / n
@@ -126,8 +157,17 @@ def test_committed_interval_recomputes_from_per_seed_json_and_matches_readme():
 
 
 T975 = {1: 12.7062, 2: 4.3027, 4: 2.7764, 9: 2.2622, 19: 2.0930}  # t_{0.975, df}, from tables
-RERUN = ["e1_flips", "e2_coupling", "e3_masked", "e4_categories", "e5_value", "e6_group_size", "e7_schedulers",
-         "e8_objectives"]  # README prints their primaries
+# README prints their primaries
+RERUN = [
+    "e1_flips",
+    "e2_coupling",
+    "e3_masked",
+    "e4_categories",
+    "e5_value",
+    "e6_group_size",
+    "e7_schedulers",
+    "e8_objectives",
+]
 
 
 @pytest.mark.parametrize("name", RERUN)
@@ -162,7 +202,9 @@ def test_t_cdf_by_hand():
 def test_p_value_by_hand():
     # differences 1, 2, 3: mean 2, sd 1, t = 2 sqrt(3), df 2: p = 1 - t / sqrt(2 + t^2)
     t = 2 * math.sqrt(3)
-    assert stats.p_value(stats.paired([1, 2, 3], [0, 0, 0])) == pytest.approx(1 - t / math.sqrt(2 + t * t), abs=1e-9)
+    assert stats.p_value(stats.paired([1, 2, 3], [0, 0, 0])) == pytest.approx(
+        1 - t / math.sqrt(2 + t * t), abs=1e-9
+    )
     assert stats.p_value(stats.paired([1], [0])) is None
 
 
@@ -183,12 +225,32 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     rows = {c[0].strip("` ").lower(): (int(c[1]), int(c[2]), int(c[3]), int(c[4].split()[0]))
             for c in (line.strip("|").split("|") for line in table.splitlines())
             if len(c) == 5 and c[1].strip().isdigit()}
-    mine = {e.split("_")[0] if e.startswith("e") and e[1].isdigit() else e: f for e, f in data["families"].items()}
+    mine = {
+        e.split("_")[0] if e.startswith("e") and e[1].isdigit() else e: f
+        for e, f in data["families"].items()
+    }
     for name, f in mine.items():
         survive = sum(r["survives_holm"] for r in f["primary"].values())
-        assert rows.pop(name) == (len(f["primary"]), len(f["secondary"]), len(f["post_hoc"]), survive), name
-    total = tuple(sum(v) for v in zip(*[(len(f["primary"]), len(f["secondary"]), len(f["post_hoc"]),
-                                         sum(r["survives_holm"] for r in f["primary"].values())) for f in mine.values()]))
+        assert rows.pop(name) == (
+            len(f["primary"]),
+            len(f["secondary"]),
+            len(f["post_hoc"]),
+            survive,
+        ), name
+    total = tuple(
+        sum(v)
+        for v in zip(
+            *[
+                (
+                    len(f["primary"]),
+                    len(f["secondary"]),
+                    len(f["post_hoc"]),
+                    sum(r["survives_holm"] for r in f["primary"].values()),
+                )
+                for f in mine.values()
+            ]
+        )
+    )
     assert rows.pop("all") == total and not rows
     # the README repeats the two totals: they are the script's too
     readme = open(os.path.join(ROOT, "README.md")).read()
@@ -201,7 +263,9 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     d = row["per_seed"]
     m = sum(d) / len(d)
     sd = math.sqrt(sum((x - m) ** 2 for x in d) / (len(d) - 1))
-    assert row["p"] == pytest.approx(2 * (1 - stats.t_cdf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1)))
+    assert row["p"] == pytest.approx(
+        2 * (1 - stats.t_cdf(abs(m) / (sd / math.sqrt(len(d))), len(d) - 1))
+    )
     assert 0.01 < row["p"] < 0.02 and not row["survives_holm"]
     assert (tmp_path / "multiplicity.json").exists() and "multiplicity:" in capsys.readouterr().out
 
@@ -257,7 +321,9 @@ def test_tost_by_hand():
     from experiments import stats
     c = {"n": 10, "diff": 0.1, "sd": 0.3}
     se = 0.3 / math.sqrt(10)
-    want = max(_t_tail_by_integration((0.1 + 0.5) / se, 9), _t_tail_by_integration((0.5 - 0.1) / se, 9))
+    want = max(
+        _t_tail_by_integration((0.1 + 0.5) / se, 9), _t_tail_by_integration((0.5 - 0.1) / se, 9)
+    )
     assert stats.tost_p(c, 0.5) == pytest.approx(want, rel=1e-6)
     assert want == pytest.approx(0.00112, abs=2e-5)
     assert stats.tost_p(c, 0.05) > 0.5  # a margin below the mean: not equivalent

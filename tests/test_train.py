@@ -32,7 +32,8 @@ def read_metrics(path):
 @pytest.mark.parametrize("clip", loss.CLIPS)
 def test_every_loss_and_clip_runs_an_rl_step(tmp_path, objective, clip):
     extra = ["--dro_beta=0.1"] if objective == "dro" else []
-    if loss.OBJECTIVES[objective].clip == "none" and clip != "none":  # no ratio clip to apply: a one-line error
+    # no ratio clip to apply: a one-line error
+    if loss.OBJECTIVES[objective].clip == "none" and clip != "none":
         with pytest.raises(CliError, match="has no ratio clip"):
             parse_args([f"--loss={objective}", f"--clip={clip}", *extra])
         return
@@ -74,12 +75,15 @@ def test_init_from_warm_start_skips_sft(tmp_path):
 
 
 def test_off_policy_reuse_moves_ratios_and_parameters():
-    import random
     import toy_tasks
     from model import GPT, GPTConfig
     cfg = parse_args(["--epochs=2", "--lr=1e-2", "--loss=dr_grpo", "--clip=none"])
     torch.manual_seed(0)
-    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32))
+    m = GPT(
+        GPTConfig(
+            vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1, n_head=2, n_embd=32
+        )
+    )
     task = toy_tasks.make_task("add", 2)
     gen = torch.Generator().manual_seed(0)
     batch = train.rollouts(m, task, toy_tasks.train_sampler(task, [], 0), cfg, gen, "cpu")
@@ -114,13 +118,27 @@ def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch):
 
 
 def test_help_lists_every_flag():
-    out = subprocess.run([sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "train.py", "--help"], cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode == 0
     from dataclasses import fields
     for f in fields(Config):
         assert f"--{f.name}" in out.stdout
-    for name in ("--task", "--loss", "--group_size", "--prompts_per_step", "--sft_steps",
-                 "--rl_steps", "--lr", "--seed", "--device", "--out_dir", "--init_from", "--eval_every"):
+    for name in (
+        "--task",
+        "--loss",
+        "--group_size",
+        "--prompts_per_step",
+        "--sft_steps",
+        "--rl_steps",
+        "--lr",
+        "--seed",
+        "--device",
+        "--out_dir",
+        "--init_from",
+        "--eval_every",
+    ):
         assert name in out.stdout
 
 
@@ -157,7 +175,9 @@ BAD = [
 @pytest.mark.parametrize("flags, message", BAD)
 def test_bad_cli_input_is_one_line_and_nonzero(tmp_path, bad_ckpts, flags, message):
     flags = [f.format(d=bad_ckpts) for f in flags] + [f"--out_dir={tmp_path}/o"]
-    out = subprocess.run([sys.executable, "train.py"] + flags, cwd=ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "train.py"] + flags, cwd=ROOT, capture_output=True, text=True
+    )
     assert out.returncode != 0
     assert "Traceback" not in out.stderr and "panicked" not in out.stderr
     lines = [l for l in out.stderr.splitlines() if l.strip()]
@@ -176,7 +196,9 @@ def test_sample_cli(tmp_path):
     assert held.returncode == 0 and held.stdout.count("reward") == 3
     for flags, msg in [([f"--init_from={ck}", "--prompt=12+x="], "outside the alphabet"),
                        (["--init_from=missing.pt"], "does not exist"), ([], "required")]:
-        out = subprocess.run([sys.executable, "sample.py"] + flags, cwd=ROOT, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "sample.py"] + flags, cwd=ROOT, capture_output=True, text=True
+        )
         assert out.returncode != 0 and "Traceback" not in out.stderr and msg in out.stderr
         assert len(out.stderr.strip().splitlines()) == 1
 
@@ -190,7 +212,9 @@ def test_bf16_autocast_path_runs_on_cpu(tmp_path):
     assert 0.0 <= summary["final_acc"] <= 1.0
     model, _ = checkpoint.load_checkpoint(os.path.join(tmp_path, "ckpt.pt"))
     prompts = [toy_tasks.encode("12+34="), toy_tasks.encode("5+7=")]
-    tokens = torch.tensor([toy_tasks.encode("46") + [toy_tasks.EOS], toy_tasks.encode("12") + [toy_tasks.EOS]])
+    tokens = torch.tensor(
+        [toy_tasks.encode("46") + [toy_tasks.EOS], toy_tasks.encode("12") + [toy_tasks.EOS]]
+    )
     mask = torch.ones_like(tokens, dtype=torch.bool)
     ref = completion_logprobs(model, prompts, tokens, mask, toy_tasks.PAD)
     with train.amp(cfg, "cpu"):
@@ -199,10 +223,17 @@ def test_bf16_autocast_path_runs_on_cpu(tmp_path):
     torch.testing.assert_close(low, ref, atol=0.1, rtol=0.05)
 
 
-@pytest.mark.parametrize("flags", [["--agg=token-sum"], ["--beta=0.1", "--kl_loss_type=k1"],
-                                   ["--top_entropy_quantile=0.5", "--minibatches=2"],
-                                   ["--off_policy_mask_threshold=0.01", "--minibatches=2", "--epochs=2"],
-                                   ["--loss=dppo_kl", "--dual_clip=3"], ["--loss=dro", "--dro_beta=0.5"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--agg=token-sum"],
+        ["--beta=0.1", "--kl_loss_type=k1"],
+        ["--top_entropy_quantile=0.5", "--minibatches=2"],
+        ["--off_policy_mask_threshold=0.01", "--minibatches=2", "--epochs=2"],
+        ["--loss=dppo_kl", "--dual_clip=3"],
+        ["--loss=dro", "--dro_beta=0.5"],
+    ],
+)
 def test_engine_switches_run(tmp_path, flags):
     run_main(tmp_path, "--rl_steps=1", "--sft_steps=1", *flags)
     rl = [m for m in read_metrics(tmp_path) if m["phase"] == "rl" and m["step"] == 1][0]
@@ -212,15 +243,20 @@ def test_engine_switches_run(tmp_path, flags):
         assert 0.3 < rl["kept_frac"] < 0.7
 
 
-@pytest.mark.parametrize("flags,msg", [(["--kl_loss_type=k1"], "needs --beta"),
-                                       (["--loss=sapo", "--agg=token-sum"], "defines its own aggregation"),
-                                       (["--loss=dro"], "needs --dro_beta"),
-                                       (["--dro_beta=0.1"], "applies to it only"),
-                                       (["--loss=gspo", "--top_entropy_quantile=0.5"], "one ratio per sequence"),
-                                       (["--top_entropy_quantile=1.5"], "fraction"),
-                                       (["--off_policy_mask_threshold=-1"], "0 \\(off\\) or positive"),
-                                       (["--agg=mean"], "unknown aggregation"),
-                                       (["--kl_loss_type=k4", "--beta=0.1"], "unknown kl_loss_type")])
+@pytest.mark.parametrize(
+    "flags,msg",
+    [
+        (["--kl_loss_type=k1"], "needs --beta"),
+        (["--loss=sapo", "--agg=token-sum"], "defines its own aggregation"),
+        (["--loss=dro"], "needs --dro_beta"),
+        (["--dro_beta=0.1"], "applies to it only"),
+        (["--loss=gspo", "--top_entropy_quantile=0.5"], "one ratio per sequence"),
+        (["--top_entropy_quantile=1.5"], "fraction"),
+        (["--off_policy_mask_threshold=-1"], "0 \\(off\\) or positive"),
+        (["--agg=mean"], "unknown aggregation"),
+        (["--kl_loss_type=k4", "--beta=0.1"], "unknown kl_loss_type"),
+    ],
+)
 def test_engine_switches_refuse_what_cannot_apply(flags, msg):
     with pytest.raises(CliError, match=msg):
         parse_args(flags)
