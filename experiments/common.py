@@ -498,6 +498,19 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     return new, new_opt
 
 
+def sample_checkpoint(path, task_name, seed, stream, prompts, group_size=8):
+    """A checkpoint's rollouts at temperature 1 on training problems (seed's held-out set
+    left out), drawn and sampled from their own stream ``stream``: (task, batch)."""
+    model, _ = checkpoint.load_checkpoint(path)
+    task = toy_tasks.make_task(task_name)
+    draw = toy_tasks.train_sampler(task, toy_tasks.eval_problems(task, Config.eval_size, seed),
+                                   stream)
+    with torch.no_grad():
+        batch = rollout_batch(model, task, draw, prompts, group_size,
+                              torch.Generator(device="cpu").manual_seed(stream))
+    return task, batch
+
+
 def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
     """train.rollouts, plus each row's problem (``problems``) and ``max_len``."""
     drawn = []

@@ -96,14 +96,11 @@ import os
 import sys
 import time
 
-import torch
-
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e10_length\n")
     sys.exit(2)
 from experiments import common
-from plumbing import checkpoint
 import toy_tasks
 
 ARMS = ("grpo", "dr_grpo", "dapo")
@@ -164,14 +161,8 @@ def check_stats(o, seed, ckpt, tag, prompts=256, group_size=8):
     cache = os.path.join(o["out"], "runs", "e10", f"checks_{tag}_s{seed}.json")
     if os.path.exists(cache):
         return json.load(open(cache))
-    model, _ = checkpoint.load_checkpoint(ckpt)
-    task = toy_tasks.make_task("chain_check")
-    draw = toy_tasks.train_sampler(
-        task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 7000 + seed)
-    n = 8 if o["small"] else prompts
-    with torch.no_grad():
-        b = common.rollout_batch(model, task, draw, n, group_size,
-                                 torch.Generator(device="cpu").manual_seed(7000 + seed))
+    task, b = common.sample_checkpoint(ckpt, "chain_check", seed, 7000 + seed,
+                                       8 if o["small"] else prompts, group_size)
     rows = []
     for i, p in enumerate(b.problems):
         text = toy_tasks.decode(b.tokens[i])

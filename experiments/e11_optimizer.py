@@ -267,14 +267,8 @@ def usable(run):
 def warm_credit(opts, seed, p_f=None, prompts=256, group_size=8):
     """The warm start's sampled accuracy of restated and of unrestated completions (256
     training problems x 8, temperature 1, its own sampling stream), and their gap."""
-    model, _ = checkpoint.load_checkpoint(warm(opts, seed, p_f))
-    task = toy_tasks.make_task("chain")
-    draw = toy_tasks.train_sampler(
-        task, toy_tasks.eval_problems(task, common.Config.eval_size, seed), 5000 + seed)
-    n = 8 if opts["small"] else prompts
-    with torch.no_grad():
-        b = common.rollout_batch(model, task, draw, n, group_size,
-                                 torch.Generator().manual_seed(5000 + seed))
+    _, b = common.sample_checkpoint(warm(opts, seed, p_f), "chain", seed, 5000 + seed,
+                                   8 if opts["small"] else prompts, group_size)
     x, r = DP.restated(b), b.rewards
     acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
     out = {"rollouts": len(r), "restated": int(x.sum()), "acc_restated": acc(x),
