@@ -64,6 +64,18 @@ def restated(batch):
     return batch.tokens[:, 0] == RESTATE
 
 
+def restate_accuracy(batch):
+    """Sampled accuracy of the rollouts that restate and of those that do not (None where
+    a side is empty), their gap, and the counts: a warm start's restate credit."""
+    x, r = restated(batch), batch.rewards
+    acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
+    out = {"rollouts": len(r), "restated": int(x.sum()), "acc_restated": acc(x),
+           "acc_not": acc(~x)}
+    out["gap"] = (None if None in (out["acc_restated"], out["acc_not"])
+                  else out["acc_restated"] - out["acc_not"])
+    return out
+
+
 def credit(batch, adv):
     """Real credit of the restate choice in one rollout batch: ``credit_gap``
     (accuracy with minus without restating; None if either is absent) and

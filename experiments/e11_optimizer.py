@@ -269,13 +269,7 @@ def warm_credit(opts, seed, p_f=None, prompts=256, group_size=8):
     training problems x 8, temperature 1, its own sampling stream), and their gap."""
     _, b = common.sample_checkpoint(warm(opts, seed, p_f), "chain", seed, 5000 + seed,
                                    8 if opts["small"] else prompts, group_size)
-    x, r = DP.restated(b), b.rewards
-    acc = lambda sel: float(r[sel].mean()) if bool(sel.any()) else None
-    out = {"rollouts": len(r), "restated": int(x.sum()), "acc_restated": acc(x),
-           "acc_not": acc(~x)}
-    out["gap"] = (None if None in (out["acc_restated"], out["acc_not"])
-                  else out["acc_restated"] - out["acc_not"])
-    return out
+    return DP.restate_accuracy(b)
 
 
 def mean_kl(run):

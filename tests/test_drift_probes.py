@@ -33,6 +33,14 @@ def test_credit_by_hand():
     assert out["credit_cov"] == pytest.approx(((0.125 - 0.375 - 0.125 - 0.125) / 4 + 0.0) / 2)
     assert out["restated"] == pytest.approx(2 / 8)
 
+    acc = DP.restate_accuracy(batch)  # the same rows: 1 of 2 restated right, 4 of 6 not
+    assert acc == {"rollouts": 8, "restated": 2, "acc_restated": 0.5,
+                   "acc_not": pytest.approx(4 / 6),
+                   "gap": pytest.approx(0.5 - 4 / 6)}
+    batch.tokens[:, 0] = DP.RESTATE  # no rollout without the restatement: no gap
+    assert DP.restate_accuracy(batch)["acc_not"] is None
+    assert DP.restate_accuracy(batch)["gap"] is None
+
 
 def _setup(opt_name, lr):
     torch.manual_seed(0)
