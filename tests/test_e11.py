@@ -32,6 +32,39 @@ def test_the_drift_is_read_at_adamw_s_kl_by_hand():
     assert E11.matched([dict(lo, diverged=True), dict(hi, diverged=True)], 2e-4) == (None, "no run")
 
 
+
+def _seed(s, adamw, **arms):
+    return {"seed": s, "runs": dict(adamw=[adamw], **arms)}
+
+
+def test_amendment_2_keeps_collapsed_runs_where_it_says():
+    """permuted reads its collapsed run (1.5 at adamw's KL, halfway in log KL); sgd does not
+    (1.0, one run); the registered reading of permuted left it out; a collapsed adamw still
+    sets the target; a diverged adamw leaves the seed out, flagged."""
+    lo = {"kl": [1e-4], "drift": 1.0, "acc": 0.8, "collapsed": False}
+    hi = {"kl": [4e-4], "drift": 2.0, "acc": 0.2, "collapsed": True}
+    ref = {"kl": [2e-4], "drift": 0.5, "acc": 0.9, "collapsed": False}
+    res = [_seed(1, ref, permuted=[lo, hi], sgd=[lo, hi]),
+           _seed(2, dict(ref, collapsed=True), permuted=[lo, hi], sgd=[lo, hi]),
+           _seed(3, {"diverged": True}, permuted=[lo, hi], sgd=[lo, hi])]
+    d, flags = E11.drifts(res, "permuted", [1, 2, 3])
+    assert d == [pytest.approx(1.5), pytest.approx(1.5), None]
+    assert flags == {3: "adamw diverged"}
+    d, flags = E11.drifts(res, "sgd", [1, 2, 3])
+    assert d == [1.0, 1.0, None] and flags == {1: "one run", 2: "one run", 3: "adamw diverged"}
+    assert E11.drifts(res, "permuted", [1], keep_collapsed=False) == ([1.0], {1: "one run"})
+    acc = E11.drifts(res, "sgd", [1], lambda r: r["acc"], keep_collapsed=True)[0]
+    assert acc == [pytest.approx(0.5)]  # halfway between 0.8 and 0.2
+
+
+def test_second_moment_coupling_by_hand():
+    """(direct_own_v + carried_direct_own_v) - (direct + carried_direct), summed over steps;
+    None without a second moment (sgd's records hold None)."""
+    run = {"direct": [0.1, 0.2], "carried_direct": [0.0, 0.05],
+           "direct_own_v": [0.3, 0.1], "carried_direct_own_v": [0.0, 0.2]}
+    assert E11.own_v_gap(run) == pytest.approx(0.6 - 0.35)
+    assert E11.own_v_gap(dict(run, direct_own_v=[None, None])) is None
+
 def test_the_registered_design_is_the_docstring_s():
     doc = E11.__doc__
     assert "within +-0.85 nats" in doc and E11.MARGIN == 0.85
