@@ -71,7 +71,7 @@ def main(argv):
             d = os.path.join(o["out"], "runs", "chain_style", f"{arm}_s{seed}")
             ms = common.run(
                 [
-                    f"--task=chain",
+                    "--task=chain",
                     f"--init_from={ws}",
                     f"--seed={seed}",
                     f"--loss={arm}",

@@ -39,7 +39,6 @@ the plain-SGD step.
     python -m experiments.e1_flips --replot     # redraw results/e1_flips.png from its JSON
 """
 import copy
-import os
 import sys
 import time
 

@@ -45,7 +45,6 @@ both have p < 0.5 minus the share of such pairs, paired by seed, predicted > 0
     python -m experiments.e2_coupling --replot     # redraw results/e2_coupling.png from its JSON
 """
 import copy
-import os
 import sys
 import time
 

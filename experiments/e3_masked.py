@@ -50,7 +50,6 @@ A > 0 token is pushed down by them).
 """
 
 import copy
-import os
 import sys
 import time
 

@@ -40,7 +40,6 @@ the primary at step 0.
     python -m experiments.e4_categories --replot     # redraw the figure from the JSON
 """
 import copy
-import os
 import sys
 import time
 

@@ -51,7 +51,6 @@ four after the SGD step; and GRPO's own gaps (against 0), all predicted > 0.
     python -m experiments.e5_value --replot     # redraw the PNG from the JSON
 """
 import copy
-import os
 import sys
 import time
 

@@ -43,7 +43,6 @@ minus the smallest B (at G = --group_size), paired by seed; [P2] predicts
 """
 import copy
 import math
-import os
 import sys
 import time
 
