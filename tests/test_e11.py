@@ -4,12 +4,15 @@ power as claimed, and smoke runs of --calibrate and --quick (seed 100 only: the
 evaluation seeds are not touched)."""
 import json
 import math
+import os
 import random
 
 import pytest
 
 from experiments import e11_optimizer as E11
 from experiments import stats
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_fit_lr_recovers_a_power_law_by_hand():
@@ -171,3 +174,54 @@ def test_quick_on_a_tiny_model(tmp_path):
     assert runs["sgd"][0]["direct_own_v"] == [None] * 2
     c = saved["primary"]["drift reversed vs 0"]
     assert abs(c["diff"] - runs["reversed"][0]["drift"]) < 1e-12
+
+
+T975 = {9: 2.2622, 19: 2.0930}  # Student t quantiles from the printed table
+T95 = {19: 1.7291}
+
+
+def _by_hand_drift(runs, arm, seed_runs, keep_collapsed):
+    """A calibrated arm's drift at adamw's mean KL, from the per-step records alone: each
+    run's drift is the sum of its measured changes, read linearly in log mean KL."""
+    ref = seed_runs["adamw"][0]
+    target = math.log(sum(ref["kl"]) / len(ref["kl"]))
+    ok = [(math.log(sum(r["kl"]) / len(r["kl"])), sum(r["measured"])) for r in runs
+          if "kl" in r and (keep_collapsed or not r["collapsed"])]
+    if len(ok) == 1:
+        return ok[0][1]
+    (x0, d0), (x1, d1) = sorted(ok)
+    return d0 + (target - x0) * (d1 - d0) / (x1 - x0)
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "results", "e11_optimizer.json")),
+                    reason="E11's full run is not committed yet")
+def test_committed_e11_primaries_recompute_from_the_per_step_records():
+    """Each primary recomputed from the runs' per-step drift and KL alone (interpolation
+    and paired t by hand, t quantiles from the table) equals the JSON's; the equivalence
+    test's verdict is the 90 % interval's."""
+    data = json.load(open(os.path.join(ROOT, "results", "e11_optimizer.json")))
+    assert data["seeds"] == list(range(10, 20)) and not data["quick"]
+    assert data["permuted_seeds"] == list(range(10, 30)) and data["rl_steps"] == 200
+    by_seed = {r["seed"]: r["runs"] for r in data["runs"]}
+
+    def arm_drift(arm, s):
+        runs = by_seed[s][arm]
+        if arm in E11.CALIBRATED:
+            return _by_hand_drift(runs, arm, by_seed[s], arm == "permuted")
+        return sum(runs[0]["measured"])
+
+    def t_of(d):
+        n, m = len(d), sum(d) / len(d)
+        return m, math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1)) / math.sqrt(n)
+    for a, b, _ in E11.PRIMARY:
+        seeds = data["permuted_seeds"] if a == "permuted" else data["seeds"]
+        d = [arm_drift(a, s) - (arm_drift(b, s) if b else 0.0) for s in seeds]
+        m, se = t_of(d)
+        name = ("drift permuted vs 0 (equivalence)" if a == "permuted"
+                else f"drift {a} - {b}" if b else f"drift {a} vs 0")
+        c = data["primary"][name]
+        assert c["n"] == len(seeds) and c["diff"] == pytest.approx(m, abs=1e-9), name
+        assert c["half"] == pytest.approx(T975[len(seeds) - 1] * se, rel=1e-3), name
+        if a == "permuted":
+            inside = abs(m) + T95[19] * se < E11.MARGIN
+            assert (data["holm"][name]["p"] < 0.05) == inside
