@@ -600,22 +600,28 @@ def main(argv):
 
 
 def plot(plt, data):
-    """Left: each arm's drift per seed (read at adamw's KL for a calibrated arm; dots) with
-    its mean and 95 % t interval. Right: each calibrated run's mean per-step KL over
+    """Left: each arm's drift per seed (read at adamw's KL for a calibrated arm; dots; for
+    permuted the seeds of primary 5) with its mean and 95 % t interval. Right: each calibrated run's mean per-step KL over
     adamw's on its seed, at lr*/2 and 2 lr*."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5))
     arms = list(ARMS)
+    labels = []
     for i, a in enumerate(arms):
-        sec = data["secondary"].get(f"drift {a} vs 0", {})
+        sec = (data["primary"]["drift permuted vs 0 (equivalence)"] if a == "permuted"
+               else data["secondary"].get(f"drift {a} vs 0", {}))  # permuted: seeds 10-29
         d = [x for x in sec.get("per_seed", []) if x is not None]
+        labels.append(f"{a}, n={len(d)}")
         m, h = stats.ci(d) if d else (None, None)
         left.plot([i] * len(d), d, "o", color="0.6", ms=4)
         if m is not None:
             left.errorbar([i], [m], yerr=[[h or 0], [h or 0]], fmt="s", color="k", capsize=4)
     for i, a in enumerate(CALIBRATED):
-        pts = [x["ratio"] for x in data["kl_ratio"].get(a, []) if x["ratio"]]
-        right.plot([i] * len(pts), pts, "o", color="tab:blue", ms=4)
-    left.set_xticks(range(len(arms)), arms, rotation=25, ha="right", fontsize=10)
+        for bad, style in ((False, "o"), (True, "x")):
+            pts = [x["ratio"] for x in data["kl_ratio"].get(a, [])
+                   if x["ratio"] and bool(x.get("collapsed")) == bad]
+            right.plot([i] * len(pts), pts, style, color="tab:red" if bad else "tab:blue",
+                       ms=5, label=None if i else ("collapsed run" if bad else "run"))
+    left.set_xticks(range(len(arms)), labels, rotation=25, ha="right", fontsize=10)
     right.set_xticks(range(len(CALIBRATED)), CALIBRATED, rotation=25, ha="right", fontsize=10)
     left.axhline(0, color="k", lw=0.6)
     left.axhspan(-data["margin"], data["margin"], color="tab:green", alpha=0.1)
@@ -623,6 +629,7 @@ def plot(plt, data):
     left.set_title("drift per arm (dots: seeds; square: mean, 95 % t)", fontsize=11)
     right.axhline(1, color="k", lw=0.6)
     right.set_yscale("log")
+    right.legend(fontsize=10, loc="best")
     right.set_ylabel("mean per-step KL / adamw's on the seed")
     right.set_title("the two runs per seed that bracket adamw's KL", fontsize=11)
     n = len(data["seeds"])
