@@ -601,8 +601,9 @@ def main(argv):
 
 def plot(plt, data):
     """Left: each arm's drift per seed (read at adamw's KL for a calibrated arm; dots; for
-    permuted the seeds of primary 5) with its mean and 95 % t interval. Right: each calibrated run's mean per-step KL over
-    adamw's on its seed, at lr*/2 and 2 lr*."""
+    permuted the seeds of primary 5) with its mean and 95 % t interval. Right: each
+    calibrated run's mean per-step KL over adamw's on its seed, at lr*/2 and 2 lr*
+    (crosses: collapsed runs)."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 5))
     arms = list(ARMS)
     labels = []
