@@ -420,7 +420,7 @@ def matched(pair, kl_target, value=drift, keep_collapsed=False):
 def drifts(results, arm, seeds, value=drift, keep_collapsed=None):
     """Per seed (in ``seeds``' order): the arm's ``value`` (its drift unless told; read at
     adamw's KL for a calibrated arm), and the flags. A collapsed run counts for permuted
-    (amendment 2: moving without credit is what collapses it) and, with
+    (amendment 2: without credit, losing accuracy is the expected cost of moving) and, with
     ``keep_collapsed``, for any arm; adamw's KL is the target whenever its run did not
     diverge, collapsed or not."""
     by_seed = {r["seed"]: r["runs"] for r in results}
