@@ -225,3 +225,101 @@ def test_committed_e11_primaries_recompute_from_the_per_step_records():
         if a == "permuted":
             inside = abs(m) + T95[19] * se < E11.MARGIN
             assert (data["holm"][name]["p"] < 0.05) == inside
+
+
+# The lab report's E11 tables are generated from the committed JSON by report_rows() and
+# checked here line by line (PYTHONPATH=. python tests/test_e11.py prints them).
+LABELS = {
+    "drift adam_b1_0 - sgd": "1. `adam_b1_0` − `sgd`: per-parameter normalisation",
+    "drift sgd_momentum - sgd": "2. `sgd_momentum` − `sgd`: momentum",
+    "drift adamw - sgd": "3. `adamw` − `sgd`: both",
+    "drift reversed vs 0": "4. `reversed` against 0",
+    "drift permuted vs 0 (equivalence)": "5. `permuted` against 0, equivalence (seeds 10–29)",
+}
+
+
+def _num(x, d=2):
+    return "n/a" if x is None else f"{x:+.{d}f}".replace("-", "−")
+
+
+def _half(x, d=2):
+    return "n/a" if x is None else f"{x:.{d}f}"
+
+
+def _p(p):
+    return "n/a" if p is None else "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def report_rows(data):
+    """The rows of the lab report's four E11 tables: the primaries, the arms, the
+    secondaries (an equivalence test's p is its tost_p), each seed's KL ratios (a run's mean per-step KL over adamw's on the seed, at lr*/2 / 2 lr*;
+    †: the run collapsed; the flag of the seed's reading in brackets)."""
+    rows = []
+    for name, label in LABELS.items():
+        c, h = data["primary"][name], data["holm"][name]
+        sign = {True: "yes", False: "no", None: "—"}[h["sign_as_predicted"]]
+        rows.append(f"| {label} | {c['predicted']} | {_num(c['diff'])} ± {_half(c['half'])} | "
+                    f"{_half(c['mde'])} | {_p(h['p'])} | {_p(h['p_holm'])} | {sign} |")
+    by_seed = {r["seed"]: r["runs"] for r in data["runs"]}
+    arms = [(a, a, data["seeds"]) for a in E11.ARMS]
+    for name, a, seeds in arms + [("permuted (primary 5)", "permuted", data["permuted_seeds"])]:
+        if name != a:  # primary 5's seeds: no accuracy contrast there
+            c, acc = data["primary"]["drift permuted vs 0 (equivalence)"], None
+            flags = data["flags"]["permuted (seeds of primary 5)"]
+        else:
+            c = data["secondary"][f"drift {a} vs 0"]
+            acc = data["secondary"].get(f"final accuracy, {a} - adamw")
+            flags = {s: f for s, f in data["flags"][a].items() if int(s) in seeds}
+        runs = [x for s in seeds for x in by_seed[s][a]]
+        lr = (f"{data['calibration']['arms'][a]['lr']:.3g} (lr*)" if a in E11.CALIBRATED
+              else "1e-4")
+        acc = "—" if acc is None else (f"{_num(100 * acc['diff'], 1)} ± "
+                                        f"{_half(acc['half'] and 100 * acc['half'], 1)}")
+        kinds = sorted(set(flags.values()))
+        flagged = ", ".join(f"{sum(f == k for f in flags.values())} {k}" for k in kinds) or "none"
+        rows.append(f"| `{a}`{name[len(a):]} | {seeds[0]}–{seeds[-1]} | {lr} | {_num(c['diff'])}"
+                    f" ± {_half(c['half'])} | {sum(bool(x.get('collapsed')) for x in runs)} of "
+                    f"{len(runs)} | {acc} | {flagged} |")
+    for name, c in data["secondary"].items():
+        points = "accuracy" in name or "credit" in name  # shares, shown in points
+        k = 100 if points else 1
+        p = stats.p_value(c)
+        rows.append(f"| {name.replace(' - ', ' − ')} | {c['predicted']} | "
+                    f"{_num(c['diff'] and k * c['diff'], 1 if points else 2)} ± "
+                    f"{_half(c['half'] and k * c['half'], 1 if points else 2)} "
+                    f"{'points' if points else 'nats'} | "
+                    f"{_half(c['mde'] and k * c['mde'], 1 if points else 2)} | {_p(p)} |")
+    g = data["warm_credit_reversed"]
+    rows.append(f"| warm restate credit, reversed vs 0 (primary 4's gate) | > 0 | "
+                f"{_num(g['diff'] and 100 * g['diff'], 1)} ± "
+                f"{_half(g['half'] and 100 * g['half'], 1)} points | "
+                f"{_half(g['mde'] and 100 * g['mde'], 1)} | {_p(stats.p_value(g))} |")
+    kl = {(x["seed"], a): [] for a, xs in data["kl_ratio"].items() for x in xs}
+    for a, xs in data["kl_ratio"].items():
+        for x in sorted(xs, key=lambda x: x["lr"]):
+            kl[(x["seed"], a)].append(f"{x['ratio']:.2f}" + ("†" if x["collapsed"] else ""))
+    for s in sorted(set(data["seeds"]) | set(data["permuted_seeds"])):
+        cells = []
+        for a in E11.CALIBRATED:
+            key = "permuted (seeds of primary 5)" if a == "permuted" else a
+            flag = data["flags"][key].get(str(s))
+            cell = " / ".join(kl.get((s, a), [])) or "—"
+            cells.append(cell + (f" ({flag})" if flag else ""))
+        rows.append(f"| {s} | " + " | ".join(cells) + " |")
+    return rows
+
+
+@pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "results", "e11_optimizer.json")),
+                    reason="E11's full run is not committed yet")
+def test_the_lab_report_s_e11_tables_are_the_json_s():
+    data = json.load(open(os.path.join(ROOT, "results", "e11_optimizer.json")))
+    text = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
+    for row in report_rows(data):
+        assert row in text, row
+
+
+if __name__ == "__main__":
+    import sys
+    path = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "results",
+                                                              "e11_optimizer.json")
+    print("\n".join(report_rows(json.load(open(path)))))
