@@ -21,9 +21,9 @@ from a rollout batch), rows are rollouts, marked with reward and the sign of
 A; each token is a box coloured by Delta log pi after one update on the whole
 batch (blue: boosted, red: suppressed; one colour scale, in nats, for every
 panel, so that colours compare across objectives). Style tokens (choices the
-verifier does not check) have a thick black outline; tokens whose (history, token) the whole
-group shares have a dashed one. One panel per objective, same rollouts,
-stacked so the figure stays narrow.
+verifier does not check) have a thick black outline; tokens whose (history, token)
+a positive and a negative rollout share have a dashed one. One panel per
+objective, same rollouts, stacked so the figure stays narrow.
 
     python see.py --init_from=out/warm_start.pt                 # writes see.png
     python see.py --init_from=out/warm_start.pt --optimizer=adam --out=see_adam.png
