@@ -252,8 +252,9 @@ def _p(p):
 
 def report_rows(data):
     """The rows of the lab report's four E11 tables: the primaries, the arms, the
-    secondaries (an equivalence test's p is its tost_p), each seed's KL ratios (a run's mean per-step KL over adamw's on the seed, at lr*/2 / 2 lr*;
-    †: the run collapsed; the flag of the seed's reading in brackets)."""
+    secondaries (an equivalence test's p is its tost_p), and each seed's KL ratios (a
+    run's mean per-step KL over adamw's on the seed, at lr*/2 / 2 lr*; †: the run
+    collapsed; the flag of the seed's reading in brackets)."""
     rows = []
     for name, label in LABELS.items():
         c, h = data["primary"][name], data["holm"][name]
