@@ -281,20 +281,17 @@ def report_rows(data):
         rows.append(f"| `{a}`{name[len(a):]} | {seeds[0]}–{seeds[-1]} | {lr} | {_num(c['diff'])}"
                     f" ± {_half(c['half'])} | {sum(bool(x.get('collapsed')) for x in runs)} of "
                     f"{len(runs)} | {acc} | {flagged} |")
+    def value(c, points):  # mean ± half and smallest detectable; shares shown in points
+        k, d = (100, 1) if points else (1, 2)
+        scaled = lambda x: x and k * x
+        return (f"{_num(scaled(c['diff']), d)} ± {_half(scaled(c['half']), d)} "
+                f"{'points' if points else 'nats'} | {_half(scaled(c['mde']), d)} | "
+                f"{_p(stats.p_value(c))} |")
     for name, c in data["secondary"].items():
-        points = "accuracy" in name or "credit" in name  # shares, shown in points
-        k = 100 if points else 1
-        p = stats.p_value(c)
-        rows.append(f"| {name.replace(' - ', ' − ')} | {c['predicted']} | "
-                    f"{_num(c['diff'] and k * c['diff'], 1 if points else 2)} ± "
-                    f"{_half(c['half'] and k * c['half'], 1 if points else 2)} "
-                    f"{'points' if points else 'nats'} | "
-                    f"{_half(c['mde'] and k * c['mde'], 1 if points else 2)} | {_p(p)} |")
-    g = data["warm_credit_reversed"]
-    rows.append(f"| warm restate credit, reversed vs 0 (primary 4's gate) | > 0 | "
-                f"{_num(g['diff'] and 100 * g['diff'], 1)} ± "
-                f"{_half(g['half'] and 100 * g['half'], 1)} points | "
-                f"{_half(g['mde'] and 100 * g['mde'], 1)} | {_p(stats.p_value(g))} |")
+        points = "accuracy" in name or "credit" in name
+        rows.append(f"| {name.replace(' - ', ' − ')} | {c['predicted']} | {value(c, points)}")
+    rows.append("| warm restate credit, reversed vs 0 (primary 4's gate) | > 0 | "
+                + value(data["warm_credit_reversed"], True))
     kl = {(x["seed"], a): [] for a, xs in data["kl_ratio"].items() for x in xs}
     for a, xs in data["kl_ratio"].items():
         for x in sorted(xs, key=lambda x: x["lr"]):
