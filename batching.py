@@ -66,7 +66,6 @@ one extra item. These are the sizes torch.tensor_split produces. For
 example, 16 rollouts into 3 mini-batches gives sizes 6, 5, 5.
 
 Use make_minibatches(name, ...) to validate the inputs and dispatch by name.
-Use minibatch_stats(...) to get numbers for the training log.
 """
 
 import operator
@@ -318,31 +317,3 @@ def make_minibatches(name, group, advantages, lengths, M, generator):
                 f"batching {name!r} gives each mini-batch whole groups; "
                 f"minibatches={M} is more than the {n_groups} groups")
     return run(group, advantages, lengths, M, generator)
-
-
-def minibatch_stats(minibatches, group, advantages, lengths):
-    """Plain Python numbers for the log.
-
-    mb_pos, mb_neg, mb_zero  counts of positive, negative and zero-advantage
-                             rollouts per mini-batch
-    groups_split             number of groups whose rollouts land in more
-                             than one mini-batch
-    token_counts             completion tokens per mini-batch
-    token_spread             max(token_counts) - min(token_counts)
-    """
-    mb_pos = [int((advantages[mb] > 0).sum()) for mb in minibatches]
-    mb_neg = [int((advantages[mb] < 0).sum()) for mb in minibatches]
-    mb_zero = [int((advantages[mb] == 0).sum()) for mb in minibatches]
-    token_counts = [int(lengths[mb].sum()) for mb in minibatches]
-    seen_in = {}
-    for c, mb in enumerate(minibatches):
-        for gid in group[mb].tolist():
-            seen_in.setdefault(gid, set()).add(c)
-    return {
-        "mb_pos": mb_pos,
-        "mb_neg": mb_neg,
-        "mb_zero": mb_zero,
-        "groups_split": sum(len(chunks) > 1 for chunks in seen_in.values()),
-        "token_spread": max(token_counts) - min(token_counts),
-        "token_counts": token_counts,
-    }

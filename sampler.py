@@ -51,8 +51,6 @@ from typing import Optional
 
 import torch
 
-import advantage
-import toy_tasks
 from model import amp, attention_mask, left_pad, positions
 from toy_tasks import EOS, PAD
 
@@ -231,10 +229,23 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
 
 # ------------------------------------------------------------------ rollouts and their rewards
 
+def permute_within_groups(rewards, group, generator):
+    """--permute_rewards, the null-reward control: each group's rewards shuffled
+    across its rollouts. Every group keeps its rewards (so its mean, sd and
+    mixed-ness), but no completion is scored by its own reward."""
+    r = torch.rand(len(rewards), generator=generator, device=generator.device).to(rewards.device)
+    g = group.to(torch.float64) * 2
+    src = torch.argsort(g + r.to(torch.float64))  # each group's rows, in a random order
+    dst = torch.argsort(g, stable=True)            # each group's rows, in their own order
+    out = rewards.clone()
+    out[dst] = rewards[src]
+    return out
+
+
 def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
     """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it."""
     problems = [draw() for _ in range(n_prompts or cfg.prompts_per_step)]
-    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    prompts = [task.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
                      cfg.top_k, generator=gen)
@@ -243,16 +254,16 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
             if getattr(cfg, "adv", None) == "remax"
             else None
         )  # ReMax's baseline: a greedy completion
-    texts = [toy_tasks.decode(t) for t in out.tokens.tolist()]
+    texts = [task.decode(t) for t in out.tokens.tolist()]
     out.rewards = torch.tensor([task.reward(problems[i // cfg.group_size], t)
                                    for i, t in enumerate(texts)], device=device)
     if getattr(
         cfg, "permute_rewards", False
     ):  # the null-reward control (this process's own groups)
-        out.rewards = advantage.permute_within_groups(out.rewards, out.group, gen)
+        out.rewards = permute_within_groups(out.rewards, out.group, gen)
     if greedy is not None:  # its reward, on each of the prompt's G rows
         out.baseline = torch.tensor(
-            [float(task.reward(p, toy_tasks.decode(t))) for p, t in zip(problems, greedy)],
+            [float(task.reward(p, task.decode(t))) for p, t in zip(problems, greedy)],
             device=device,
         ).repeat_interleave(cfg.group_size)
     return out
@@ -261,8 +272,8 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
 @torch.no_grad()
 def evaluate(model, task, problems, cfg, device):
     """Greedy accuracy on held-out problems."""
-    prompts = [toy_tasks.encode(task.prompt(p)) for p in problems]
+    prompts = [task.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0)
-    texts = [toy_tasks.decode(t) for t in out.tokens.tolist()]
+    texts = [task.decode(t) for t in out.tokens.tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)

@@ -93,6 +93,14 @@ class Task:
         None  # problem -> [(kind, prefix, (variant_a, variant_b))], choices the verifier ignores
     )
 
+    def encode(self, text):
+        """Text -> token ids (every task writes in one alphabet, ALPHABET)."""
+        return encode(text)
+
+    def decode(self, ids):
+        """Token ids -> text, up to the first EOS."""
+        return decode(ids)
+
 
 def _final(text, scratchpad):
     """The final-answer part of a completion, or None if malformed."""

@@ -26,12 +26,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as python -m exercises.check\n")
     sys.exit(2)
 import torch
-
-import advantage
 import batching
 import loss
 from exercises import roster
 from exercises.problems import SheetError, read_sheet
+from lab import estimators, objectives, residuals
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -66,14 +65,14 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
 
 
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
-    """c_{i,t} = -d loss / d log pi_new by autograd through loss.policy_loss."""
+    """c_{i,t} = -d loss / d log pi_new by autograd through objectives.policy_loss."""
     new, old, mask, r, grp = batch
-    adv = advantage.advantages(r, grp, loss.own_estimator(name)).double() if adv is None else adv
+    adv = estimators.advantages(r, grp, objectives.own_estimator(name)).double() if adv is None else adv
     new = new.clone().requires_grad_(True)
     counts = loss.step_counts(mask, adv, max_len)
-    total, _ = loss.policy_loss(loss.LossBatch(new, old, mask, adv, grp, counts=counts),
-                             loss.LossSettings(name, clip))
-    return loss.coefficients(total, new).detach()
+    total, _ = objectives.policy_loss(objectives.LossBatch(new, old, mask, adv, grp, counts=counts),
+                             objectives.LossSettings(name, clip))
+    return residuals.coefficients(total, new).detach()
 
 
 def written(sheet, name):
@@ -160,7 +159,7 @@ def random_batch(seed, labels=(7, 3, 7, 5, 3, 5, 7, 3, 5, 7, 3, 5), centred=True
     group = torch.tensor(labels)
     r = (torch.rand(len(labels), generator=g) < 0.5).double()
     adv = (
-        advantage.advantages(r, group, "dr_grpo").double()
+        estimators.advantages(r, group, "dr_grpo").double()
         if centred
         else torch.randn(len(labels), generator=g).double()
     )
@@ -190,7 +189,7 @@ def ex2_orthogonal(env):
 
 def ex2_edges(env):
     group = G(0, 0, 0, 0, 1, 1, 1, 1)
-    adv = advantage.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
+    adv = estimators.advantages(T(1, 0, 1, 0, 1, 1, 1, 0), group, "dr_grpo").double()
     w = T(1.3, 1.3, 1.3, 1.3, .7, .7, .7, .7)
     same(
         loss.adv_orthogonal(w, adv, group),
@@ -223,7 +222,7 @@ def cancels_inside(name, env):
             float(c[:, 0].abs().sum()) > 1e-4
         ), f"{name}, clip={clip}, shared log-ratio {x}: the shared token has no weight"
         assert (
-            loss.first_token_residual(c, batch[4]) < 1e-6
+            residuals.first_token_residual(c, batch[4]) < 1e-6
         ), (f"{name}, clip={clip}, shared log-ratio {x}: "
             "the shared token's coefficients do not sum to 0")
 
@@ -276,7 +275,7 @@ def make_batch(seed, B=8, G=4):
     group_ids = torch.arange(B).repeat_interleave(G)[perm] * 7 + 3
     return (
         group_ids,
-        advantage.advantages(rewards[perm], group_ids, "dr_grpo"),
+        estimators.advantages(rewards[perm], group_ids, "dr_grpo"),
         torch.randint(3, 9, (B * G,), generator=g),
     )
 
@@ -378,7 +377,7 @@ def ex6_groups(env):
     new, old, mask, r, _ = (torch.cat(pair)[order] for pair in zip(a, b))
     group = torch.tensor([9, 4] * 4)
     old[:, 0] = new[:, 0] - 0.15
-    adv = r - advantage.group_mean(r, group)[0]
+    adv = r - loss.group_mean(r, group)[0]
     leaf = new.clone().requires_grad_(True)
     total = env["ex6"](leaf, old, mask, adv, group, 8)
     (g,) = torch.autograd.grad(total, leaf)

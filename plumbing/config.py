@@ -10,12 +10,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field, fields
 
-import advantage
 import batching
 import loss
-import loss_engines
 import model
 import toy_tasks
+from lab import engines, estimators, objectives
 from plumbing.errors import CliError
 
 
@@ -59,13 +58,13 @@ class Config:
     optimizer: str = _f("adamw", "RL optimizer: {choices}", lambda: [
         f"{name} ({what})" for name, (what, _) in model.OPTIMIZERS.items()])
     grad_clip: float = _f(1.0, "gradient-norm clip")
-    loss: str = _f("grpo", "objective: {choices} (loss.OBJECTIVES)", lambda: loss.OBJECTIVES)
-    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} (advantage.py)",
-                  lambda: advantage.ESTIMATORS)
+    loss: str = _f("grpo", "objective: {choices} (loss.py, lab/objectives.py)", lambda: objectives.OBJECTIVES)
+    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} (loss.py, lab/estimators.py)",
+                  lambda: estimators.ESTIMATORS)
     agg: str = _f(
         "auto",
         "token aggregation (verl loss_agg_mode): auto (the --loss's own) | {choices}",
-        lambda: loss.AGGS,
+        lambda: objectives.AGGS,
     )
     clip: str = _f("sym", "ratio clip: {choices}", lambda: [
         f"{name} ({what})" if name != "none" else name for name, what in loss.CLIPS.items()])
@@ -80,7 +79,7 @@ class Config:
     kl_loss_type: str = _f(
         "k3",
         "--beta's KL estimator (verl kl_loss_type): {choices} (+: k2's gradient)",
-        lambda: loss_engines.KL_TYPES,
+        lambda: engines.KL_TYPES,
     )
     entropy_coef: float = _f(0.0, "minus this times the mean token entropy (0: off)")
     dro_beta: float = _f(
@@ -127,16 +126,19 @@ class Config:
         "null-reward control: shuffle each group's rewards across its rollouts "
         "before the advantages (same rewards, none earned by its own rollout)",
     )
+    instruments: bool = _f(
+        True, "measure cancellation in every RL step: the ledger, residuals and learning tax "
+        "(lab/instruments.py; false: the plain loop, no extra pass)")
     diagnostics: bool = _f(
-        False, "also log answer drift, entropy and pass@k at evaluations (diagnostics.py)"
+        False, "also log answer drift, entropy and pass@k at evaluations (lab/diagnostics.py)"
     )
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
     def __post_init__(
         self,
     ):  # --adv=auto: the estimator this --loss has always used, logged resolved
-        if self.adv == "auto" and self.loss in loss.OBJECTIVES:
-            self.adv = loss.OBJECTIVES[self.loss].adv
+        if self.adv == "auto" and self.loss in objectives.OBJECTIVES:
+            self.adv = objectives.OBJECTIVES[self.loss].adv
 
 
 COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
@@ -197,7 +199,8 @@ GROUPS = {
         "micro_batch",
         "norm",
     ),
-    "diagnostics and evaluation": ("diagnostics", "pass_k", "eval_every", "eval_size"),
+    "the lab's measures and evaluation": ("instruments", "diagnostics", "pass_k", "eval_every",
+                                          "eval_size"),
     "run": (
         "seed",
         "device",
@@ -214,7 +217,7 @@ GROUPS = {
 EXAMPLES = """examples:
   python train.py                                        # the demo: SFT warm start, then GRPO
   python train.py --loss=dfpo_orth --minibatches=4 --epochs=2 --batching=query
-  python train.py --task=chain --diagnostics --out_dir=out-chain && python plot.py out-chain"""
+  python train.py --task=chain --diagnostics --out_dir=out-chain && python -m lab.plot out-chain"""
 
 
 def usage(cls, doc="", groups=None, examples="", defaults=None):
@@ -295,7 +298,7 @@ def parse_args(argv, cls=Config, doc="", check=True):
             if key in values:
                 raise CliError(f"--{key} does not apply to --task={task}")
         values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
-        chosen = loss.OBJECTIVES.get(values.get("loss", Config.loss))
+        chosen = objectives.OBJECTIVES.get(values.get("loss", Config.loss))
         if "clip" not in values and chosen is not None and chosen.clip == "none":
             values["clip"] = (
                 "none"  # this objective has no ratio clip; an explicit --clip is refused
@@ -380,7 +383,7 @@ def validate(cfg):
         )
     check_names(cfg)
     check_ranges(cfg)
-    check_objective(cfg, loss.objective(cfg.loss))
+    check_objective(cfg, objectives.objective(cfg.loss))
     check_schedule(cfg)
     check_fits(cfg)
 
@@ -389,9 +392,9 @@ def check_names(cfg):
     """Every name a flag takes is one its registry holds: each library names its
     own choices, and config turns its ValueError into the one-line error."""
     for lookup in (lambda: toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad),
-                   lambda: loss.objective(cfg.loss), lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
+                   lambda: objectives.objective(cfg.loss), lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
                    lambda: batching.scheduler(cfg.batching),
-                   lambda: advantage.estimator(cfg.adv)):
+                   lambda: estimators.estimator(cfg.adv)):
         try:
             lookup()
         except ValueError as e:
@@ -404,12 +407,14 @@ def check_names(cfg):
         raise CliError(
             f"unknown optimizer {cfg.optimizer!r}; choose one of {', '.join(model.OPTIMIZERS)}"
         )
-    if cfg.agg != "auto" and cfg.agg not in loss.AGGS:
+    if cfg.agg != "auto" and cfg.agg not in objectives.AGGS:
         raise CliError(
-            f"unknown aggregation {cfg.agg!r}; choose auto or one of {', '.join(loss.AGGS)}"
+            f"unknown aggregation {cfg.agg!r}; choose auto or one of {', '.join(objectives.AGGS)}"
         )
     if cfg.norm not in ("global", "local"):
         raise CliError(f"unknown norm {cfg.norm!r}; choose global or local")
+    if cfg.diagnostics and not cfg.instruments:
+        raise CliError("--diagnostics is one of the lab's measures; it needs --instruments=true")
 
 
 def check_ranges(cfg):
@@ -453,17 +458,17 @@ def check_objective(cfg, obj):
     """The switches the objective's record allows, and the settings it needs."""
     if cfg.agg != "auto" and obj.own_agg:
         raise CliError(f"--loss={cfg.loss} defines its own aggregation; leave --agg out")
-    if cfg.kl_loss_type not in loss_engines.KL_TYPES:
+    if cfg.kl_loss_type not in engines.KL_TYPES:
         raise CliError(f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of "
-                       f"{', '.join(loss_engines.KL_TYPES)}")
+                       f"{', '.join(engines.KL_TYPES)}")
     if cfg.kl_loss_type != "k3" and not cfg.beta:
         raise CliError("--kl_loss_type picks --beta's estimator; it needs --beta > 0")
     for name in ("dro_beta",):  # settings that belong to one objective
         needed = name in obj.needs
         if getattr(cfg, name) < 0 or needed != (getattr(cfg, name) > 0):
-            owners = [o.name for o in loss.OBJECTIVES.values() if name in o.needs]
+            owners = [o.name for o in objectives.OBJECTIVES.values() if name in o.needs]
             raise CliError(f"--loss={' / '.join(owners)} needs --{name} > 0 "
-                           f"({obj.needs.get(name) or loss.OBJECTIVES[owners[0]].needs[name]}), "
+                           f"({obj.needs.get(name) or objectives.OBJECTIVES[owners[0]].needs[name]}), "
                            f"and --{name} applies to it only")
     if not 0 <= cfg.top_entropy_quantile <= 1:
         raise CliError(
@@ -489,7 +494,7 @@ def check_objective(cfg, obj):
         if cfg.dual_clip <= 1:
             raise CliError(f"--dual_clip must be above 1 (or 0: off), got {cfg.dual_clip}")
         if not obj.dual_clip:
-            allowed = [o.name for o in loss.OBJECTIVES.values() if o.dual_clip]
+            allowed = [o.name for o in objectives.OBJECTIVES.values() if o.dual_clip]
             raise CliError(f"--dual_clip applies to the token PPO losses {', '.join(allowed)}, "
                            f"not to --loss={cfg.loss}")
         if cfg.clip == "none":

@@ -59,6 +59,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batching
+import loss
 from plumbing.errors import CliError
 from toy_tasks import PAD
 
@@ -237,23 +238,57 @@ def all_reduce_rows(values, rows, n):
     return all_reduce_sum(full)
 
 
+def share(n):
+    """How many of ``n`` rows this process takes (torch.tensor_split sizes)."""
+    rank, world = rank_world()
+    return len(shard(torch.arange(n, device="cpu"), rank, world))
+
+
+def token_mean(x, mask):
+    """The mean of x over every process's tokens (mask), as this process's share: DDP
+    *averages* the processes' gradients, so each share is the sum over its tokens times
+    world over the tokens of all, and the average becomes the mean."""
+    return (x.sum() / all_reduce_sum(mask.sum())) * rank_world()[1]
+
+
+def on_rank0(make):
+    """``make()`` on rank 0, sent to every rank (the mini-batch cut: all take the same steps)."""
+    return broadcast_cut(make() if rank_world()[0] == 0 else None)
+
+
+def step_means(acc, n, device):
+    """A step's logged numbers, summed over processes: the loss is a sum, the rest were
+    summed as row-weighted means (divided here by the step's n rows)."""
+    keys = sorted(acc)  # the same order on every rank, for one all-reduce
+    # on the rollouts' device: NCCL reduces CUDA tensors only
+    total = all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64,
+                                        device=device))
+    return {k: float(v) if k == "loss" else float(v) / n for k, v in zip(keys, total)}
+
+
 class StepParts:
     """One optimizer step as this process takes it: its rows of the mini-batch, cut
     into micro-batches whose gradients accumulate, with DDP's gradient all-reduce on
     the last backward only. train.optimizer_step iterates over it:
 
-        parts = StepParts(model, mb, cfg.micro_batch)
+        parts = StepParts(model, mb, cfg)
+        shared = parts.shared(batch, adv, cfg, logprobs)  # the step's N, sum L, DFPO w~
         for p, sync in parts:          # p: positions in mb; sync: no_sync but on the last
             with sync:
-                parts.backward(term)   # DDP averages over ranks: x world makes it the sum
-    """
+                parts.backward(parts.term(loss of p))
 
-    def __init__(self, model, mb, micro_batch):
-        self.model = model
+    --norm=global: every part divides by the whole step's counts and uses its DFPO
+    weights, so splitting a step changes no copy's weight; --norm=local shows what
+    per-part denominators break (each part its own, the loss divided by the parts)."""
+
+    def __init__(self, model, mb, cfg):
+        self.model, self.plain = model, getattr(model, "module", model)
         self.rank, self.world = rank_world()
         mine = shard(torch.arange(len(mb), device=mb.device), self.rank, self.world)
-        self.parts = [mine[p] for p in micro_batches(len(mine), micro_batch)]
-        self.size = len(mb)
+        self.parts = [mine[p] for p in micro_batches(len(mine), cfg.micro_batch)]
+        self.mb, self.size = mb, len(mb)
+        self.glob = cfg.norm == "global"
+        self.n_parts = 1 if self.glob else len(self.parts) * self.world
 
     def __len__(self):
         return len(self.parts)
@@ -273,7 +308,44 @@ class StepParts:
         whole: every process gets the step's full vector (a sum over ranks)."""
         return all_reduce_rows(values, torch.cat(self.parts), self.size)
 
+    def shared(self, batch, adv, cfg, logprobs):
+        """p -> what part p shares with the whole step: the denominators (loss.step_counts)
+        and, for DFPO, w~ computed over every row of the step (a no-grad pass over each
+        part, summed over ranks), or the part's own under --norm=local."""
+        mb, mask = self.mb, batch.mask
+
+        def counts_of(rows, m=1):  # the denominators N, sum L, L_max of these rows
+            return loss.step_counts(mask[rows], adv[rows], max_len=batch.max_len, micro_batches=m)
+
+        # bnpo: TRL divides by the accumulation steps
+        counts = counts_of(mb, len(self) * self.world)
+        weights, transform = None, loss.TRANSFORMS.get(cfg.loss)
+        # a step in one part sees every row of every group: the loss computes w~ itself
+        if transform and self.glob and self.split:
+            with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
+                ratio = torch.cat([loss.sequence_ratio(logprobs(p)[0], batch.old_logprobs[mb[p]],
+                                                       mask[mb[p]]) for p in self.parts])
+            bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
+            # --clip on a dfpo loss truncates w before the transform
+            weights = loss.dfpo_weights(self.whole(ratio), adv[mb], batch.group[mb], transform,
+                                        bounds)
+
+        def of(p):
+            own = counts if self.glob else counts_of(mb[p])
+            return dict(own, weights=None if weights is None else weights[p])
+        return of
+
+    def term(self, value):
+        """This part's share of the step's loss: the loss itself under --norm=global (the
+        denominators are the step's already), else the loss over the number of parts."""
+        return value if self.glob else value / self.n_parts
+
     def backward(self, term):
         """Backward of this part's term of the step's loss. DDP averages the ranks'
         gradients; each rank's term is its share of the step's sum, so x world."""
         (term * self.world).backward()
+
+    def coefficients(self, grad):
+        """c_{i,t} = -d term / d log pi from the gradient the backward left on log pi
+        (which the x world of ``backward`` scaled)."""
+        return -grad / self.world

@@ -26,9 +26,10 @@ import fcntl
 import json
 import os
 import sys
-from dataclasses import fields, replace
+import time
+from dataclasses import dataclass, field, fields, replace
 
-import loss
+from lab import objectives
 from plumbing import checkpoint, dist_utils
 from plumbing.config import Config, default_of
 from plumbing.config import validate as validate_config
@@ -90,10 +91,10 @@ def resumed_config(cfg, given=None):
         if name in given:
             mine = given[name]
             if name == "adv" and mine == "auto":  # what auto means for the run's own objective
-                mine = loss.own_estimator(saved.get("loss", Config.loss))
+                mine = objectives.own_estimator(saved.get("loss", Config.loss))
             theirs = saved.get(name, default_of(name, saved["task"]))
             if name == "adv" and name not in saved:
-                theirs = loss.own_estimator(saved.get("loss", Config.loss))
+                theirs = objectives.own_estimator(saved.get("loss", Config.loss))
             if mine != theirs:
                 raise CliError(f"--resume continues the run as configured in {path}, where "
                                f"{name}={theirs}; drop --{name}={mine}")
@@ -282,3 +283,26 @@ class RunDir:
     def close(self):
         if self.master:
             self.metrics.close()
+
+
+@dataclass
+class Run:
+    """What every phase of one run shares, made once by train.run_phases: the flags, the
+    models, the task, the resumable state, the run folder, this process's place, and the
+    lab's instruments (None with --instruments=false)."""
+    cfg: object
+    model: object                # what backward runs through: DDP-wrapped under torchrun
+    raw: object                  # the plain module: sampling, evaluation, checkpoints
+    task: object
+    held_out: list               # evaluation problems, disjoint from training
+    state: checkpoint.RunState   # step, random streams, running sums: what resume restores
+    out: RunDir                  # metrics.jsonl and checkpoints (rank 0 writes)
+    device: str
+    rank: int
+    world: int
+    inst: object = None
+    t0: float = field(default_factory=time.time)
+
+    @property
+    def master(self):  # rank 0 evaluates, logs and writes
+        return self.rank == 0

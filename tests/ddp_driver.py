@@ -34,6 +34,7 @@ import train  # noqa: E402
 from plumbing.config import Config  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import Rollouts  # noqa: E402
+from lab import objectives
 
 B, G = 4, 4  # groups, rollouts per group
 
@@ -86,7 +87,7 @@ def one_update(model, batch, cfg):
     train.rl_update(model, opt, batch, cfg, torch.Generator().manual_seed(0))
 
 
-INVARIANT = [name for name, obj in loss.OBJECTIVES.items() if not obj.split_dependent]
+INVARIANT = [name for name, obj in objectives.OBJECTIVES.items() if not obj.split_dependent]
 CASES = [(objective, clip, k) for objective in INVARIANT for clip in loss.CLIPS for k in (0, 3)]
 
 

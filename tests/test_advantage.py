@@ -6,13 +6,13 @@ import os
 
 import pytest
 import torch
-
-import advantage
 import loss
 import train
 from plumbing.config import parse_args
 from plumbing.errors import CliError
 from tests.test_docs import rows
+import sampler
+from lab import estimators, objectives
 
 R = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])
 G = torch.tensor([0, 0, 0, 1, 1, 1])
@@ -22,22 +22,22 @@ LENS = torch.tensor([2, 4, 6, 3, 3, 6])
 def test_grpo_dr_grpo_rloo_by_hand():
     s = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)  # sample sd of (1, 0, 0)
     a = torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3])
-    torch.testing.assert_close(advantage.advantages(R, G, "dr_grpo"), a)
-    torch.testing.assert_close(advantage.advantages(R, G, "grpo"), a / (s + 1e-6))
+    torch.testing.assert_close(estimators.advantages(R, G, "dr_grpo"), a)
+    torch.testing.assert_close(estimators.advantages(R, G, "grpo"), a / (s + 1e-6))
     torch.testing.assert_close(
-        advantage.advantages(R, G, "rloo"), torch.tensor([1.0, -0.5, -0.5, 0.5, 0.5, -1.0])
+        estimators.advantages(R, G, "rloo"), torch.tensor([1.0, -0.5, -0.5, 0.5, 0.5, -1.0])
     )
 
 
 def test_batch_estimators_by_hand():
     sd_b = math.sqrt(6 * 0.25 / 5)  # sample sd of three 1s and three 0s
     a = torch.tensor([2 / 3, -1 / 3, -1 / 3, 1 / 3, 1 / 3, -2 / 3])
-    torch.testing.assert_close(advantage.advantages(R, G, "grpo_batch_std"), a / (sd_b + 1e-6))
+    torch.testing.assert_close(estimators.advantages(R, G, "grpo_batch_std"), a / (sd_b + 1e-6))
     torch.testing.assert_close(
-        advantage.advantages(R, G, "batch_whiten"), (R - 0.5) / (sd_b + 1e-6)
+        estimators.advantages(R, G, "batch_whiten"), (R - 0.5) / (sd_b + 1e-6)
     )
     # alpha = N / #{r != 0} = 6/3
-    torch.testing.assert_close(advantage.advantages(R, G, "gpg"), a * 6 / 3)
+    torch.testing.assert_close(estimators.advantages(R, G, "gpg"), a * 6 / 3)
 
 
 def _token_route(x, lens):
@@ -47,26 +47,26 @@ def _token_route(x, lens):
 
 
 def test_reinforce_plus_plus_rows_by_the_token_route():
-    torch.testing.assert_close(advantage.advantages(R, G, "reinforce_plus_plus", lengths=LENS),
+    torch.testing.assert_close(estimators.advantages(R, G, "reinforce_plus_plus", lengths=LENS),
                                _token_route(R, LENS))
-    x = advantage.advantages(R, G, "dr_grpo")
+    x = estimators.advantages(R, G, "dr_grpo")
     torch.testing.assert_close(
-        advantage.advantages(R, G, "reinforce_plus_plus_baseline", lengths=LENS),
+        estimators.advantages(R, G, "reinforce_plus_plus_baseline", lengths=LENS),
         _token_route(x, LENS),
     )
 
 
 def test_opo_remax_passk_by_hand():
     # opo, group 0: b = (2*1 + 4*0 + 6*0) / 12 = 1/6; group 1: b = (3 + 3 + 0) / 12 = 1/2
-    torch.testing.assert_close(advantage.advantages(R, G, "opo", lengths=LENS),
+    torch.testing.assert_close(estimators.advantages(R, G, "opo", lengths=LENS),
                                torch.tensor([5 / 6, -1 / 6, -1 / 6, 0.5, 0.5, -0.5]))
     base = torch.tensor([0.0, 0, 0, 1, 1, 1])
-    torch.testing.assert_close(advantage.advantages(R, G, "remax", baseline=base),
+    torch.testing.assert_close(estimators.advantages(R, G, "remax", baseline=base),
                                torch.tensor([1.0, 0, 0, 0, 0, -1]))
     # pass@k: group 0 has one correct: it gets (1 - 0)/(sd + eps);
     # group 1 has two: r_max - r_2nd = 0
     s = math.sqrt(((2 / 3) ** 2 + 2 * (1 / 3) ** 2) / 2)
-    torch.testing.assert_close(advantage.advantages(R, G, "grpo_passk"),
+    torch.testing.assert_close(estimators.advantages(R, G, "grpo_passk"),
                                torch.tensor([1 / (s + 1e-6), 0, 0, 0, 0, 0]))
 
 
@@ -74,31 +74,31 @@ def test_every_estimator_is_centred_exactly_when_the_table_says():
     """Both ways: a centred row gives sum_g A = 0 on every random batch; any other
     row gives a non-zero sum on some group of some batch."""
     g = torch.Generator().manual_seed(0)
-    for est in advantage.ESTIMATORS:
+    for est in estimators.ESTIMATORS:
         worst = 0.0
         for _ in range(20):
             grp = torch.arange(5).repeat_interleave(4)
             r = (torch.rand(20, generator=g) < 0.5).float()
             lens = torch.randint(1, 9, (20,), generator=g)
             base = (torch.rand(5, generator=g) < 0.5).float().repeat_interleave(4)
-            a = advantage.advantages(r, grp, est, lengths=lens, baseline=base)
+            a = estimators.advantages(r, grp, est, lengths=lens, baseline=base)
             # sum_g A, on every row
-            worst = max(worst, float(advantage.group_sum(a, grp).abs().max()))
-        assert (worst < 1e-5) == advantage.ESTIMATORS[est].centred, (est, worst)
+            worst = max(worst, float(loss.group_sum(a, grp).abs().max()))
+        assert (worst < 1e-5) == estimators.ESTIMATORS[est].centred, (est, worst)
 
 
 def test_one_signed_estimators_are_never_negative():
     r = torch.tensor([1.0, 0, 1, 1, 0, 0, 0, 0])
     grp = torch.arange(2).repeat_interleave(4)
-    for est in [e for e, rec in advantage.ESTIMATORS.items() if rec.one_signed]:
-        assert bool((advantage.advantages(r, grp, est) >= 0).all()), est
+    for est in [e for e, rec in estimators.ESTIMATORS.items() if rec.one_signed]:
+        assert bool((estimators.advantages(r, grp, est) >= 0).all()), est
 
 
 def test_auto_keeps_every_loss_on_its_own_estimator():
     """The loss table's advantage column is the start of the estimator row --adv=auto picks."""
-    est = rows(advantage.table())
-    for name, (adv_cell, _, _) in rows(loss.table()).items():
-        chosen = loss.own_estimator(name)
+    est = rows(estimators.table())
+    for name, (adv_cell, _, _) in rows(objectives.table()).items():
+        chosen = objectives.own_estimator(name)
         assert est[chosen][0].startswith(adv_cell), (name, chosen)
         assert (
             parse_args([f"--loss={name}"] + (["--dro_beta=0.1"] if name == "dro" else [])).adv
@@ -108,11 +108,11 @@ def test_auto_keeps_every_loss_on_its_own_estimator():
 
 def test_unknown_or_unfed_estimators_fail_loudly():
     with pytest.raises(ValueError, match="unknown advantage estimator"):
-        advantage.advantages(R, G, "ppo")
+        estimators.advantages(R, G, "ppo")
     with pytest.raises(ValueError, match="lengths"):
-        advantage.advantages(R, G, "opo")
+        estimators.advantages(R, G, "opo")
     with pytest.raises(ValueError, match="greedy baseline"):
-        advantage.advantages(R, G, "remax")
+        estimators.advantages(R, G, "remax")
     with pytest.raises(CliError, match="unknown advantage estimator"):
         parse_args(["--adv=ppo"])
 
@@ -144,14 +144,14 @@ def test_permute_within_groups_keeps_each_groups_rewards():
     grp = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1, 2, 2])
     moved = 0
     for seed in range(5):
-        out = advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(seed))
+        out = sampler.permute_within_groups(r, grp, torch.Generator().manual_seed(seed))
         for k in range(3):
             assert sorted(out[grp == k].tolist()) == sorted(r[grp == k].tolist())
         moved += int(not torch.equal(out, r))
     assert moved >= 4
-    again = advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
+    again = sampler.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
     assert torch.equal(
-        again, advantage.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
+        again, sampler.permute_within_groups(r, grp, torch.Generator().manual_seed(0))
     )
 
 

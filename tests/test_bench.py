@@ -17,14 +17,14 @@ sys.path.insert(0, ROOT)
 import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
-import bench  # noqa: E402
+from lab import bench  # noqa: E402
 
 NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "memory"}
 
 
 def test_quick_bench_prints_json_lines(tmp_path):
     out_file = tmp_path / "bench.jsonl"
-    proc = subprocess.run([sys.executable, "bench.py", "--quick", "--device=cpu",
+    proc = subprocess.run([sys.executable, "-m", "lab.bench", "--quick", "--device=cpu",
                            f"--out={out_file}"], cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr
@@ -47,7 +47,7 @@ def test_quick_bench_prints_json_lines(tmp_path):
 
 
 def test_bad_flag_exits_nonzero():
-    proc = subprocess.run([sys.executable, "bench.py", "--nope"], cwd=ROOT,
+    proc = subprocess.run([sys.executable, "-m", "lab.bench", "--nope"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and "unknown argument" in proc.stderr
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-import diagnostics
+from lab import diagnostics
 import toy_tasks
 from plumbing.config import parse_args
 from plumbing.errors import CliError

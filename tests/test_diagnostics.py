@@ -7,13 +7,13 @@ import math
 import pytest
 import torch
 
-import diagnostics
-import probes
-import advantage
+from lab import diagnostics
+from lab import probes
 import toy_tasks
 from model import GPT, GPTConfig
 from toy_tasks import EOS, PAD, encode
 from sampler import Rollouts
+from lab import estimators
 
 
 def tiny_model(seed=0, double=True):
@@ -67,7 +67,7 @@ def test_policy_at_matches_a_forward_pass_per_history():
 
 def test_learning_tax_kl_zero_without_change_positive_with():
     model, b = tiny_model(), shared_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     h = diagnostics.shared_histories(b.tokens, b.mask, b.group)
     before = diagnostics.policy_at(model, b.prompts, b.tokens, b.mask, h)
     same = probes.one_update(model, b, adv, "sgd", 0.0)

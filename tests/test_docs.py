@@ -7,9 +7,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)  # also run as a script: python tests/test_docs.py
-
-import advantage  # noqa: E402
 import loss  # noqa: E402
+from lab import estimators, objectives
 
 
 def read(path):
@@ -38,18 +37,18 @@ def test_objective_table_parser_is_not_vacuous():
 
 
 # Every copy of a table that the records generate: (file, block name, generator).
-GENERATED = [("README.md", "objectives", lambda: loss.table()),
-             ("THEORY.md", "estimators", lambda: advantage.table())]
+GENERATED = [("README.md", "objectives", lambda: objectives.table()),
+             ("THEORY.md", "estimators", lambda: estimators.table())]
 
 
 def test_loss_py_table_has_every_objective_once():
-    table = rows(loss.table())
-    assert list(table) == list(loss.OBJECTIVES)
+    table = rows(objectives.table())
+    assert list(table) == list(objectives.OBJECTIVES)
     assert all(len(cells) == 3 and all(cells) for cells in table.values())
 
 
 def test_the_estimator_table_has_every_estimator_once():
-    assert list(rows(advantage.table())) == list(advantage.ESTIMATORS)
+    assert list(rows(estimators.table())) == list(estimators.ESTIMATORS)
 
 
 def test_every_copy_of_a_generated_table_is_what_the_records_give():
@@ -96,20 +95,20 @@ def flags_reference():
     docs/REFERENCE.md between <!-- flags --> and <!-- /flags -->."""
     import glob
     import importlib
-    import bench
+    from lab import bench
     from plumbing import config
-    import plot
+    from lab import plot
     import sample
-    import see
+    from lab import see
     # train.py's --help shows the defaults of its default task (add's, config.TASK_DEFAULTS)
     task = config.Config.task
     parts = [("train.py", (config.usage(config.Config, "", config.GROUPS,
                                         defaults=config.TASK_DEFAULTS.get(task))
                            + f"\n\ndefaults shown for --task={task}").strip()),
              ("sample.py", config.usage(sample.SampleConfig).strip()),
-             ("see.py", config.usage(see.SeeConfig).strip()),
-             ("plot.py", captured_help(lambda: plot.parse(["--help"])).strip()),
-             ("bench.py", captured_help(lambda: bench.parse(["--help"])).strip())]
+             ("lab/see.py", config.usage(see.SeeConfig).strip()),
+             ("lab/plot.py", captured_help(lambda: plot.parse(["--help"])).strip()),
+             ("lab/bench.py", captured_help(lambda: bench.parse(["--help"])).strip())]
     for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py"))):
         if 'if __name__ == "__main__"' in open(path).read():
             name = os.path.basename(path)[:-3]
@@ -117,7 +116,7 @@ def flags_reference():
                 lambda: importlib.import_module("experiments." + name).main(["--help"])
             )
             parts.append(
-                (f"experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip())
+                (f"lab/experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip())
             )
     return "\n\n".join(f"### `{name}`\n\n```\n{text}\n```" for name, text in parts)
 

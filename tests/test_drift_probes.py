@@ -1,16 +1,16 @@
-"""experiments/drift_probes.py: the credit of the restate choice by hand, and the
+"""lab/experiments/drift_probes.py: the credit of the restate choice by hand, and the
 direct / coupled / carried split of a step checked against the step itself."""
 import copy
 
 import pytest
 import torch
-import advantage  # noqa: E402
 import train  # noqa: E402
-from experiments import common
-from experiments import drift_probes as DP
+from lab.experiments import common
+from lab.experiments import drift_probes as DP
 import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from sampler import Rollouts
+from lab import estimators
 
 
 def test_credit_by_hand():
@@ -80,7 +80,7 @@ def test_split_adds_up_to_the_step_and_tracks_the_measured_change(opt_name, lr, 
         # the sampler is fp32
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
         batch.rewards = torch.tensor([float(i % 2) for i in range(12)])  # mixed groups
-        adv = advantage.advantages(batch.rewards, batch.group, "dr_grpo")
+        adv = estimators.advantages(batch.rewards, batch.group, "dr_grpo")
         cfg = common.Config(loss="dr_grpo", grad_clip=clip)
         out = DP.split_step(model, opt, batch, adv, cfg, task, problems, memo)
         assert out["predicted"] == pytest.approx(out["exact"], rel=1e-6, abs=1e-12)
@@ -107,7 +107,7 @@ def test_momentum_of_first_token_copies_alone_is_all_direct():
         batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
         batch.mask[:, 1:] = False
         batch.rewards = torch.tensor([float(i % 2) for i in range(12)])
-        adv = advantage.advantages(batch.rewards, batch.group, "dr_grpo")
+        adv = estimators.advantages(batch.rewards, batch.group, "dr_grpo")
         out = DP.split_step(
             model,
             opt,
@@ -151,7 +151,7 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
     cfg = common.Config(loss=loss, grad_clip=0.5)
     batch = common.rollout_batch(copy.deepcopy(model).float(), task, draw, 3, 4, gen)
     batch.rewards = torch.tensor([float(i % 3 == 0) for i in range(12)])
-    adv = advantage.advantages(batch.rewards, batch.group, cfg.adv)
+    adv = estimators.advantages(batch.rewards, batch.group, cfg.adv)
     with torch.no_grad():
         batch.old_logprobs = train.completion_logprobs(
             model, batch.prompts, batch.tokens, batch.mask, toy_tasks.PAD

@@ -11,7 +11,7 @@ import toy_tasks
 import train
 from sampler import Rollouts
 from test_experiments_e78 import _load
-from experiments import e10_length
+from lab.experiments import e10_length
 
 
 def test_a_check_changes_the_length_and_not_the_reward():

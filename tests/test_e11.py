@@ -1,4 +1,4 @@
-"""E11 (experiments/e11_optimizer.py): the calibration's fit and the per-seed KL match by
+"""E11 (lab/experiments/e11_optimizer.py): the calibration's fit and the per-seed KL match by
 hand, the pre-registered constants as the docstring states them, the equivalence test's
 power as claimed, and smoke runs of --calibrate and --quick (seed 100 only: the
 evaluation seeds are not touched)."""
@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from experiments import e11_optimizer as E11
-from experiments import stats
+from lab.experiments import e11_optimizer as E11
+from lab.experiments import stats
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -23,7 +23,6 @@ if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):
 import batching  # noqa: E402
 from exercises import check, ex6_buggy_loss, roster
 from exercises.answers import key, truth
-import advantage  # noqa: E402
 import loss  # noqa: E402
 
 STUDENTS = ("Ada Lovelace", "s1234567", "Émilie du Châtelet")
@@ -310,7 +309,7 @@ WRONG = {
     "ex3": {
         "contiguous runs": runs,
         "global min": lambda w, a, g: torch.full_like(w, float(w.min())),
-        "group mean": lambda w, a, g: advantage.group_mean(w, g)[0],
+        "group mean": lambda w, a, g: loss.group_mean(w, g)[0],
         "equal contiguous groups": lambda w, a, g: w.reshape(len(torch.unique(g)), -1)
         .min(1, keepdim=True)
         .values.expand(len(torch.unique(g)), -1)

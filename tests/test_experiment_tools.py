@@ -5,10 +5,10 @@ import math
 
 import torch
 
-import probes
-import advantage
+from lab import probes
 from test_diagnostics import hand_batch, tiny_model
-from experiments import common
+from lab.experiments import common
+from lab import estimators
 
 
 def test_verdict_rule_by_hand():
@@ -54,7 +54,7 @@ def test_real_step_fresh_adam_is_sign_descent_and_carries_state():
     model = tiny_model(double=True)
     b = hand_batch()
     b.old_logprobs, b.max_len = torch.zeros(b.mask.shape, dtype=torch.float64), 4
-    adv = advantage.advantages(b.rewards, b.group, "grpo")
+    adv = estimators.advantages(b.rewards, b.group, "grpo")
     assert bool((adv != 0).any())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
@@ -101,7 +101,7 @@ def test_kept_steps_rules():
 def test_every_saved_result_names_the_commit_torch_and_cpu(tmp_path):
     """A committed number can be traced to the code and the machine that produced it."""
     import json
-    from experiments import output
+    from lab.experiments import output
     output.save("probe", {"x": 1}, str(tmp_path))
     prov = json.load(open(tmp_path / "probe.json"))["provenance"]
     commit = prov["commit"].split("+")[0]  # "unknown" outside a git checkout

@@ -69,7 +69,7 @@ def test_e7_quick(tmp_path):
 
 def test_e7_last3_and_settings():
     """Accuracy over the last 3 evaluations after the warm start, by hand."""
-    from experiments import e7_schedulers as e7
+    from lab.experiments import e7_schedulers as e7
     assert e7.last3([0.5, 0.6, 0.7, 0.8, 0.9]) == pytest.approx((0.7 + 0.8 + 0.9) / 3)
     assert e7.last3([0.5, 0.6, 0.8]) == pytest.approx(0.7)  # the warm start (first) never counts
     assert e7.last3([0.5]) is None
@@ -82,7 +82,7 @@ def test_e7_last3_and_settings():
 def test_e8_quick(tmp_path):
     """Quick mode's four arms from one warm start and seed; the primary contrast is
     recomputed from the JSON's per-run curves (last evaluation of |restate drift|)."""
-    from experiments import e8_objectives
+    from lab.experiments import e8_objectives
     data = e8_objectives.main(SMALL + ["--jobs=1", f"--out={tmp_path}"])
     saved = json.load(open(os.path.join(tmp_path, "e8_objectives.json")))
     assert (
@@ -137,7 +137,7 @@ def test_chain_style_quick(tmp_path):
 
 def test_e8_run_flags_take_the_run_clip_except_clip_higher():
     """Every arm runs with the run's --clip and --lr; only 'grpo clip-higher' has its own clip."""
-    from experiments import e8_objectives as e8
+    from lab.experiments import e8_objectives as e8
     o = {"rl_steps": 600, "eval_every": 100, "minibatches": 2, "epochs": 2, "prompts_per_step": 4,
          "group_size": 8, "clip": "sym", "lr": 3e-5, "small": False}
     f = e8.run_flags(o, 3, "dfpo_orth", "w.pt")
@@ -151,7 +151,7 @@ def test_e8_run_flags_take_the_run_clip_except_clip_higher():
 def test_e9_quick(tmp_path):
     """Every arm from its warm start, paired by seed; each primary contrast is the
     difference of two arms' drifts, and a drift is the sum of its per-step changes."""
-    from experiments import e9_drift_mechanism as e9
+    from lab.experiments import e9_drift_mechanism as e9
     data = e9.main(["--quick", "--small", "--rl_steps=2", f"--out={tmp_path}"])
     saved = json.load(open(os.path.join(tmp_path, "e9_drift_mechanism.json")))
     check_primary(saved)
@@ -176,7 +176,7 @@ def test_e9_quick(tmp_path):
 
 def test_e9_calibration_interpolates_in_log_log():
     """KL = 0.01 lr^2 through 0.1 and 1: adamw's KL 2.5e-3 lies at lr 0.5 exactly."""
-    from experiments import e9_drift_mechanism as e9
+    from lab.experiments import e9_drift_mechanism as e9
     kls = {0.01: 1e-6, 0.1: 1e-4, 1.0: 1e-2}
     assert abs(e9.match_lr(kls, 2.5e-3) - 0.5) < 1e-12
     assert abs(e9.match_lr(kls, 1e-5) - 10 ** -1.5) < 1e-12  # the lower pair
@@ -184,7 +184,7 @@ def test_e9_calibration_interpolates_in_log_log():
 
 def test_e9_kl_matched_lr_by_hand():
     """adamw's mean KL 4e-4 against SGD's 1e-4 at lr 0.01: lr 0.01 * 4^(1/KL_SLOPE)."""
-    from experiments import e9_drift_mechanism as e9
+    from lab.experiments import e9_drift_mechanism as e9
     lr = e9.kl_matched_lr(0.01, [3e-4, 5e-4], [0.5e-4, 1.5e-4])
     assert abs(lr - 0.01 * 4 ** (1 / e9.KL_SLOPE)) < 1e-15 and lr > 0.01
     # a run that did not move: nothing to match
@@ -193,7 +193,7 @@ def test_e9_kl_matched_lr_by_hand():
 
 def test_e9_kl_slope_is_the_calibration_s():
     """KL_SLOPE is the least-squares slope of log KL on log lr over the committed calibration."""
-    from experiments import e9_drift_mechanism as e9
+    from lab.experiments import e9_drift_mechanism as e9
     cal = json.load(open(os.path.join(ROOT, "results", "e9_calibration.json")))
     pts = [(math.log(float(lr)), math.log(k)) for lr, k in cal["sgd_kl"].items()]
     mx, my = sum(x for x, _ in pts) / len(pts), sum(y for _, y in pts) / len(pts)
@@ -203,7 +203,7 @@ def test_e9_kl_slope_is_the_calibration_s():
 
 def test_e9_calibration_refuses_runs_that_do_not_move(tmp_path, capsys, monkeypatch):
     """--small's warm start earns no reward: no KL to match, one error line."""
-    from experiments import e9_drift_mechanism as e9
+    from lab.experiments import e9_drift_mechanism as e9
     with pytest.raises(SystemExit) as e:
         monkeypatch.setattr(
             sys,

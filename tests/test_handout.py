@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from plumbing import config
-import plot
+from lab import plot
 import toy_tasks
 import train
 from plumbing.config import Config, parse_args
@@ -168,7 +168,7 @@ def test_plot_bad_input_is_one_line_exit_2(tmp_path):
     (tmp_path / "bad" / "metrics.jsonl").write_text("{not json\n")
     for args in ([], [str(tmp_path / "nowhere")], ["--colour=red", str(tmp_path / "a")]):
         p = subprocess.run(
-            [sys.executable, "plot.py", *args], cwd=ROOT, capture_output=True, text=True
+            [sys.executable, "-m", "lab.plot", *args], cwd=ROOT, capture_output=True, text=True
         )
         assert (
             p.returncode == 2 and p.stderr.startswith("error: ") and p.stderr.count("\n") == 1
@@ -180,7 +180,7 @@ def test_plot_bad_input_is_one_line_exit_2(tmp_path):
 def test_plot_without_matplotlib_says_so_in_one_line(tmp_path):
     write_run(tmp_path / "a")
     code = ("import sys; sys.modules['matplotlib'] = None; sys.argv = ['plot.py', %r]; "
-            "import runpy; runpy.run_path('plot.py', run_name='__main__')" % str(tmp_path / "a"))
+            "import runpy; runpy.run_module('lab.plot', run_name='__main__')" % str(tmp_path / "a"))
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert p.returncode == 2, p.stderr
     assert (
@@ -214,7 +214,7 @@ def test_help_is_grouped_with_examples_and_hides_no_flag():
 
 
 def test_experiment_help_has_one_flag_per_line():
-    from experiments import common
+    from lab.experiments import common
     text = common.help_text(
         "E0: a doc.", {"eps": (1e-4, "a threshold"), "threads": (1, "torch threads")}
     )
@@ -308,7 +308,7 @@ def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
     out = capsys.readouterr()
     # a 2-step SFT model is never right
     assert "hint: only 0 % of groups are mixed" in out.out + out.err
-    assert f"plot the curves: python plot.py {tmp_path / 'a'}" in out.out
+    assert f"plot the curves: python -m lab.plot {tmp_path / 'a'}" in out.out
     train.main(parse_args(flags + ["--rl_steps=0", f"--out_dir={tmp_path / 'b'}"]))
     assert "nan" not in capsys.readouterr().out.lower()
 
@@ -320,7 +320,7 @@ def test_a_run_with_few_mixed_groups_prints_the_hint(tmp_path, capsys):
     not os.path.isdir(os.path.join(ROOT, ".git")), reason="not a git checkout (a student copy)"
 )
 def test_quick_mode_writes_to_a_scratch_folder_that_git_ignores():
-    from experiments import common
+    from lab.experiments import common
     quick, full = common.default_out(True), common.default_out(False)
     assert full == os.path.join(ROOT, "results")
     assert not (quick + os.sep).startswith(full + os.sep)
@@ -330,7 +330,7 @@ def test_quick_mode_writes_to_a_scratch_folder_that_git_ignores():
 
 
 def test_quick_flag_picks_the_scratch_folder_and_out_overrides(tmp_path):
-    from experiments import common
+    from lab.experiments import common
     assert common.parse(["--quick", "--replot"])["out"] == common.default_out(True)
     assert common.parse(["--replot"])["out"] == common.default_out(False)
     assert common.parse(["--quick", f"--out={tmp_path}"])["out"] == str(tmp_path)

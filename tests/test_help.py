@@ -82,8 +82,8 @@ def test_dataclass_scripts_help(script, capsys):
 
 
 def test_plot_and_bench_help_list_their_flags(capsys):
-    import bench
-    import plot
+    from lab import bench
+    from lab import plot
     text = help_of(lambda: plot.parse(["--help"]), capsys)
     assert mentioned(text) == {"out"} and "OUT_DIR" in text
     text = help_of(lambda: bench.parse(["--help"]), capsys)
@@ -92,7 +92,7 @@ def test_plot_and_bench_help_list_their_flags(capsys):
 
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_help(name, capsys, monkeypatch):
-    common = importlib.import_module("experiments.common")
+    common = importlib.import_module("lab.experiments.common")
     mod = importlib.import_module("experiments." + name)
     real, seen_extra, seen_unused = common.help_text, {}, set()
 

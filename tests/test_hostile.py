@@ -203,17 +203,17 @@ def test_resume_restores_each_ranks_own_streams(finished):
 
 
 PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
-    ("plot.py", ["{d}", "--out={d}/x.qqq"], "unknown file type"),
-    ("plot.py", ["{d}", "--out={d}/ckpt.pt/x.png"], "does not exist"),
-    ("plot.py", ["{d}", "--out={d}/nowhere/x.png"], "does not exist"),
-    ("plot.py", ["{d}/list"], "not a metrics record"),
-    ("see.py", ["--init_from={d}/ckpt.pt", f"--seed={2 ** 64}"], "--seed"),
-    ("see.py", ["--init_from={d}/ckpt.pt", "--lr=inf"], "finite"),
-    ("see.py", ["--init_from={d}/ckpt.pt", "--out="], "--out is empty"),
-    ("see.py", ["--init_from={d}/ckpt.pt", "--out={d}/nowhere/see.png"], "does not exist"),
-    ("experiments/scoreboard.py", [f"--seeds={2 ** 64}", "--out={d}/sb"], "out of range"),
+    ("lab/plot.py", ["{d}", "--out={d}/x.qqq"], "unknown file type"),
+    ("lab/plot.py", ["{d}", "--out={d}/ckpt.pt/x.png"], "does not exist"),
+    ("lab/plot.py", ["{d}", "--out={d}/nowhere/x.png"], "does not exist"),
+    ("lab/plot.py", ["{d}/list"], "not a metrics record"),
+    ("lab/see.py", ["--init_from={d}/ckpt.pt", f"--seed={2 ** 64}"], "--seed"),
+    ("lab/see.py", ["--init_from={d}/ckpt.pt", "--lr=inf"], "finite"),
+    ("lab/see.py", ["--init_from={d}/ckpt.pt", "--out="], "--out is empty"),
+    ("lab/see.py", ["--init_from={d}/ckpt.pt", "--out={d}/nowhere/see.png"], "does not exist"),
+    ("lab/experiments/scoreboard.py", [f"--seeds={2 ** 64}", "--out={d}/sb"], "out of range"),
     (
-        "experiments/e8_objectives.py",
+        "lab/experiments/e8_objectives.py",
         ["--quick", "--group_size=1", "--out={d}/e8"],
         "at least 2 completions",
     ),
@@ -222,8 +222,8 @@ PLOT_SEE = [  # (script, argv, a piece of the message); {d} is the finished run
         ["--init_from={d}/ckpt.pt", "--num_prompts=4096", "--num_samples=4096", "--temperature=1"],
         "GiB",
     ),
-    ("bench.py", ["--ddp_worker"], "internal"),
-    ("experiments/multiplicity.py", ["--results={d}/nowhere"], "no such folder"),
+    ("lab/bench.py", ["--ddp_worker"], "internal"),
+    ("lab/experiments/multiplicity.py", ["--results={d}/nowhere"], "no such folder"),
 ]
 
 
@@ -283,34 +283,34 @@ def test_sample_memory_need_by_hand():
 @pytest.mark.parametrize(
     "script, args, message",
     [
-        ("experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
-        ("experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
-        ("experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
+        ("lab/experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
+        ("lab/experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
+        ("lab/experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
         (
-            "experiments/multiplicity.py",
+            "lab/experiments/multiplicity.py",
             ["--replot", "--out=/nonexistent/x"],
             "--replot does nothing",
         ),
         (
-            "experiments/multiplicity.py",
+            "lab/experiments/multiplicity.py",
             ["--quick", "--seeds=5", "--jobs=7"],
             "--quick does nothing",
         ),
-        ("experiments/scoreboard.py", ["--jobs=3"], "--jobs does nothing"),
-        ("experiments/scoreboard.py", ["--replot"], "--replot does nothing"),
-        ("experiments/e1_flips.py", ["--quick", "--out="], "--out is empty"),
-        ("experiments/e1_flips.py", ["--quick", "--device=tpu"], "unknown device"),
+        ("lab/experiments/scoreboard.py", ["--jobs=3"], "--jobs does nothing"),
+        ("lab/experiments/scoreboard.py", ["--replot"], "--replot does nothing"),
+        ("lab/experiments/e1_flips.py", ["--quick", "--out="], "--out is empty"),
+        ("lab/experiments/e1_flips.py", ["--quick", "--device=tpu"], "unknown device"),
         (
-            ("experiments/e10_length.py", ["--quick", "--device=cuda"], "no CUDA device")
+            ("lab/experiments/e10_length.py", ["--quick", "--device=cuda"], "no CUDA device")
             if not torch.cuda.is_available()
-            else ("experiments/e10_length.py", ["--device=tpu"], "unknown device")
+            else ("lab/experiments/e10_length.py", ["--device=tpu"], "unknown device")
         ),
-        ("experiments/scoreboard.py", ["--device=cuda"], "--device does nothing"),
-        ("experiments/e8_objectives.py", ["--replot", "--out={cut}"], "not readable JSON"),
-        ("plot.py", ["{binary}"], "is not text (UTF-8)"),
-        ("plot.py", ["{latin}"], "is not a config.json of this project"),
-        ("plot.py", ["{hugestep}"], "integer step in [0, 2**53)"),
-        ("plot.py", ["{nostep}"], "integer step in [0, 2**53)"),
+        ("lab/experiments/scoreboard.py", ["--device=cuda"], "--device does nothing"),
+        ("lab/experiments/e8_objectives.py", ["--replot", "--out={cut}"], "not readable JSON"),
+        ("lab/plot.py", ["{binary}"], "is not text (UTF-8)"),
+        ("lab/plot.py", ["{latin}"], "is not a config.json of this project"),
+        ("lab/plot.py", ["{hugestep}"], "integer step in [0, 2**53)"),
+        ("lab/plot.py", ["{nostep}"], "integer step in [0, 2**53)"),
     ],
 )
 def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, script, args, message):
@@ -335,7 +335,7 @@ def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, scri
     run = subprocess.run(
         [sys.executable, *command(script)]
         + argv
-        + (["--out=" + str(tmp_path / "x.png")] if script == "plot.py" else []),
+        + (["--out=" + str(tmp_path / "x.png")] if script == "lab/plot.py" else []),
         cwd=ROOT,
         capture_output=True,
         text=True,

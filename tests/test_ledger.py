@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-import ledger
+from lab import ledger
 import train
 from plumbing.config import parse_args, validate
 

@@ -7,9 +7,8 @@ import math
 
 import pytest
 import torch
-
-import advantage
 import loss
+from lab import estimators, objectives, residuals
 
 # One group of three completions of lengths 2, 3, 4 (T = 4); rewards 1, 0, 0.
 MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
@@ -23,16 +22,16 @@ A_CEN = torch.tensor([2 / 3, -1 / 3, -1 / 3])
 
 def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=None, weights=None,
             ref_logprobs=None, entropy=None, keep=None, **settings):
-    """loss.policy_loss with the step's data and the settings given as keywords."""
-    batch = loss.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
+    """objectives.policy_loss with the step's data and the settings given as keywords."""
+    batch = objectives.LossBatch(new, old, mask, adv, group, counts=counts, weights=weights,
                         ref_logprobs=ref_logprobs, entropy=entropy, keep=keep)
-    return loss.policy_loss(batch, loss.LossSettings(objective, clip, **settings))
+    return objectives.policy_loss(batch, objectives.LossSettings(objective, clip, **settings))
 
 
 def coef(objective, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
     new = new.clone().requires_grad_(True)
     total, stats = loss_of(new, old, mask, adv, group, objective, clip, **kw)
-    c = loss.coefficients(total, new)
+    c = residuals.coefficients(total, new)
     return c.detach(), stats
 
 
@@ -41,23 +40,23 @@ def expand(per_seq, mask=MASK):
 
 
 def test_advantages_by_hand():
-    torch.testing.assert_close(advantage.advantages(R, GROUP, "grpo"), A_STD)
-    torch.testing.assert_close(advantage.advantages(R, GROUP, loss.own_estimator("dapo")), A_STD)
-    torch.testing.assert_close(advantage.advantages(R, GROUP, "dr_grpo"), A_CEN)
+    torch.testing.assert_close(estimators.advantages(R, GROUP, "grpo"), A_STD)
+    torch.testing.assert_close(estimators.advantages(R, GROUP, objectives.own_estimator("dapo")), A_STD)
+    torch.testing.assert_close(estimators.advantages(R, GROUP, "dr_grpo"), A_CEN)
     torch.testing.assert_close(
-        advantage.advantages(R, GROUP, loss.own_estimator("dfpo_orth")), A_CEN
+        estimators.advantages(R, GROUP, objectives.own_estimator("dfpo_orth")), A_CEN
     )
     torch.testing.assert_close(
-        advantage.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5])
+        estimators.advantages(R, GROUP, "rloo"), torch.tensor([1.0, -0.5, -0.5])
     )
     torch.testing.assert_close(
-        advantage.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0])
+        estimators.advantages(R, GROUP, "positive_only"), torch.tensor([1.0, 0, 0])
     )
     # two interleaved groups are handled separately
     r = torch.tensor([1.0, 3.0, 0.0, 2.0])
     g = torch.tensor([0, 1, 0, 1])
     torch.testing.assert_close(
-        advantage.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5])
+        estimators.advantages(r, g, "dr_grpo"), torch.tensor([0.5, 0.5, -0.5, -0.5])
     )
 
 
@@ -173,7 +172,7 @@ def shared_group(G=4, seed=0, off_policy=False, shared_logratio=0.0):
 
 def shared_token_net(name, off_policy, clip="none", shared_logratio=0.0, **kw):
     new, old, mask, r, grp = shared_group(off_policy=off_policy, shared_logratio=shared_logratio)
-    adv = advantage.advantages(r, grp, loss.own_estimator(name))
+    adv = estimators.advantages(r, grp, objectives.own_estimator(name))
     c, _ = coef(name, new, old, adv, mask, grp, clip=clip, **kw)
     return float(c[:, 0].sum()), float(c[:, 0].abs().sum())
 
@@ -214,13 +213,13 @@ def test_dapo_clip_higher_breaks_cancellation_when_shared_ratio_crosses_a_bound(
 def test_first_token_residual_stat():
     c = torch.tensor([[1.0, 5], [-1.0, 5], [2.0, 0], [2.0, 0]])
     g = torch.tensor([0, 0, 1, 1])
-    assert loss.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
+    assert residuals.first_token_residual(c, g) == pytest.approx((0 / 2 + 4 / 4) / 2)
     new, old, mask, r, grp = shared_group()
     for name, expect_zero in [("dr_grpo", True), ("grpo", False)]:
         c, _ = coef(
-            name, new, old, advantage.advantages(r, grp, loss.own_estimator(name)), mask, grp
+            name, new, old, estimators.advantages(r, grp, objectives.own_estimator(name)), mask, grp
         )
-        assert (loss.first_token_residual(c, grp) < 1e-6) == expect_zero
+        assert (residuals.first_token_residual(c, grp) < 1e-6) == expect_zero
 
 
 # ----------------------------------------------------------------------------- zero variance
@@ -231,8 +230,8 @@ def test_zero_variance_groups_contribute_nothing_and_are_counted():
     assert advantage.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
     mask = torch.ones(9, 3, dtype=torch.bool)
     new = torch.full((9, 3), -0.5)
-    for name in loss.OBJECTIVES:
-        adv = advantage.advantages(r, g, loss.own_estimator(name))
+    for name in objectives.OBJECTIVES:
+        adv = estimators.advantages(r, g, objectives.own_estimator(name))
         c, _ = coef(name, new, new - 0.1, adv, mask, g)
         # positive_only: its advantage is 1[r>0], not group-relative; kl_cov: its
         # |log rho| penalty acts on the selected tokens whatever their advantage
@@ -257,7 +256,7 @@ def batch(seed=1):
 
 def grad_of(name, parts, clip="sym"):
     new, old, mask, r, grp = batch()
-    adv = advantage.advantages(r, grp, loss.own_estimator(name))
+    adv = estimators.advantages(r, grp, objectives.own_estimator(name))
     counts = loss.step_counts(mask, adv, max_len=6)
     new = new.clone().requires_grad_(True)
     for idx in parts:
@@ -302,27 +301,27 @@ HA_A = torch.tensor([0.5, 0.5, -0.5, -0.5])
 
 
 def test_history_token_sets_by_hand():
-    ids = loss.history_token_sets(HA_TOK, HA_MASK, HA_G)
+    ids = residuals.history_token_sets(HA_TOK, HA_MASK, HA_G)
     assert ids[0, 0] == ids[1, 0] == ids[2, 0] != ids[3, 0]   # token 5 after the prompt
     assert ids[0, 1] == ids[2, 1] != ids[1, 1]                 # 2 after 5, not 3 after 5
     assert ids[3, 1] != ids[0, 1]                              # 2 after 1 is another history
     assert ids[0, 2] == ids[2, 2] and len({int(ids[1, 2]), int(ids[0, 2]), int(ids[3, 2])}) == 3
     # another group never shares a set, even with identical tokens
-    two = loss.history_token_sets(HA_TOK[:2].repeat(2, 1), HA_MASK[:4], torch.tensor([0, 0, 1, 1]))
+    two = residuals.history_token_sets(HA_TOK[:2].repeat(2, 1), HA_MASK[:4], torch.tensor([0, 0, 1, 1]))
     assert two[0, 0] == two[1, 0] != two[2, 0] == two[3, 0]
 
 
 def test_exch_residual_by_hand():
     c = HA_A[:, None].expand(4, 3).clone()
     # equal weights: 0, although the first tokens differ and no set but one sums A to 0
-    assert loss.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) == 0.0
+    assert residuals.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) == 0.0
     # per-sequence weights 1/3, 1/3, 1/4, 1/2 (a 1/L_i): three sets with >= 2 copies.
     # {0,1,2} after the prompt: c = 1/6, 1/6, -1/8; wbar = (11/24)/1.5; res = (1/18)/(11/24) = 4/33
     # {0,2} twice: c = 1/6, -1/8, sum A = 0: res = (1/24)/(7/24) = 1/7
     w = torch.tensor([1 / 3, 1 / 3, 1 / 4, 1 / 2])[:, None]
     expected = (4 / 33 + 2 / 7) / 3
     # float32 coefficients
-    assert abs(loss.exch_residual(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6
+    assert abs(residuals.exch_residual(c * w, HA_A, HA_TOK, HA_MASK, HA_G) - expected) < 1e-6
 
 
 def test_exch_residual_zero_for_dr_grpo_where_first_token_residual_is_not():
@@ -336,18 +335,18 @@ def test_exch_residual_zero_for_dr_grpo_where_first_token_residual_is_not():
         [[0.2, 0.1, -0.1], [0.2, 0.3, 0.0], [0.2, 0.1, -0.1], [-0.3, 0.05, 0.1]]
     )
     c, _ = coef("dr_grpo", new, old, HA_A, mask=HA_MASK, group=HA_G, clip="none")
-    assert loss.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
-    assert loss.first_token_residual(c, HA_G) > 0.05
+    assert residuals.exch_residual(c, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
+    assert residuals.first_token_residual(c, HA_G) > 0.05
     # on-policy both are 0
     c0, _ = coef("dr_grpo", new, new.detach(), HA_A, mask=HA_MASK, group=HA_G, clip="none")
     assert (
-        loss.exch_residual(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
-        and loss.first_token_residual(c0, HA_G) < 1e-6
+        residuals.exch_residual(c0, HA_A, HA_TOK, HA_MASK, HA_G) < 1e-6
+        and residuals.first_token_residual(c0, HA_G) < 1e-6
     )
     # grpo's 1/L_i with unequal lengths breaks it on-policy
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]], dtype=torch.bool)
     cg, _ = coef("grpo", new, new.detach(), HA_A, mask=mask, group=HA_G, clip="none")
-    assert loss.exch_residual(cg, HA_A, HA_TOK, mask, HA_G) > 0.05
+    assert residuals.exch_residual(cg, HA_A, HA_TOK, mask, HA_G) > 0.05
 
 
 # ----------------------------------------------------------------------------- the three statements
@@ -371,10 +370,10 @@ def test_unequal_weights_can_cancel_and_the_residual_is_then_zero():
     assert abs(float((w * A).sum())) < 1e-12
     tokens = torch.full((4, 1), 7)  # one shared first token, the whole group
     mask, group = torch.ones(4, 1, dtype=torch.bool), torch.zeros(4, dtype=torch.long)
-    assert loss.exch_residual((w * A)[:, None], A, tokens, mask, group) < 1e-12
+    assert residuals.exch_residual((w * A)[:, None], A, tokens, mask, group) < 1e-12
     # unequal weights that do not cancel: |sum c| / sum |c| = 0.15 / 4.15 by hand
     w2 = torch.tensor([1.3, 0.95, 0.85, 1.05], dtype=torch.float64)
-    assert abs(loss.exch_residual((w2 * A)[:, None], A, tokens, mask, group) - 0.15 / 4.15) < 1e-12
+    assert abs(residuals.exch_residual((w2 * A)[:, None], A, tokens, mask, group) - 0.15 / 4.15) < 1e-12
 
 
 def test_unequal_weights_fail_to_cancel_for_some_centred_advantage():

@@ -8,11 +8,9 @@ import os
 
 import pytest
 import torch
-
-import advantage
 import loss
-import loss_engines
 from tests.test_loss import loss_of
+from lab import engines, estimators, objectives, residuals
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,7 +29,7 @@ RHO = LOGR.exp() * MASK
 def coef(objective, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
     new = new.clone().requires_grad_(True)
     total, stats = loss_of(new, old, mask, adv, group, objective, clip, **kw)
-    return loss.coefficients(total, new).detach(), stats
+    return residuals.coefficients(total, new).detach(), stats
 
 
 def per_seq(x, mask=MASK):
@@ -40,12 +38,12 @@ def per_seq(x, mask=MASK):
 
 def test_gpg_advantage_by_hand():
     # alpha = N / #{r != 0} = 3 / 1; A = 3 (r - mu)
-    torch.testing.assert_close(advantage.advantages(torch.tensor([1.0, 0, 0]), GROUP, "gpg"),
+    torch.testing.assert_close(estimators.advantages(torch.tensor([1.0, 0, 0]), GROUP, "gpg"),
                                torch.tensor([2.0, -1.0, -1.0]))
     # two groups, 4 rollouts, 3 non-zero rewards: alpha = 4/3
     r, g = torch.tensor([1.0, 0, 2, 1]), torch.tensor([0, 0, 1, 1])
     torch.testing.assert_close(
-        advantage.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3
+        estimators.advantages(r, g, "gpg"), torch.tensor([0.5, -0.5, 0.5, -0.5]) * 4 / 3
     )
 
 
@@ -53,7 +51,7 @@ def test_gpg_advantage_by_hand():
     ("bnpo", A / 9), ("cispo", A / 9), ("sapo", A / (3 * LENS)), ("gmpo", A / (3 * LENS)),
     ("kl_cov", A / 9), ("gpg", A / 9), ("luspo", A / 3), ("vespo", A / 9)])
 def test_on_policy_coefficients_by_hand(name, expected):
-    clip = "none" if loss.OBJECTIVES[name].clip == "none" else "sym"
+    clip = "none" if objectives.OBJECTIVES[name].clip == "none" else "sym"
     c, _ = coef(name, ON, ON.detach(), A, clip=clip)
     torch.testing.assert_close(c, per_seq(expected))
 
@@ -112,7 +110,7 @@ COV_G = torch.zeros(2, dtype=torch.long)
 
 
 def test_cov_scores_and_clip_cov_by_hand():
-    torch.testing.assert_close(loss_engines.cov_scores(COV_A, COV_LP, COV_M),
+    torch.testing.assert_close(engines.cov_scores(COV_A, COV_LP, COV_M),
                                torch.tensor([[2.425, -1.475], [0.475, 0.475]]))
     c, st = coef("clip_cov", COV_LP, COV_LP.detach(), COV_A, COV_M, COV_G, clip="sym")
     torch.testing.assert_close(c, torch.tensor([[0.0, 0.25], [-0.25, -0.25]]))
@@ -156,7 +154,7 @@ def test_vespo_by_hand():
     c, _ = coef("vespo", ON, OLD, A)
     torch.testing.assert_close(c, per_seq(phi * A / 9))
     # phi(1) = 1
-    assert float(loss_engines.vespo_weight(torch.zeros(3, 4), MASK, A).sub(1).abs().max()) < 1e-6
+    assert float(engines.vespo_weight(torch.zeros(3, 4), MASK, A).sub(1).abs().max()) < 1e-6
 
 
 def test_dual_clip_by_hand():
@@ -218,7 +216,7 @@ def verdict_group(regime):
     lens = torch.tensor([4, 3, 5, 6])
     mask = torch.arange(6)[None] < lens[:, None]
     grp = torch.zeros(4, dtype=torch.long)
-    ids = loss.history_token_sets(tok, mask, grp)
+    ids = residuals.history_token_sets(tok, mask, grp)
     K = int(ids.max()) + 1
     lp = -0.3 - 0.1 * torch.arange(K).float() % 1.7
     shift = 0.1 * torch.sin(torch.arange(K).float() * 1.3)  # |log rho| <= 0.1
@@ -244,8 +242,8 @@ CANCELS = {  # regimes in which the table says each row keeps exchangeability (u
 @pytest.mark.parametrize("regime", ["on", "off", "clip"])
 def test_exchangeability_verdict_of_each_row(name, regime):
     tok, mask, grp, new, old, r = verdict_group(regime)
-    adv = advantage.advantages(r, grp, loss.own_estimator(name))
-    clip = ("none", 0.2) if loss.OBJECTIVES[name].clip == "none" else \
+    adv = estimators.advantages(r, grp, objectives.own_estimator(name))
+    clip = ("none", 0.2) if objectives.OBJECTIVES[name].clip == "none" else \
         ("higher", 3e-4, 4e-4) if name in ("gspo", "luspo") else ("higher", 0.2, 0.28)
     c, _ = coef(
         name,
@@ -257,7 +255,7 @@ def test_exchangeability_verdict_of_each_row(name, regime):
         clip=clip[0],
         **dict(zip(("clip_low", "clip_high"), clip[1:])),
     )
-    res = loss.exch_residual(c, adv, tok, mask, grp)
+    res = residuals.exch_residual(c, adv, tok, mask, grp)
     if regime in CANCELS[name].split():
         assert res < 1e-6, res
     else:
@@ -266,9 +264,9 @@ def test_exchangeability_verdict_of_each_row(name, regime):
 
 def test_switch_verdicts():
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = advantage.advantages(r, grp, loss.own_estimator("dapo"))
+    adv = estimators.advantages(r, grp, objectives.own_estimator("dapo"))
     ref = new - 0.2 * mask
-    res = lambda **kw: loss.exch_residual(
+    res = lambda **kw: residuals.exch_residual(
         coef("dapo", new, old, adv, mask, grp, clip="higher", **kw)[0], adv, tok, mask, grp
     )
     assert res() < 1e-6
@@ -278,32 +276,32 @@ def test_switch_verdicts():
     old[:, 0] = new[:, 0] - 1.2                               # shared rho = 3.3 > C = 3
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher", dual_clip=3.0)
     assert bool((c[:, 0] == 0).all())  # every copy cut: nothing left to break
-    assert loss.exch_residual(c, adv, tok, mask, grp) < 1e-6
+    assert residuals.exch_residual(c, adv, tok, mask, grp) < 1e-6
     c, _ = coef("dapo", new, old, adv, mask, grp, clip="higher")
     # without it, only the A < 0 copies keep one
-    assert loss.exch_residual(c, adv, tok, mask, grp) > 1e-3
+    assert residuals.exch_residual(c, adv, tok, mask, grp) > 1e-3
 
 
 def test_dfpo_orth_cancels_whole_group_tokens_only():
     """Adv-Orthogonal makes sum_i Â_i w~_i = 0 over the group, so the first token cancels,
     but w~ differs between rollouts: a prefix that only part of the group shares does not."""
     tok, mask, grp, new, old, r = verdict_group("off")
-    adv = advantage.advantages(r, grp, loss.own_estimator("dfpo_orth"))
+    adv = estimators.advantages(r, grp, objectives.own_estimator("dfpo_orth"))
     c, _ = coef("dfpo_orth", new, old, adv, mask, grp)
-    assert abs(float(c[:, 0].sum())) < 1e-6 and loss.first_token_residual(c, grp) < 1e-6
-    assert loss.exch_residual(c, adv, tok, mask, grp) > 1e-3
+    assert abs(float(c[:, 0].sum())) < 1e-6 and residuals.first_token_residual(c, grp) < 1e-6
+    assert residuals.exch_residual(c, adv, tok, mask, grp) > 1e-3
 
 
 def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
     tok, mask, grp, new, old, r = verdict_group("on")
-    adv = advantage.advantages(r, grp, loss.own_estimator("clip_cov"))
+    adv = estimators.advantages(r, grp, objectives.own_estimator("clip_cov"))
     hi = new.clone()
     hi[:, 0] = -0.01          # the shared first token far above the mean log pi: cov > 1 for A > 0
     hi[mask & (torch.arange(6) > 0)] = -3.0
     c, st = coef("clip_cov", hi, hi.detach(), adv, mask, grp, clip="sym", cov_ratio=0.01)
-    assert st["cov_frac"] > 0 and loss.exch_residual(c, adv, tok, mask, grp) > 1e-3
+    assert st["cov_frac"] > 0 and residuals.exch_residual(c, adv, tok, mask, grp) > 1e-3
     c, st = coef("clip_cov", new, new.detach(), adv, mask, grp, clip="sym", cov_ratio=0.01)
-    assert st["cov_frac"] == 0 and loss.exch_residual(c, adv, tok, mask, grp) < 1e-6
+    assert st["cov_frac"] == 0 and residuals.exch_residual(c, adv, tok, mask, grp) < 1e-6
 
 
 # ----------------------------------------------------------------------------- scoreboard
@@ -311,11 +309,11 @@ def test_clip_cov_breaks_exactly_when_its_selection_hits_a_shared_copy():
 def test_scoreboard_quick_mode(tmp_path, capsys):
     """Every loss x estimator and every switch row, each measured against its
     prediction; the quick board agrees with the tables everywhere."""
-    from experiments import scoreboard
+    from lab.experiments import scoreboard
     data = scoreboard.main(["--quick", f"--out={tmp_path}"])
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
-    grid = {f"{l} · {e}" for l in loss.OBJECTIVES for e in advantage.ESTIMATORS}
+    grid = {f"{l} · {e}" for l in objectives.OBJECTIVES for e in estimators.ESTIMATORS}
     assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(
         scoreboard.REGIMES
     )
@@ -329,11 +327,11 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
 def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
     """The board can fail: claim that grpo's 1/L_i weights are exchangeable, and that
     reinforce_plus_plus is centred, and the measurements disagree."""
-    from experiments import scoreboard
-    monkeypatch.setitem(loss.OBJECTIVES, "grpo", dataclasses.replace(loss.OBJECTIVES["grpo"],
-                                                                  cancels=loss.EVERY_REGIME))
-    monkeypatch.setitem(advantage.ESTIMATORS, "reinforce_plus_plus", dataclasses.replace(
-        advantage.ESTIMATORS["reinforce_plus_plus"], centred=True))
+    from lab.experiments import scoreboard
+    monkeypatch.setitem(objectives.OBJECTIVES, "grpo", dataclasses.replace(objectives.OBJECTIVES["grpo"],
+                                                                  cancels=objectives.EVERY_REGIME))
+    monkeypatch.setitem(estimators.ESTIMATORS, "reinforce_plus_plus", dataclasses.replace(
+        estimators.ESTIMATORS["reinforce_plus_plus"], centred=True))
     board = scoreboard.score(["grpo · grpo", "dapo · reinforce_plus_plus"], 3)
     assert not board["grpo · grpo"]["on-policy"]["exch_match"]
     assert not board["dapo · reinforce_plus_plus"]["on-policy"]["whole_match"]
@@ -359,7 +357,7 @@ def test_bad_switches_are_one_line_errors(argv, msg):
     parse_args(["--loss=dapo", "--dual_clip=3"])
 
 
-@pytest.mark.parametrize("name", [n for n, o in loss.OBJECTIVES.items() if o.clip == "none"])
+@pytest.mark.parametrize("name", [n for n, o in objectives.OBJECTIVES.items() if o.clip == "none"])
 def test_objectives_without_a_ratio_clip_default_to_clip_none(name):
     from plumbing.config import parse_args
     extra = ["--dro_beta=0.1"] if name == "dro" else []
@@ -391,7 +389,7 @@ def test_dppo_tv_by_hand():
 
 def test_dppo_kl_by_hand():
     # binary KL(0.5 || p) = 0.5 ln(0.5/p) + 0.5 ln(0.5/(1-p)): p = 0.6 -> 0.0204, p = 0.8 -> 0.2231
-    assert float(loss_engines.binary_kl(torch.tensor(0.5), torch.tensor(0.6))) == pytest.approx(
+    assert float(engines.binary_kl(torch.tensor(0.5), torch.tensor(0.6))) == pytest.approx(
         0.5 * math.log(0.5 / 0.6) + 0.5 * math.log(0.5 / 0.4), abs=1e-6)
     new = torch.tensor([[0.6, 0.8], [0.2, 0.45]]).log()
     old = torch.full((2, 2), 0.5).log()
@@ -445,7 +443,7 @@ def test_dro_by_hand():
 def test_kl_estimators_value_and_gradient_by_hand(kind, grad):
     d = torch.tensor([-0.4, -0.1, 0.3, 0.7])
     lp = d.clone().requires_grad_(True)
-    val = loss_engines.kl_penalty(lp, torch.zeros(4), kind)
+    val = engines.kl_penalty(lp, torch.zeros(4), kind)
     base = kind.rstrip("+")
     expected = {"k1": d, "k2": d ** 2 / 2, "k3": torch.exp(-d) + d - 1, "abs": d.abs()}[base]
     torch.testing.assert_close(val.detach(), expected)
@@ -489,12 +487,12 @@ def test_entropy_keep_by_hand():
     h = torch.arange(1, 9, dtype=torch.float).reshape(2, 4) / 10
     m = torch.ones(2, 4, dtype=torch.bool)
     torch.testing.assert_close(
-        loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1.0]])
+        engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1.0]])
     )
-    assert bool(loss_engines.entropy_keep(h, m, 1.0).all())
+    assert bool(engines.entropy_keep(h, m, 1.0).all())
     m[1, 3] = False  # a masked token is never kept, nor counted: 7 tokens, 0.75 quantile = 0.55
     torch.testing.assert_close(
-        loss_engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0.0]])
+        engines.entropy_keep(h, m, 0.25).float(), torch.tensor([[0, 0, 0, 0], [0, 1, 1, 0.0]])
     )
 
 
@@ -503,7 +501,7 @@ def test_off_policy_keep_by_hand():
     # row 2 = 0.1 (A < 0, below delta: kept)
     new = torch.zeros(3, 2)
     old = torch.tensor([[0.2, 0.4], [0.3, 0.3], [0.1, 0.1]])
-    keep = loss_engines.off_policy_keep(
+    keep = engines.off_policy_keep(
         new, old, torch.ones(3, 2, dtype=torch.bool), torch.tensor([-1.0, 1.0, -1.0]), 0.2
     )
     torch.testing.assert_close(keep.float(), torch.tensor([[0, 0], [1, 1], [1, 1.0]]))

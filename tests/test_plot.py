@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-import plot
+from lab import plot
 import train
 from plumbing.config import parse_args
 

@@ -3,18 +3,17 @@ import dataclasses
 
 import pytest
 import torch
-
-import advantage
-import probes
+from lab import probes
 import toy_tasks
 from sampler import sample
 from test_diagnostics import hand_batch, tiny_model
 from toy_tasks import EOS, PAD, encode
+from lab import estimators
 
 
 def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     coef = probes.token_coefficients(model, b, adv)
     lr = 1e-2
     ct = probes.coupling_terms(model, b, coef, lr)
@@ -30,7 +29,7 @@ def test_closed_form_matches_unembedding_step_and_needs_the_coupling_term():
 
 def test_head_only_update_moves_only_the_head():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     new = probes.one_update(model, b, adv, "adam", 1e-3, params="head")
     for (n, p), q in zip(model.named_parameters(), new.parameters()):
         assert torch.equal(p, q) == (n != "lm_head.weight"), n
@@ -38,7 +37,7 @@ def test_head_only_update_moves_only_the_head():
 
 def test_coupling_summary_shares_and_same_token_alpha():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     ct = probes.coupling_terms(model, b, probes.token_coefficients(model, b, adv), 1.0)
     s = probes.coupling_summary(ct, adv[:, None].expand_as(b.mask)[b.mask])
     assert s["mass_same"] + s["mass_diff"] == pytest.approx(1.0)
@@ -49,7 +48,7 @@ def test_coupling_summary_shares_and_same_token_alpha():
 
 def test_masked_closed_form_twin_matches_masked_head_step():
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     m = b.mask
     lr = 1e-2
     d = probes.masked_update_deltas(model, b, adv, lr, params="head")
@@ -70,7 +69,7 @@ def test_masked_sweep_equals_separate_sgd_steps():
     """The linear route (one gradient per class, theta + lr (G - G_drop)) against
     separate one_update steps with the removed coefficients zeroed, at two lrs."""
     model, b = tiny_model(), hand_batch()
-    adv = advantage.advantages(b.rewards, b.group)
+    adv = estimators.advantages(b.rewards, b.group)
     m, tok = b.mask, b.tokens
     sgn = torch.sign(adv)[:, None].expand_as(tok)
     coef = probes.token_coefficients(model, b, adv)

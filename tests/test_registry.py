@@ -8,13 +8,11 @@ import os
 
 import pytest
 import torch
-
-import advantage
 import batching
-import loss
 import train
 from plumbing.config import parse_args
 from plumbing.errors import CliError
+from lab import estimators, objectives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,13 +23,13 @@ def toy_term(x, settings):
     return total, torch.tensor(0.0), {}
 
 
-TOY = loss.Objective(
+TOY = objectives.Objective(
     "toy",
     toy_term,
     "token-mean",
     "Â_i / sum L, no ratio",
     "yes, in every regime",
-    loss.EVERY_REGIME,
+    objectives.EVERY_REGIME,
     adv="dr_grpo",
     clip="none",
     own_agg=True,
@@ -53,9 +51,9 @@ SMALL = [
 
 @pytest.fixture
 def toy():
-    loss.register(TOY)
+    objectives.register(TOY)
     yield TOY
-    del loss.OBJECTIVES["toy"]
+    del objectives.OBJECTIVES["toy"]
 
 
 def test_train_runs_a_registered_objective_on_its_own_estimator(toy, tmp_path):
@@ -73,7 +71,7 @@ def test_help_lists_a_registered_objective(toy):
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         parse_args(["--help"])
     line = next(x for x in out.getvalue().splitlines() if x.strip().startswith("--loss="))
-    assert "| toy " in line or line.rstrip().endswith("toy (loss.OBJECTIVES)"), line
+    assert "| toy " in line or line.rstrip().endswith("toy (objectives.OBJECTIVES)"), line
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -93,21 +91,21 @@ def test_an_unregistered_name_is_refused_with_the_registered_choices(toy):
 
 
 def test_the_table_and_the_scoreboard_know_a_registered_objective(toy):
-    assert "| `toy` | r_i - mu_g | Â_i / sum L, no ratio | yes, in every regime |" in loss.table()
-    from experiments import scoreboard
+    assert "| `toy` | r_i - mu_g | Â_i / sum L, no ratio | yes, in every regime |" in objectives.table()
+    from lab.experiments import scoreboard
     board = scoreboard.score(["toy · dr_grpo"], 3)
-    for regime in loss.REGIMES:
+    for regime in objectives.REGIMES:
         cell = board["toy · dr_grpo"][regime]
         assert cell["exch_predicted"] == "0" and cell["exch_match"] and cell["whole_match"], regime
 
 
 def test_a_record_that_contradicts_the_registry_is_refused():
     with pytest.raises(ValueError, match="already registered"):
-        loss.register(loss.OBJECTIVES["grpo"])
-    bad = loss.Objective("toy2", toy_term, "token-average", "", "", loss.EVERY_REGIME)
+        objectives.register(objectives.OBJECTIVES["grpo"])
+    bad = objectives.Objective("toy2", toy_term, "token-average", "", "", objectives.EVERY_REGIME)
     with pytest.raises(ValueError, match="unknown aggregation"):
-        loss.register(bad)
-    assert "toy2" not in loss.OBJECTIVES
+        objectives.register(bad)
+    assert "toy2" not in objectives.OBJECTIVES
 
 
 def test_every_name_list_is_its_registry():
@@ -115,6 +113,6 @@ def test_every_name_list_is_its_registry():
     from plumbing.config import Config, help_text
     from dataclasses import fields
     helps = {f.name: help_text(f) for f in fields(Config)}
-    for flag, names in (("loss", loss.OBJECTIVES), ("adv", advantage.ESTIMATORS),
-                        ("batching", batching.SCHEDULERS), ("agg", loss.AGGS)):
+    for flag, names in (("loss", objectives.OBJECTIVES), ("adv", estimators.ESTIMATORS),
+                        ("batching", batching.SCHEDULERS), ("agg", objectives.AGGS)):
         assert " | ".join(names) in helps[flag], flag

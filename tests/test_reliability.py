@@ -383,7 +383,7 @@ def entry(name):
     if name in ("train", "sample", "bench", "see", "plot"):
         mod = __import__(name)
         return mod.cli, mod
-    from experiments import common
+    from lab.experiments import common
     mod = importlib.import_module("experiments." + name)
     return (lambda argv: (setattr(sys, "argv", [name] + argv), common.cli(mod.main))), common
 
@@ -396,9 +396,9 @@ def test_bad_input_is_one_error_line_and_status_2(name, argv, message, files, ca
     def work(*a, **k):
         raise AssertionError("work started before the input was refused")
     monkeypatch.setattr(toy_tasks, "eval_problems", work)  # train.main's first step after writing
-    import bench
+    from lab import bench
     monkeypatch.setattr(bench, "matmul_peak", work)
-    from experiments import common
+    from lab.experiments import common
     for f in ("warm_start", "diag_setup", "run"):
         monkeypatch.setattr(common, f, work)
     argv = fmt(argv, files)
@@ -422,8 +422,8 @@ def test_bad_input_is_one_error_line_and_status_2(name, argv, message, files, ca
     [
         ("train.py", ["--lr=inf"]),
         ("sample.py", ["--init_from=x"]),
-        ("bench.py", ["--device=tpu"]),
-        ("experiments/e7_schedulers.py", ["--seeds=x"]),
+        ("lab/bench.py", ["--device=tpu"]),
+        ("lab/experiments/e7_schedulers.py", ["--seeds=x"]),
     ],
 )
 def test_bad_input_from_a_real_process(script, argv):
@@ -436,7 +436,7 @@ def test_bad_input_from_a_real_process(script, argv):
     ), out.stderr
 
 
-@pytest.mark.parametrize("script", ["experiments/e1_flips.py", "experiments/multiplicity.py",
+@pytest.mark.parametrize("script", ["lab/experiments/e1_flips.py", "lab/experiments/multiplicity.py",
                                     "exercises/check.py"])
 def test_a_package_module_run_as_a_file_says_how_to_run_it(script):
     out = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True)

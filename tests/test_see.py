@@ -4,7 +4,7 @@ import random
 import pytest
 import torch
 
-import see
+from lab import see
 import toy_tasks
 from plumbing.config import parse_args
 from plumbing.errors import CliError

@@ -1,10 +1,10 @@
-"""The statistics of experiments/common.py against values from t tables."""
+"""The statistics of lab/experiments/common.py against values from t tables."""
 import math
 import os
 
 import pytest
-from experiments import common
-from experiments import stats
+from lab.experiments import common
+from lab.experiments import stats
 
 
 @pytest.mark.parametrize("df, t", [(1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622),
@@ -74,7 +74,7 @@ def test_e8_primary_contrast_by_hand(capsys):
     computation; a factor pair and accuracy over the last 3 evaluations; one seed
     prints n/a, and the JSON stays strict."""
     import json
-    from experiments import e8_objectives
+    from lab.experiments import e8_objectives
     drift = {"grpo": [2.0, 3.0, 4.0], "dr_grpo": [1.5, 3.0, 3.0], "dfpo_min": [1.0, 1.0, 1.0],
              "dfpo_orth": [2.0, 3.0, 4.0], "dapo": [2.0, 2.0, 2.0]}
     order = {
@@ -218,7 +218,7 @@ def test_holm_by_hand():
 def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     """The results report's table of counts is the script's, row by row, and one p
     is recomputed by hand from its per-seed values."""
-    from experiments import multiplicity
+    from lab.experiments import multiplicity
     data = multiplicity.main([f"--out={tmp_path}"])
     text = open(os.path.join(ROOT, "results", "README.md")).read()
     table = text[text.index("## Multiple comparisons"):text.index("## The testbed")]
@@ -318,7 +318,7 @@ def test_tost_by_hand():
     """n = 10, mean difference 0.1, sd 0.3, margin 0.5: se = 0.3 / sqrt(10); the upper test
     t = (0.1 - 0.5) / se = -4.216 binds, p = P(T_9 >= 4.216) = 0.00112."""
     import math
-    from experiments import stats
+    from lab.experiments import stats
     c = {"n": 10, "diff": 0.1, "sd": 0.3}
     se = 0.3 / math.sqrt(10)
     want = max(

@@ -8,21 +8,19 @@ import os
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FOLDERS = ("", "plumbing", "experiments", "exercises")  # tests/ may import anything
-# imported as a package: `from plumbing import config`, `from experiments import common`
-PACKAGES = ("plumbing", "experiments", "exercises")
-SCRIPTS = {"train", "plot", "see", "sample", "bench"}  # entry points at the top level
+FOLDERS = ("", "plumbing", "lab", "exercises")  # tests/ may import anything
+# imported as a package: `from plumbing import config`, `from lab.experiments import common`
+PACKAGES = ("plumbing", "lab", "exercises")
+SCRIPTS = {"train", "sample"}  # entry points at the top level
 LIBRARY = {
     "model",
     "sampler",
     "toy_tasks",
     "loss",
-    "loss_engines",
     "batching",
     "config",
     "checkpoint",
     "dist_utils",
-    "diagnostics",
 }
 
 
@@ -49,8 +47,8 @@ def imports(path, known):
             found |= {a.name.split(".")[0] for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             parts = node.module.split(".")
-            if parts[0] in PACKAGES:  # the module itself: plumbing.config, or plumbing's config
-                found |= {parts[1]} if len(parts) > 1 else {a.name for a in node.names}
+            if parts[0] in PACKAGES:  # the module itself (plumbing.config), or a package's
+                found |= {parts[-1]} | {a.name for a in node.names}
             else:
                 found.add(parts[0])
     return found & set(known)
@@ -103,14 +101,14 @@ def test_no_import_cycle_among_the_top_level_modules():
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
-def test_no_import_cycle_with_the_experiments_and_exercises():
-    g = graph(("", "plumbing", "experiments", "exercises"))
+def test_no_import_cycle_with_the_lab_and_exercises():
+    g = graph(("", "plumbing", "lab", "lab/experiments", "exercises", "exercises/answers"))
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
 @pytest.mark.parametrize("name", sorted(LIBRARY))
 def test_library_modules_import_no_script_and_no_experiment(name):
-    g = graph(("", "plumbing", "experiments", "exercises"))
+    g = graph(("", "plumbing", "lab", "lab/experiments", "exercises"))
     below = set(graph())  # top-level and plumbing modules
     up = g[name] - (below - SCRIPTS)
     assert not up, f"{name}.py imports {sorted(up)}"
@@ -187,8 +185,7 @@ def test_no_function_over_60_lines_unless_its_docstring_says_why():
     assert not {k: v for k, v in found.items() if v}
 
 
-LESSON = {"model", "sampler", "toy_tasks", "advantage", "loss", "loss_engines", "batching", "train",
-          "diagnostics", "ledger", "probes"}
+LESSON = {"model", "sampler", "toy_tasks", "advantage", "loss", "batching", "train"}
 
 
 def test_the_top_level_is_the_lesson_and_the_scripts():

@@ -12,6 +12,7 @@ from plumbing import checkpoint
 import train
 from plumbing.config import Config, parse_args
 from plumbing.errors import CliError
+from lab import objectives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=3", "--sft_batch=8",
@@ -28,12 +29,12 @@ def read_metrics(path):
     return [json.loads(l) for l in open(os.path.join(path, "metrics.jsonl"))]
 
 
-@pytest.mark.parametrize("objective", list(loss.OBJECTIVES))
+@pytest.mark.parametrize("objective", list(objectives.OBJECTIVES))
 @pytest.mark.parametrize("clip", loss.CLIPS)
 def test_every_loss_and_clip_runs_an_rl_step(tmp_path, objective, clip):
     extra = ["--dro_beta=0.1"] if objective == "dro" else []
     # no ratio clip to apply: a one-line error
-    if loss.OBJECTIVES[objective].clip == "none" and clip != "none":
+    if objectives.OBJECTIVES[objective].clip == "none" and clip != "none":
         with pytest.raises(CliError, match="has no ratio clip"):
             parse_args([f"--loss={objective}", f"--clip={clip}", *extra])
         return
@@ -107,7 +108,7 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
 
 
 def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch):
-    real = loss.policy_loss
+    real = objectives.policy_loss
 
     def nan_loss(*a, **k):
         total, stats = real(*a, **k)

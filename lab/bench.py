@@ -55,7 +55,7 @@ out and asserts no speed. Every line is one JSON object (stdout, and
 the share of all cores that *other* processes used during the measurement
 (/proc/stat): above ~0.05 the numbers are disturbed.
 
-Usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]
+Usage: python -m lab.bench [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]
 """
 
 import dataclasses
@@ -71,7 +71,6 @@ import time
 import torch
 
 from plumbing import dist_utils
-import advantage
 import loss
 import toy_tasks
 import train
@@ -80,6 +79,7 @@ from plumbing.errors import CliError, fail
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
+from lab import estimators, objectives, residuals
 
 FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
         "mm": 2048, "repeats": 5, "recompute_repeats": 3}
@@ -311,7 +311,7 @@ def bench_update(model, batch, P, peak, device):
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()
     cfg = Config(batching="full")
-    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen), P["repeats"], device)
+    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen, objectives.lesson_objective(cfg)), P["repeats"], device)
     c = model.cfg
     flops = 6 * (model.num_params() - model.wpe.weight.numel()) + 12 * c.n_layer * c.n_embd * T
     gflops = flops * N * T / s / 1e9  # N * T positions: the last token predicts nothing
@@ -338,16 +338,16 @@ def rl_step(model, opt, task, draw, cfg, gen, device):
     mask, group = out.mask, out.group
 
     def fwd_bwd():
-        adv = advantage.advantages(rewards, group, loss.own_estimator(cfg.loss))
+        adv = estimators.advantages(rewards, group, objectives.own_estimator(cfg.loss))
         with train.amp(cfg, device):
             logp = completion_logprobs(model, out.prompts, out.tokens, mask, PAD,
                                        cfg.temperature)
         counts = loss.step_counts(mask, adv, max_len=task.max_new_tokens)
-        value, _ = loss.policy_loss(
-            loss.LossBatch(logp, out.old_logprobs, mask, adv, group, counts=counts),
-            loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
+        value, _ = objectives.policy_loss(
+            objectives.LossBatch(logp, out.old_logprobs, mask, adv, group, counts=counts),
+            objectives.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
         )
-        loss.first_token_residual(loss.coefficients(value, logp), group)
+        residuals.first_token_residual(residuals.coefficients(value, logp), group)
         opt.zero_grad(set_to_none=True)
         value.backward()
     t["fwd_bwd"], _ = timed(fwd_bwd, device)
@@ -384,7 +384,7 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     )
     batch.max_len = task.max_new_tokens
     gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
-    train.rl_update(model, opt, batch, cfg, gen)
+    train.rl_update(model, opt, batch, cfg, gen, objectives.lesson_objective(cfg))
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t, gather_s
@@ -436,11 +436,12 @@ def bench_ddp(P, device, size, quick):
         "torch.distributed.run",
         "--standalone",
         "--nproc_per_node=2",
-        os.path.abspath(__file__),
+        "-m",
+        "lab.bench",
         "--ddp_worker",
         f"--device={device}",
     ] + (["--quick"] if quick else [])
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                          env=dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads())))
     if run.returncode:
         sys.exit(f"error: the 2-process run failed:\n{run.stderr[-2000:]}")
@@ -455,7 +456,7 @@ def bench_ddp(P, device, size, quick):
 def parse(argv):
     """--quick, --ddp, --device, --out: checked before any measurement (CliError, one line)."""
     opts = {"quick": False, "device": "auto", "out": "", "ddp": None, "ddp_worker": False}
-    usage = "usage: python bench.py [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
+    usage = "usage: python -m lab.bench [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
     for a in argv:
         if a in ("-h", "--help"):
             print(
@@ -501,7 +502,7 @@ def main(argv):
     if opts["ddp_worker"]:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             raise CliError(
-                "--ddp_worker is internal: bench.py starts it under torchrun; run python bench.py "
+                "--ddp_worker is internal: bench.py starts it under torchrun; run python -m lab.bench "
                 "--ddp"
             )
         return ddp_worker(P, device, P["sizes"][0])

@@ -46,11 +46,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e1_flips\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
+from lab import probes
+from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
@@ -85,7 +85,7 @@ def one_seed(item):
         for _ in range(opts["batches"]):
             b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
             b.max_len = task.max_new_tokens
-            adv = advantage.advantages(b.rewards, b.group, "grpo")
+            adv = estimators.advantages(b.rewards, b.group, "grpo")
             rewards.append(float(b.rewards.mean()))
             new = {"adam": common.real_step(m64, opt, b, adv)[0],
                    "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"])}

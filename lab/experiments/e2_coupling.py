@@ -52,12 +52,12 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e2_coupling\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
-from experiments.e1_flips import nan
+from lab import probes
+from lab.experiments.e1_flips import nan
+from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
@@ -87,7 +87,7 @@ def one_state(opts, seed, step, path, task, draw):
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
         b.max_len = task.max_new_tokens
-        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        adv = estimators.advantages(b.rewards, b.group, "grpo")
         m = b.mask
         a_tok = adv[:, None].expand_as(m)[m]
         live = a_tok != 0

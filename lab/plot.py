@@ -12,7 +12,7 @@ section 4), which get their own panels.
 
 Usage::
 
-    python plot.py OUT_DIR [OUT_DIR ...] [--out=FILE]
+    python -m lab.plot OUT_DIR [OUT_DIR ...] [--out=FILE]
 
 Each OUT_DIR is a folder train.py wrote (it holds metrics.jsonl). Several
 folders are overlaid, one colour per run, for comparing runs. The figure goes

@@ -25,8 +25,8 @@ verifier does not check) have a thick black outline; tokens whose (history, toke
 a positive and a negative rollout share have a dashed one. One panel per
 objective, same rollouts, stacked so the figure stays narrow.
 
-    python see.py --init_from=out/warm_start.pt                 # writes see.png
-    python see.py --init_from=out/warm_start.pt --optimizer=adam --out=see_adam.png
+    python -m lab.see --init_from=out/warm_start.pt                 # writes see.png
+    python -m lab.see --init_from=out/warm_start.pt --optimizer=adam --out=see_adam.png
 
 Without matplotlib it prints the same information as text.
 """
@@ -37,15 +37,13 @@ import sys
 from dataclasses import dataclass
 
 import torch
-
-import advantage
-import loss
 import toy_tasks
-import probes  # one update, its Deltas and coefficients
+from lab import probes  # one update, its Deltas and coefficients
 from plumbing.checkpoint import load_checkpoint
 from plumbing.config import FIGURE_TYPES, Config, _f, check_numbers, check_out_file, parse_args
 from plumbing.errors import CliError, fail
 from sampler import rollouts
+from lab import estimators, objectives, residuals
 
 
 @dataclass
@@ -96,11 +94,11 @@ def pick_group(model, task, cfg):
 
 def panel(model64, batch, name, cfg):
     """Delta log pi per token after one update of objective ``name`` on the batch."""
-    adv = advantage.advantages(batch.rewards, batch.group, loss.own_estimator(name))
+    adv = estimators.advantages(batch.rewards, batch.group, objectives.own_estimator(name))
     new = probes.one_update(model64, batch, adv, cfg.optimizer, cfg.lr, objective=name)
     delta = probes.token_deltas(model64, new, batch)
     coef = probes.token_coefficients(model64, batch, adv, name)
-    res = loss.exch_residual(coef, adv, batch.tokens, batch.mask, batch.group)
+    res = residuals.exch_residual(coef, adv, batch.tokens, batch.mask, batch.group)
     return delta, adv, res
 
 
@@ -111,7 +109,7 @@ def draw(plt, batch, k, task, panels, cfg):
     rows.sort(key=lambda i: -float(batch.rewards[i]))
     p = batch.problems[rows[0]]
     tok, mask = batch.tokens, batch.mask
-    sets = loss.history_token_sets(tok, mask, batch.group)
+    sets = residuals.history_token_sets(tok, mask, batch.group)
     sign = torch.sign(batch.rewards[rows] - batch.rewards[rows].mean())
     both = {int(s) for s in sets[rows].unique() if int(s) >= 0 and
             {float(x) for x in sign[(sets[rows] == s).any(1)]} >= {1.0, -1.0}}
@@ -192,7 +190,7 @@ def main(cfg):
     names = [x for x in cfg.losses.split(",") if x]
     for n in names:
         try:
-            loss.objective(n)
+            objectives.objective(n)
         except ValueError as e:
             raise CliError(str(e)) from None
     if not names:

@@ -1,4 +1,4 @@
-"""advantage.py: advantage estimators, the first half of every objective (``--adv``).
+"""estimators.py: the engines' advantage estimators (``--adv``), one record each.
 
 What it teaches
 ---------------
@@ -26,7 +26,7 @@ is centred, and its upstream source); THEORY.md shows the table they generate
 (``table()``; tests/test_docs.py checks the copy).
 
 ``--adv=auto`` (the default) takes the estimator each ``--loss`` has always used
-(its record's ``adv`` in loss.OBJECTIVES), so every command written before
+(its record's ``adv`` in lab/objectives.py), so every command written before
 ``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with
 gamma = 1
 and no KL in the reward, where every token of a completion has the return r_i.
@@ -40,29 +40,8 @@ from typing import Callable
 
 import torch
 
-
-def compact(group):
-    """Group ids -> 0..K-1 (so any labels work, also a subset of a batch)."""
-    return torch.unique(group, return_inverse=True)[1]
-
-
-def group_sum(x, group):
-    """Sum of x over the members of each row's group, broadcast back to rows."""
-    g = compact(group)
-    return torch.zeros(int(g.max()) + 1, dtype=x.dtype, device=x.device).index_add_(0, g, x)[g]
-
-
-def group_mean(x, group):
-    """Mean of x over the members of each row's group, and the group's size, per row."""
-    n = group_sum(torch.ones_like(x), group)
-    return group_sum(x, group) / n, n
-
-
-def group_std(x, group):
-    """Sample (Bessel-corrected) sd of x inside each row's group, as TRL and verl."""
-    mu, n = group_mean(x, group)
-    var, _ = group_mean((x - mu) ** 2, group)
-    return (var * n / (n - 1)).sqrt()
+import loss
+from loss import compact, group_mean, group_std, group_sum
 
 
 def _token_whiten(x, lengths):
@@ -133,10 +112,11 @@ def estimator(name):
 
 # The estimators (THEORY.md's table). Each fn reads (r, group, mu, n, lengths, baseline,
 # eps): the rewards, the group ids, the group mean and size per row, and the rest.
-register(Estimator("grpo", lambda r, g, mu, n, L, b, eps: (r - mu) / (group_std(r, g) + eps),
+register(Estimator("grpo", lambda r, g, mu, n, L, b, eps: loss.advantages(r, g, scale=True),
     formula="(r_i - mu_g)/(sigma_g + eps)", centred=True, centred_text="yes",
     upstream='verl `grpo`; TRL `scale_rewards="group"`'))
-register(Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: r - mu, formula="r_i - mu_g",
+register(Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: loss.advantages(r, g, scale=False),
+    formula="r_i - mu_g",
     centred=True, centred_text="yes",
     upstream='verl `grpo` + `norm_adv_by_std_in_grpo=False`; TRL `scale_rewards="none"`'))
 register(Estimator("grpo_batch_std", lambda r, g, mu, n, L, b, eps: (r - mu) / (r.std() + eps),
@@ -201,23 +181,3 @@ def advantages(rewards, group, name="grpo", lengths=None, baseline=None, eps=1e-
     r = rewards.float()
     mu, n = group_mean(r, group)
     return est.fn(r, group, mu, n, lengths, baseline, eps)
-
-
-def permute_within_groups(rewards, group, generator):
-    """--permute_rewards, the null-reward control: each group's rewards shuffled
-    across its rollouts. Every group keeps its rewards (so its mean, sd and
-    mixed-ness), but no completion is scored by its own reward."""
-    r = torch.rand(len(rewards), generator=generator, device=generator.device).to(rewards.device)
-    g = group.to(torch.float64) * 2
-    src = torch.argsort(g + r.to(torch.float64))  # each group's rows, in a random order
-    dst = torch.argsort(g, stable=True)            # each group's rows, in their own order
-    out = rewards.clone()
-    out[dst] = rewards[src]
-    return out
-
-
-def zero_variance_fraction(rewards, group):
-    """Fraction of groups whose rewards are all equal (no within-group signal)."""
-    r, g = rewards.float().cpu(), compact(group).cpu()  # bookkeeping, one loop over groups
-    same = [bool((r[g == k] == r[g == k][0]).all()) for k in range(int(g.max()) + 1)]
-    return sum(same) / len(same)

@@ -100,7 +100,7 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e10_length\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import toy_tasks
 
 ARMS = ("grpo", "dr_grpo", "dapo")

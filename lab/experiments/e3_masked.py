@@ -57,11 +57,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e3_masked\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
+from lab import probes
+from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
@@ -109,7 +109,7 @@ def one_seed(item):
     cf, advs = {v: [] for v in VARIANTS}, []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        adv = estimators.advantages(b.rewards, b.group, "grpo")
         m = b.mask
         a_tok, y = adv[:, None].expand_as(m)[m], b.tokens[m]
         advs.append(a_tok)

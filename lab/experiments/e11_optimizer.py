@@ -154,15 +154,15 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e11_optimizer\n")
     sys.exit(2)
-from experiments import common
-from experiments import drift_probes as DP
-from experiments import stats
-import advantage
+from lab.experiments import common
+from lab.experiments import drift_probes as DP
+from lab.experiments import stats
 import batching
 from plumbing import checkpoint
 import toy_tasks
 from model import rl_optimizer
 from sampler import evaluate, rollouts
+from lab import estimators
 
 ARMS = {
     "adamw": {"optimizer": "adamw"},
@@ -244,7 +244,7 @@ def run_arm(opts, seed, arm, rl_steps, lr, p_f=None):
         batch = rollouts(model, task, draw, cfg, gen, device)
         batch.max_len = task.max_new_tokens
         lens = batch.mask.sum(1)
-        adv = advantage.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
+        adv = estimators.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
         mb = batching.make_minibatches(cfg.batching, batch.group, adv, lens, 1, gen)[0]
         out = DP.split_step(model, opt, batch.rows(mb), adv[mb], cfg, task, held_out, memo)
         if not all(math.isfinite(out[k]) for k in ("measured", "kl")):

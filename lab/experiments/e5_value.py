@@ -58,11 +58,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e5_value\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
+from lab import probes
+from lab import estimators
 
 EXTRA = dict(common.DIAG_FLAGS, batches=(4, "rollout batches per seed"),
              K=(8, "Monte Carlo continuations per valued prefix"),
@@ -93,7 +93,7 @@ def one_seed(item):
     rewards = []
     for _ in range(opts["batches"]):
         b = common.rollout_batch(model, task, draw, opts["prompts"], opts["group_size"], gen)
-        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        adv = estimators.advantages(b.rewards, b.group, "grpo")
         rewards.append(float(b.rewards.float().mean()))
         m64 = copy.deepcopy(model).double()
         with torch.no_grad():

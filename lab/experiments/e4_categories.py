@@ -47,12 +47,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e4_categories\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
-import loss
+from lab import probes
+from lab import estimators, objectives
 
 EXTRA = dict(
     common.DIAG_FLAGS,
@@ -85,7 +84,7 @@ def one_seed(item):
             cats = probes.token_categories(task, b.problems, b.tokens, m)[m]
             count += torch.bincount(cats, minlength=len(CATS)).double()
             for l in LOSSES:
-                adv = advantage.advantages(b.rewards, b.group, loss.own_estimator(l))
+                adv = estimators.advantages(b.rewards, b.group, objectives.own_estimator(l))
                 new = {"adam": common.real_step(m64, opt, b, adv.double(), l)[0],
                        "sgd": probes.one_update(m64, b, adv, "sgd", opts["sgd_lr"], objective=l)}
                 for o in OPTS:

@@ -26,8 +26,9 @@ import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from lab import objectives
 from plumbing import checkpoint
 from plumbing import config
 from plumbing import dist_utils
@@ -36,7 +37,7 @@ import toy_tasks
 import train
 from model import completion_logprobs
 from toy_tasks import PAD
-from experiments.stats import (
+from lab.experiments.stats import (
     ci,
     contrast,
     fmt,
@@ -49,7 +50,7 @@ from experiments.stats import (
 )
 from plumbing.config import Config, check_out_dir, parse_args
 from plumbing.errors import CliError, fail
-from experiments.output import (
+from lab.experiments.output import (
     caption,
     ci_note,
     clean,
@@ -413,7 +414,7 @@ def rl_states(opts, seed, steps, lr=None):
         model.train()
         batch = train.rollouts(model, task, draw, cfg, gen, "cpu")
         batch.max_len = task.max_new_tokens
-        train.rl_update(model, opt, batch, cfg, gen)
+        train.rl_update(model, opt, batch, cfg, gen, objectives.lesson_objective(cfg))
     return paths
 
 
@@ -492,7 +493,8 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD)
     rows = torch.arange(len(adv))
-    train.optimizer_step(new, new_opt, dataclasses.replace(batch, old_logprobs=old), adv, rows, cfg)
+    train.optimizer_step(new, new_opt, dataclasses.replace(batch, old_logprobs=old), adv, rows, cfg,
+                         objectives.lesson_objective(cfg))
     for p in new.parameters():
         p.requires_grad_(True)
     return new, new_opt

@@ -19,7 +19,7 @@ import platform
 import subprocess
 
 from plumbing.errors import fail
-from experiments.stats import ci, print_contrasts
+from lab.experiments.stats import ci, print_contrasts
 
 
 def errbars(pairs, floor=None, ceil=None):
@@ -170,7 +170,7 @@ STARTED = {}
 
 def _provenance(device):
     import torch
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
     def git(*args):
         try:

@@ -50,11 +50,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e6_group_size\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 import torch
 
-import probes
-import advantage
+from lab import probes
+from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
@@ -75,7 +75,7 @@ def setting(model, opt, task, draw, gen, B, G, opts):
     batches, deltas, moved, rewards = [], [], [], []
     for _ in range(math.ceil(opts["rollouts"] / (B * G))):
         b = common.rollout_batch(model, task, draw, B, G, gen)
-        adv = advantage.advantages(b.rewards, b.group, "grpo")
+        adv = estimators.advantages(b.rewards, b.group, "grpo")
         m64 = copy.deepcopy(model).double()
         new = common.real_step(m64, opt, b, adv, "grpo")[0]
         with torch.no_grad():

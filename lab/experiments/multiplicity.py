@@ -33,8 +33,8 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.multiplicity\n")
     sys.exit(2)
-from experiments import common
-from experiments import stats
+from lab.experiments import common
+from lab.experiments import stats
 
 
 # JSON keys that hold post-hoc contrasts, {arm: contrast}: each is reported as "<key> <arm>"

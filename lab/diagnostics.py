@@ -28,12 +28,11 @@ token values) live in probes.py.
 import math
 
 import torch
-
-import advantage
 import toy_tasks
 from model import completion_logprobs, left_pad
 from sampler import sample
 from toy_tasks import EOS, PAD
+import loss
 
 
 # ----------------------------------------------------------------------------- learning tax, drift
@@ -41,7 +40,7 @@ from toy_tasks import EOS, PAD
 def common_prefix(tokens, mask, group):
     """Per row, the length of its group's longest common completion prefix (on the CPU:
     bookkeeping, one small loop per group)."""
-    tokens, mask, g = tokens.cpu(), mask.cpu(), advantage.compact(group).cpu()
+    tokens, mask, g = tokens.cpu(), mask.cpu(), loss.compact(group).cpu()
     out = torch.zeros(len(g), dtype=torch.long, device="cpu")
     for k in range(int(g.max()) + 1):
         rows = (g == k).nonzero()[:, 0]
@@ -62,7 +61,7 @@ def shared_histories(tokens, mask, group, interior=False):
     same token after them, so with exchangeable weights their gradient cancels,
     and whatever moves there is learning tax."""
     ell = common_prefix(tokens, mask, group)
-    g, mask = advantage.compact(group).cpu(), mask.cpu()
+    g, mask = loss.compact(group).cpu(), mask.cpu()
     pairs = []
     for k in range(int(g.max()) + 1):
         r = int((g == k).nonzero()[0, 0])
@@ -113,7 +112,7 @@ def tax_before(model, batch):
 
 def mixed_rows(rewards, group):
     """bool [N]: the rows of mixed groups, whose rewards are not all equal."""
-    g, r = advantage.compact(group), rewards.float()
+    g, r = loss.compact(group), rewards.float()
     n = int(g.max()) + 1
     lo = torch.full((n,), float("inf"), device=r.device).scatter_reduce_(0, g, r, "amin")
     hi = torch.full((n,), float("-inf"), device=r.device).scatter_reduce_(0, g, r, "amax")

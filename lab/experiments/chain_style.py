@@ -38,7 +38,7 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.chain_style\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 
 ARMS = ("grpo", "dr_grpo")
 METRICS = (

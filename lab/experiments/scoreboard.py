@@ -8,11 +8,11 @@ switches, the coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) are read off
 by autograd on synthetic rollout groups and scored twice:
 
     exch_residual   mean over (history, token) sets S of
-                    |sum_S c_i - wbar sum_S Â_i| / sum_S |c_i|   (loss.exch_residual):
+                    |sum_S c_i - wbar sum_S Â_i| / sum_S |c_i|   (residuals.exch_residual):
                     0 when every copy of a token after one identical history gets
                     the same weight (gradient exchangeability [P1]), whatever A.
     whole-group     |sum_i c_i| / sum_i |c_i| over the group's first token, which
-                    every rollout of the group shares (loss.first_token_residual):
+                    every rollout of the group shares (residuals.first_token_residual):
                     0 when the copies cancel, which needs equal weights *and* a
                     centred estimator (sum_i Â_i = 0), or a transform that forces
                     sum_i Â_i w~_i = 0 (Adv-Orthogonal).
@@ -64,20 +64,19 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.scoreboard\n")
     sys.exit(2)
-from experiments import common
-import advantage
+from lab.experiments import common
 import loss
-import loss_engines
+from lab import engines, estimators, objectives, residuals
 
-REGIMES = loss.REGIMES
+REGIMES = objectives.REGIMES
 SHORT = "on, off, clip, split"
 COV_RATIO = 0.02
-ALL = loss.EVERY_REGIME
+ALL = objectives.EVERY_REGIME
 
 
 def clip_of(objective):
     """(--clip, eps_low, eps_high) a row is scored with: the objective's own range."""
-    obj = loss.OBJECTIVES[objective]
+    obj = objectives.OBJECTIVES[objective]
     if obj.clip == "none":
         return "none", 0.2, 0.28
     low, high = obj.eps
@@ -127,7 +126,7 @@ SWITCHES = {
             set() if m == "seq-mean-token-mean" else ALL - {"clip binds"},
             "1/L_i" if m == "seq-mean-token-mean" else "clip by sign",
         )
-        for m in loss.AGGS
+        for m in objectives.AGGS
     },
 }
 
@@ -146,7 +145,7 @@ def make_batch(regime, n_groups, G=6, seed=0):
         r = (torch.rand(G, generator=g) < 0.5).float()
         r[0], r[1] = 1.0, 0.0
         rewards[k * G:(k + 1) * G] = r[torch.randperm(G, generator=g)]
-    ids = loss.history_token_sets(tokens, mask, group)
+    ids = residuals.history_token_sets(tokens, mask, group)
     K = int(ids.max()) + 1
     per_set = lambda lo, hi: lo + (hi - lo) * torch.rand(K, generator=g)
     at = lambda v: torch.where(mask, v[ids.clamp(min=0)], torch.zeros(()))
@@ -181,7 +180,7 @@ def row_setup(name):
     """(loss, estimator, switches) of a board row: 'loss · adv' or a SWITCHES name."""
     if name in SWITCHES:
         objective, sw = SWITCHES[name][:2]
-        return objective, loss.own_estimator(objective), sw
+        return objective, objectives.own_estimator(objective), sw
     objective, est = name.split(" · ")
     return objective, est, ({"dro_beta": 0.5} if objective == "dro" else {})
 
@@ -189,9 +188,9 @@ def row_setup(name):
 def keeps(b, sw, adv, idx):
     """The token selection switches' keep mask on the rows idx (None when off)."""
     if "top_entropy_quantile" in sw:
-        return loss_engines.entropy_keep(b["ent"][idx], b["mask"][idx], sw["top_entropy_quantile"])
+        return engines.entropy_keep(b["ent"][idx], b["mask"][idx], sw["top_entropy_quantile"])
     if "off_policy_mask_threshold" in sw:
-        return loss_engines.off_policy_keep(b["new"][idx], b["old"][idx], b["mask"][idx], adv[idx],
+        return engines.off_policy_keep(b["new"][idx], b["old"][idx], b["mask"][idx], adv[idx],
                                  sw["off_policy_mask_threshold"])
     return None
 
@@ -200,7 +199,7 @@ def coefficients(b, name):
     """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
     objective, est, sw = row_setup(name)
     clip, lo, hi = clip_of(objective)
-    adv = advantage.advantages(
+    adv = estimators.advantages(
         b["rewards"], b["group"], est, lengths=b["mask"].sum(1), baseline=b["baseline"]
     )
     counts = loss.step_counts(
@@ -214,11 +213,11 @@ def coefficients(b, name):
         if k not in ("top_entropy_quantile", "off_policy_mask_threshold")
     }
     for idx in b["parts"]:
-        batch = loss.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
+        batch = objectives.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
                             counts=counts, ref_logprobs=b["ref"][idx], entropy=ent[idx],
                             keep=keeps(b, sw, adv, idx))
-        total, _ = loss.policy_loss(
-            batch, loss.LossSettings(objective, clip, lo, hi, cov_ratio=COV_RATIO, **kw)
+        total, _ = objectives.policy_loss(
+            batch, objectives.LossSettings(objective, clip, lo, hi, cov_ratio=COV_RATIO, **kw)
         )
         total.backward()
     return -new.grad, adv
@@ -259,20 +258,20 @@ def data_hits(b, name, adv):
             m, new, a = b["mask"][idx], b["new"][idx], adv[idx]
             lr = (new - b["old"][idx]) * m
             if objective == "clip_cov":
-                _, clipped = loss.ppo_term(
+                _, clipped = objectives.ppo_term(
                     lr.exp(), a[:, None], loss.clip_bounds("higher", 0.2, 0.28)
                 )
-                full[idx] = loss_engines.cov_select(
+                full[idx] = engines.cov_select(
                     a,
                     new,
                     m,
                     COV_RATIO,
-                    loss_engines.COV["lb"],
-                    loss_engines.COV["ub"],
+                    engines.COV["lb"],
+                    engines.COV["ub"],
                     exclude=clipped,
                 )
             else:
-                full[idx] = loss_engines.cov_select(a, new, m, COV_RATIO) & (
+                full[idx] = engines.cov_select(a, new, m, COV_RATIO) & (
                     lr != 0
                 )  # |log rho| has no gradient at 0
         if objective == "clip_cov":
@@ -308,16 +307,16 @@ def predict(b, name, regime, adv):
     """(exch prediction, whole-group prediction, note): '0' or '>0' each, from the
     tables' verdicts and the batch's advantages and masks (never from c)."""
     objective, est, sw = row_setup(name)
-    cancels = SWITCHES[name][2] if name in SWITCHES else loss.OBJECTIVES[objective].cancels
+    cancels = SWITCHES[name][2] if name in SWITCHES else objectives.OBJECTIVES[objective].cancels
     if (
         objective == "dfpo_orth"
     ):  # sum_i Â_i w~_i = 0 inside every group (or part of one), by design
         unequal = (
-            not advantage.ESTIMATORS[est].centred or regime != "on-policy"
+            not estimators.ESTIMATORS[est].centred or regime != "on-policy"
         )  # w~ = w - (A.w/|A|^2) A
         return ("0", "0", "bc") if one_signed(b, adv) or not unequal else (">0", "0", "bc")
     hits, seen = data_hits(b, name, adv)
-    additive = loss.OBJECTIVES[objective].additive or "beta" in sw
+    additive = objectives.OBJECTIVES[objective].additive or "beta" in sw
     if not additive and one_signed(b, adv):
         return (
             "0",
@@ -333,7 +332,7 @@ def predict(b, name, regime, adv):
     first = set(b["ids"][:, 0].tolist())
     whole = (
         "0"
-        if regime in cancels and advantage.ESTIMATORS[est].centred and not seen & first
+        if regime in cancels and estimators.ESTIMATORS[est].centred and not seen & first
         else ">0"
     )
     return exch, whole, note
@@ -348,10 +347,10 @@ def score(names, n_groups, seeds=(0,)):
             for seed in seeds:
                 b = make_batch(regime, n_groups, seed=seed)
                 c, adv = coefficients(b, name)
-                ex.append(loss.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
+                ex.append(residuals.exch_residual(c, adv, b["tokens"], b["mask"], b["group"]))
                 c0 = c[:, 0]
                 wh.append(
-                    loss.first_token_residual(c, b["group"])
+                    residuals.first_token_residual(c, b["group"])
                     if float(c0.abs().sum()) > 1e-12
                     else None
                 )
@@ -397,7 +396,7 @@ def main(argv):
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
-    grid = [f"{name} · {est}" for name in loss.OBJECTIVES for est in advantage.ESTIMATORS]
+    grid = [f"{name} · {est}" for name in objectives.OBJECTIVES for est in estimators.ESTIMATORS]
     board = score(grid + list(SWITCHES), n_groups, seeds)
     for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
                               ("whole_group", "whole_match", "whole-group residual")):
@@ -409,11 +408,11 @@ def main(argv):
             [objective]
             + [
                 code([board[f"{objective} · {e}"][r] for r in REGIMES], key, match)
-                for e in advantage.ESTIMATORS
+                for e in estimators.ESTIMATORS
             ]
-            for objective in loss.OBJECTIVES
+            for objective in objectives.OBJECTIVES
         ]
-        common.table(rows, ["loss \\ adv"] + [e[:14] for e in advantage.ESTIMATORS])
+        common.table(rows, ["loss \\ adv"] + [e[:14] for e in estimators.ESTIMATORS])
     common.table(
         [
             [
@@ -452,10 +451,10 @@ def main(argv):
             "quick": o["quick"],
         },
         "regimes": list(REGIMES),
-        "losses": list(loss.OBJECTIVES),
-        "estimators": list(advantage.ESTIMATORS),
+        "losses": list(objectives.OBJECTIVES),
+        "estimators": list(estimators.ESTIMATORS),
         "switches": {n: SWITCHES[n][3] for n in SWITCHES},
-        "why": {n: o.why for n, o in loss.OBJECTIVES.items() if o.why},
+        "why": {n: o.why for n, o in objectives.OBJECTIVES.items() if o.why},
         "summary": board,
         "mismatches": [list(m) for m in mism],
         "wall_s": round(time.time() - t0, 2),
@@ -467,12 +466,12 @@ def main(argv):
 def plot(plt, board):
     """Loss x estimator: in how many regimes the whole group's shared token cancels."""
     import numpy as np
-    n_l, n_e = len(loss.OBJECTIVES), len(advantage.ESTIMATORS)
+    n_l, n_e = len(objectives.OBJECTIVES), len(estimators.ESTIMATORS)
     vals = np.zeros((n_l, n_e))
     # 8 inches wide: 12 columns of 4 monospace characters still fit at 11 points
     fig, ax = plt.subplots(figsize=(8, 11), layout="constrained")
-    for i, objective in enumerate(loss.OBJECTIVES):
-        for j, est in enumerate(advantage.ESTIMATORS):
+    for i, objective in enumerate(objectives.OBJECTIVES):
+        for j, est in enumerate(estimators.ESTIMATORS):
             cells = [board[f"{objective} · {est}"][r] for r in REGIMES]
             vals[i, j] = sum(
                 1 for d in cells if d["whole_group"] is not None and d["whole_group"] < 1e-6
@@ -483,9 +482,9 @@ def plot(plt, board):
     # an integer scale: five discrete colours, one per count of regimes (0-4)
     im = ax.imshow(vals, cmap=plt.get_cmap("Greens", 5), vmin=-0.5, vmax=4.5, aspect="auto")
     ax.set_xticks(range(n_e))
-    ax.set_xticklabels(list(advantage.ESTIMATORS), rotation=40, ha="right", fontsize=11)
+    ax.set_xticklabels(list(estimators.ESTIMATORS), rotation=40, ha="right", fontsize=11)
     ax.set_yticks(range(n_l))
-    ax.set_yticklabels(list(loss.OBJECTIVES), fontsize=11)
+    ax.set_yticklabels(list(objectives.OBJECTIVES), fontsize=11)
     ax.set_xlabel("advantage estimator (--adv)")
     ax.set_ylabel("objective (--loss)")
     # the key to the characters is in the markdown caption, not the image

@@ -83,7 +83,7 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e7_schedulers\n")
     sys.exit(2)
-from experiments import common
+from lab.experiments import common
 from plumbing.errors import CliError
 
 MINI = ("shuffle", "query", "balanced", "sign")  # the mini-batched arms; full is the reference

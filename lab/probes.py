@@ -5,7 +5,7 @@ What it teaches
 A critic-free update gives every token of completion i the same sign, that of
 its advantage Â_i. Whether a token's probability actually goes up or down is
 another matter: tokens are coupled through the shared parameters. With
-per-token coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) (loss.coefficients)
+per-token coefficients c_{i,t} = -d loss / d log pi(y_{i,t}) (residuals.coefficients)
 one SGD step of size eta changes log pi(y_i) to first order by
 
     Delta_i = eta * sum_j c_j * grad log pi(y_i) . grad log pi(y_j).
@@ -52,6 +52,7 @@ import toy_tasks
 from model import completion_logprobs
 from sampler import sample
 from toy_tasks import PAD
+from lab import objectives, residuals
 
 CATEGORIES = (
     "template",
@@ -75,11 +76,11 @@ def token_coefficients(model, batch, adv, objective="grpo"):
         logp = logp_of(model, batch)
     new = logp.clone().requires_grad_(True)
     counts = loss.step_counts(batch.mask, adv, max_len=batch.max_len)
-    value, _ = loss.policy_loss(
-        loss.LossBatch(new, logp, batch.mask, adv, batch.group, counts=counts),
-        loss.LossSettings(objective, clip="none"),
+    value, _ = objectives.policy_loss(
+        objectives.LossBatch(new, logp, batch.mask, adv, batch.group, counts=counts),
+        objectives.LossSettings(objective, clip="none"),
     )
-    return loss.coefficients(value, new).detach() * batch.mask
+    return residuals.coefficients(value, new).detach() * batch.mask
 
 
 def one_update(

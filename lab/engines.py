@@ -1,11 +1,11 @@
-"""loss_engines.py: the objectives the big RL engines ship, beyond the GRPO family.
+"""engines.py: the objectives the big RL engines ship, beyond the GRPO family.
 
 What it teaches
 ---------------
-Each function here is the term of one record in loss.OBJECTIVES (a row of the
-table in loss.py's docstring), written as a per-token loss
+Each function here is the term of one record in objectives.OBJECTIVES (a row of the
+table in objectives.py), written as a per-token loss
 from the log-ratios ``log rho = log pi_new - log pi_old``, the advantages A and
-the per-sequence aggregation weight ``agg`` (agg_i) that loss.policy_loss passes in.
+the per-sequence aggregation weight ``agg`` (agg_i) that objectives.policy_loss passes in.
 What matters for cancellation is the coefficient each copy of a shared
 (history, token) ends up with: a weight that depends on the copy's own
 sequence (a sequence ratio, a length, a covariance selection) breaks
@@ -153,7 +153,7 @@ def gmpo(new_logp, log_ratio, mask, adv, agg, bounds, opts):
 
 
 def clip_cov_cut(per_tok, clipped, new_logp, mask, adv, cov_ratio):
-    """clip_cov on top of the PPO token loss (loss.ppo_term): the selected tokens
+    """clip_cov on top of the PPO token loss (objectives.ppo_term): the selected tokens
     lose their gradient. Returns (per_tok, no-gradient mask, extra stats)."""
     sel = cov_select(adv, new_logp, mask, cov_ratio, COV["lb"], COV["ub"], exclude=clipped)
     return per_tok * (~sel).float(), clipped | sel, {"cov_frac": float(_frac(sel, mask))}

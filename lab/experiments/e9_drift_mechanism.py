@@ -107,15 +107,15 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as "
                      "python -m experiments.e9_drift_mechanism\n")
     sys.exit(2)
-from experiments import common
-from experiments import drift_probes as DP
-import advantage
+from lab.experiments import common
+from lab.experiments import drift_probes as DP
 import batching
 from plumbing import checkpoint
-from experiments import stats
+from lab.experiments import stats
 import toy_tasks
 from model import rl_optimizer
 from sampler import evaluate, rollouts
+from lab import estimators
 
 ARMS = {
     "adamw": {"loss": "dr_grpo"},
@@ -201,7 +201,7 @@ def run_arm(opts, seed, arm, rl_steps, lr=None):
         batch = rollouts(model, task, draw, cfg, gen, "cpu")
         batch.max_len = task.max_new_tokens
         lens = batch.mask.sum(1)
-        adv = advantage.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
+        adv = estimators.advantages(batch.rewards, batch.group, cfg.adv, lengths=lens)
         step = {k: 0.0 for k in PARTS + ("kl",)}
         step.update(DP.credit(batch, adv), reward=float(batch.rewards.mean()), entropy=None)
         n = 0

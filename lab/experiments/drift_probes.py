@@ -55,6 +55,7 @@ import loss
 import toy_tasks
 from model import completion_logprobs, left_pad
 from toy_tasks import PAD
+from lab import objectives, residuals
 
 RESTATE = toy_tasks.encode("(")[0]
 
@@ -130,11 +131,11 @@ def step_coefficients(logp, old, batch, adv, cfg):
     DFPO, the weights w~ of these rows. On-policy (old = logp): rho = 1."""
     new = logp.detach().clone().requires_grad_(True)
     counts = loss.step_counts(batch.mask, adv, max_len=batch.max_len)
-    value, _ = loss.policy_loss(
-        loss.LossBatch(new, old, batch.mask, adv, batch.group, counts=counts),
-        loss.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
+    value, _ = objectives.policy_loss(
+        objectives.LossBatch(new, old, batch.mask, adv, batch.group, counts=counts),
+        objectives.LossSettings(cfg.loss, cfg.clip, cfg.clip_low, cfg.clip_high),
     )
-    return loss.coefficients(value, new).detach() * batch.mask
+    return residuals.coefficients(value, new).detach() * batch.mask
 
 
 def _grad(scalar, params, keep=False):

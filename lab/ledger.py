@@ -5,7 +5,7 @@ What it teaches
 The cancellation ledger (THEORY.md section 2.5) accounts, for each rollout
 batch, for where the coefficients of the shared tokens went. A *set* S is the
 copies of one token a after one identical history h inside a group
-(loss.history_token_sets), with at least two copies. Copy i of S receives
+(residuals.history_token_sets), with at least two copies. Copy i of S receives
 c_i^(k) in optimizer step k (0 if its row is not in that step). In step k the
 copies' gradients are one vector, so only their net n_k = sum_{i in S} c_i^(k)
 moves the parameters; the rest, sum_i |c_i^(k)| - |n_k|, cancelled. With
@@ -29,16 +29,21 @@ sets of sum_k sum_i |c_i^(k)| (the shared tokens' coefficient mass), and
 ``ledger_cancelled`` the share that cancelled inside the steps. The magnitudes
 of the signed parts bound what did not cancel; they need not add up to it.
 
-The run's summary (plumbing/console.py) names the largest part other than
+The run's summary (``lines`` below) names the largest part other than
 credit (``ledger_verdict``) and a flag that removes it (``ledger_remedies``);
 diagnostics.py's ``shared_dlogp`` measures what the update did to those tokens.
 """
 
+from dataclasses import replace
+
 import torch
 
-import advantage
 import batching
 import loss
+from lab import estimators, objectives, residuals
+from plumbing.config import validate
+from plumbing.console import MIXED_HINT_FLAGS
+from plumbing.errors import CliError
 
 
 # The parts of the ledger (see the docstring), in the order the summary lists them; the
@@ -61,7 +66,7 @@ def ledger_sums(steps, adv, tokens, mask, group):
     of sum_k sum_i |c_i^(k)|, "cancelled": what cancelled inside steps, and one sum of
     magnitudes per part of LEDGER_PARTS}. Sets with one copy are left out: nothing there
     can cancel."""
-    ids = loss.history_token_sets(tokens.cpu(), mask.cpu(), group.cpu())
+    ids = residuals.history_token_sets(tokens.cpu(), mask.cpu(), group.cpu())
     n_sets = int(ids.max()) + 1 if bool((ids >= 0).any()) else 0
     zero = {"mass": 0.0, "cancelled": 0.0, **{p: 0.0 for p in LEDGER_PARTS}}
     if n_sets == 0:
@@ -85,8 +90,8 @@ def ledger_sums(steps, adv, tokens, mask, group):
         total_on.index_add_(0, rows, coef_on.detach().cpu().double())
     where = ids[on]
     a = adv.detach().cpu().double()[:, None].expand(ids.shape)
-    a_g = (advantage.group_sum(adv.detach().cpu().double(), group.cpu())
-           / advantage.group_sum(torch.ones(len(adv), dtype=torch.float64, device="cpu"),
+    a_g = (loss.group_sum(adv.detach().cpu().double(), group.cpu())
+           / loss.group_sum(torch.ones(len(adv), dtype=torch.float64, device="cpu"),
                                  group.cpu()))
     a_g = a_g[:, None].expand(ids.shape)
     copies, sum_a, abs_a = per_set(where, torch.ones_like(a[on])), per_set(where, a[on]), \
@@ -140,7 +145,7 @@ def ledger_verdict(shares):
 def ledger_remedies(part, cfg):
     """Candidate changes that remove ``part`` of the ledger, best first, as (flags, words);
     none is what cfg already uses. The caller keeps the first its flag checks accept."""
-    obj, out = loss.OBJECTIVES[cfg.loss], []
+    obj, out = objectives.OBJECTIVES[cfg.loss], []
     whole = batching.keeps_groups_whole(cfg.batching) or cfg.minibatches == 1
     fewer = {k: 1 for k in ("epochs", "minibatches") if getattr(cfg, k) > 1}
     if part == "weights":
@@ -152,7 +157,7 @@ def ledger_remedies(part, cfg):
             if name != cfg.loss:
                 out.append(({"loss": name, "agg": "auto"}, "an objective with equal weights"))
     elif part == "ratios":
-        transform = next(n for n, o in loss.OBJECTIVES.items() if o.group_transform)
+        transform = next(n for n, o in objectives.OBJECTIVES.items() if o.group_transform)
         if obj.group_transform is None:  # one weight per group, if each step holds whole groups
             flags = {"loss": transform} if whole else {"loss": transform, "batching": "query"}
             out.append((flags, "a DFPO transform: one weight per group"))
@@ -167,7 +172,7 @@ def ledger_remedies(part, cfg):
         if cfg.minibatches > 1:
             out.append(({"minibatches": 1}, "one step per epoch"))
     else:
-        for name, e in advantage.ESTIMATORS.items():
+        for name, e in estimators.ESTIMATORS.items():
             if e.centred and name != cfg.adv:
                 out.append(({"adv": name}, "a centred estimator"))
     return [(f, w) for f, w in out if any(getattr(cfg, k) != v for k, v in f.items())]
@@ -186,3 +191,62 @@ def ledger_caveats(cfg):
     on = [w for k, w in LEDGER_BLIND.items()
           if getattr(cfg, k) != (1.0 if k == "top_entropy_quantile" else 0.0)]
     return "; ".join(on)
+
+
+# ----------------------------------------------------------------------------- the run's last lines
+
+# lab/experiments/demo_ledger.py over seeds 0-9 (results/demo_ledger.json; a test checks these):
+# shared_dlogp_mean, grpo - dr_grpo: mean, 95 % t half-width, smallest detectable, margin
+DEMO_SHARED_DLOGP = (6.7e-6, 3.0e-5, 4.1e-5, 1e-4)
+
+
+def demo_finding():
+    """What the demo's ten seeds found about shared_dlogp, in one sentence."""
+    d, h, mde, margin = DEMO_SHARED_DLOGP
+    return (f"over seeds 0-9 of the demo, grpo and dr_grpo moved them alike: difference "
+            f"{d:+.1e} +- {h:.1e}, equivalent to none within +-{margin:.0e} (smallest detectable "
+            f"{mde:.1e}; results/README.md)")
+
+
+def percent(share):
+    """A ledger share for print: 0 up to float error (LEDGER_ZERO), else 3 digits."""
+    return "0 %" if share <= LEDGER_ZERO else f"{100 * share:.3g} %"
+
+
+def remedy(part, cfg):
+    """The first of ledger_remedies that this run's flag checks accept, as words
+    with its flags; '' when none is accepted."""
+    for flags, words in ledger_remedies(part, cfg):
+        try:
+            validate(replace(cfg, **flags))
+        except CliError:
+            continue
+        changed = {k: v for k, v in flags.items() if getattr(cfg, k) != v}  # what to type
+        return f"try {words} (" + " ".join(f"--{k}={v}" for k, v in changed.items()) + ")"
+    return ""
+
+
+def ledger_lines(summary, cfg):
+    """The run's cancellation ledger in a few true sentences (ledger.py, THEORY.md 2.5)."""
+    n, shares = summary["ledger_steps"], {k: summary[f"ledger_{k}"]
+                                          for k in ("cancelled", *LEDGER_PARTS)}
+    over = "the RL steps" if n == cfg.rl_steps else f"the last {n} RL steps (since the resume)"
+    if not summary["ledger_mixed_steps"]:
+        return [f"cancellation ledger over {over}: no group was mixed, so no rollout carried an "
+                "advantage against another's: nothing to cancel. " + MIXED_HINT_FLAGS]
+    if summary["ledger_mass"] == 0:
+        return [f"cancellation ledger over {over}: the tokens that rollouts of a group share "
+                "after the same history received no coefficient at all: nothing to cancel"]
+    parts = ", ".join(f"{LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
+                      for p in LEDGER_PARTS)
+    part, verdict = ledger_verdict(shares)
+    fix = remedy(part, cfg) if part else ""
+    caveat = ledger_caveats(cfg)
+    return [f"cancellation ledger over {over}: of the coefficients on tokens that several "
+            f"rollouts of a group share after the same history, {percent(shares['cancelled'])} "
+            f"cancelled inside the optimizer steps; the rest by cause (parts can offset each "
+            f"other): {parts}",
+            verdict + (f"; {fix}" if fix else "") + (f" (note: {caveat})" if caveat else ""),
+            f"shared tokens before a mixed group diverges: log-prob change "
+            f"{summary['shared_dlogp_mean']:+.1e} nats per RL step on average (steps with no "
+            f"such token count as 0)" + (f"; {demo_finding()}" if cfg.task == "add" else "")]

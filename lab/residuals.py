@@ -1,0 +1,104 @@
+"""residuals.py: how far one optimizer step's copies of a shared token were from cancelling.
+
+What it teaches
+---------------
+Inside a group, the copies of one token a after one identical history h get the
+coefficients c_i = -d loss / d log pi(a | h) (``coefficients``). With equal weights
+(c_i = w Â_i) and centred advantages their sum is the credit the rewards give a after
+h, and zero when the whole group shares it. Two residuals measure the rest on every
+step (THEORY.md section 2.1): ``first_token_residual`` over the first completion
+token, cheap and approximate, and ``exch_residual`` per (history, token) set, exact.
+The cancellation ledger (ledger.py) splits what did not cancel by cause.
+"""
+
+import torch
+
+import loss
+
+
+def coefficients(loss_value, new_logp):
+    """c_{i,t} = -d loss / d log pi_new(y_{i,t}), by autograd through the loss
+    only (the model is not touched), e.g. for ``first_token_residual``."""
+    (g,) = torch.autograd.grad(loss_value, new_logp, retain_graph=True)
+    return -g
+
+
+def first_token_residual(coef, group):
+    """First-token residual: per group, |sum_i c_i| / sum_i |c_i| over the
+    coefficients of the first completion token (whose history, the prompt, the
+    whole group shares), averaged over groups with any weight.
+
+    It sums over the first tokens *whatever they are*: when the rollouts of a
+    group start with different tokens, their legitimate per-token differences
+    (other ratios, other clips) count too, so it can be non-zero although every
+    (history, token) set cancels. ``exch_residual`` is the exact measure; this one
+    is kept because it is cheap and is what the exercises use."""
+    c0 = coef[:, 0]
+    g = loss.compact(group)
+    n_groups = int(g.max()) + 1
+    net = torch.zeros(n_groups, dtype=c0.dtype, device=c0.device).index_add_(0, g, c0).abs()
+    mass = torch.zeros(n_groups, dtype=c0.dtype, device=c0.device).index_add_(0, g, c0.abs())
+    live = mass > 1e-12
+    return float((net[live] / mass[live]).mean()) if bool(live.any()) else 0.0
+
+
+def history_token_sets(tokens, mask, group):
+    """Ids of (group, history, token) sets [N,T] (-1 off the mask).
+
+    Two completion tokens (i,t) and (j,u) get the same id exactly when they are
+    in the same group (so after the same prompt), at the same position t = u,
+    with the same completion prefix y_{<t} and the same token y_t: copies of one
+    token after one identical history. Built as a trie over each group's
+    completions."""
+    g = loss.compact(group).tolist()
+    tok, m = tokens.tolist(), mask.tolist()
+    ids = torch.full(tokens.shape, -1, dtype=torch.long, device="cpu")
+    trie = {}
+    for i in range(len(tok)):
+        node = ("g", g[i])
+        for t in range(len(tok[i])):
+            if not m[i][t]:
+                break
+            node = trie.setdefault((node, tok[i][t]), len(trie))
+            ids[i, t] = node
+    return ids
+
+
+def exch_residual(coef, adv, tokens, mask, group):
+    """The exchangeability residual, per (history, token) set (logged as exch_residual).
+
+    Inside a group, the copies of one token a after one identical history h form
+    a set S (``history_token_sets``). If every copy got the same weight w, the
+    set's net coefficient would be w * sum_S Â_i: the credit the rewards give to
+    a after h, zero when S is the whole group. The residual is what the weights
+    add on top of that:
+
+        res_S = |sum_S c_i - wbar_S sum_S Â_i| / sum_S |c_i|,
+        wbar_S = sum_S sign(Â_i) c_i / sum_S |Â_i|   (the |Â|-weighted mean weight).
+
+    With c_i = w_i Â_i this is |sum_S Â_i (w_i - wbar)| / (wbar sum_S |Â_i|): 0 when
+    the weights are equal, whatever the advantages. The converse does not hold:
+    unequal weights with sum_S Â_i (w_i - wbar) = 0 give 0 too (w = (1.15, 0.95,
+    0.85, 1.05) with Â = (1, -1, 1, -1); Adv-Orthogonal), so 0 says that this
+    step's copies cancel, not that the objective is exchangeable. On a set that
+    holds the whole group (sum_S Â_i = 0) it is the plain |sum_S c_i| / sum_S |c_i|.
+    Returns the mean of res_S over sets with at least two copies and non-zero
+    mass (0.0 if there are none)."""
+    ids = history_token_sets(tokens, mask, group)
+    on = ids >= 0
+    flat = ids[on]
+    if flat.numel() == 0:
+        return 0.0
+    c = coef.detach().double().cpu()[on]  # bookkeeping on the CPU, where ids live
+    a = adv.detach().double().cpu()[:, None].expand_as(ids)[on]
+    n_sets = int(flat.max()) + 1
+
+    def per_set(v):
+        return torch.zeros(n_sets, dtype=torch.float64, device="cpu").index_add_(0, flat, v)
+
+    net, mass, n = per_set(c), per_set(c.abs()), per_set(torch.ones_like(c))
+    sum_a, abs_a, signed = per_set(a), per_set(a.abs()), per_set(torch.sign(a) * c)
+    wbar = torch.where(abs_a > 0, signed / abs_a.clamp(min=1e-300), torch.zeros_like(abs_a))
+    live = (n >= 2) & (mass > 1e-12 * float(mass.max().clamp(min=1e-300)))
+    res = (net - wbar * sum_a).abs() / mass.clamp(min=1e-300)
+    return float(res[live].mean()) if bool(live.any()) else 0.0
