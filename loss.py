@@ -90,8 +90,9 @@ def mixed_fraction(rewards, group):
     a non-zero Â, so only it carries a learning signal."""
     g = compact(group)
     n = int(g.max()) + 1
-    lo = torch.full((n,), float("inf"), device=g.device).scatter_reduce(0, g, rewards.float(), "amin")
-    hi = torch.full((n,), float("-inf"), device=g.device).scatter_reduce(0, g, rewards.float(), "amax")
+    r = rewards.float()
+    lo = torch.full((n,), float("inf"), device=g.device).scatter_reduce(0, g, r, "amin")
+    hi = torch.full((n,), float("-inf"), device=g.device).scatter_reduce(0, g, r, "amax")
     return 1.0 - int((lo == hi).sum()) / n
 
 
@@ -248,12 +249,5 @@ def dfpo(logp, old_logp, mask, adv, group, step, clip, transform):
     return loss, ((s < clip[0]) | (s > clip[1])).float().mean()
 
 
-TRANSFORMS = {"dfpo_min": min_replace, "dfpo_orth": adv_orthogonal}  # --loss -> its transform
 dfpo_min = functools.partial(dfpo, transform=min_replace)
 dfpo_orth = functools.partial(dfpo, transform=adv_orthogonal)
-
-# The lesson's objectives (--loss) and whether each divides Â by sigma_g (--adv=grpo) or
-# not (--adv=dr_grpo). Every other --loss and --adv is in the catalogue (lab/objectives.py).
-OBJECTIVES = {"grpo": grpo, "dr_grpo": dr_grpo, "dapo": dapo, "dfpo_min": dfpo_min,
-              "dfpo_orth": dfpo_orth}
-SCALED = {"grpo": True, "dr_grpo": False}

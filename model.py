@@ -153,12 +153,12 @@ def attention_mask(q_valid, k_valid, offset=0):
 
 
 def left_pad(prompts, pad_id, device="cpu"):
-    """List of id lists -> (ids [N, L] left-padded, valid [N, L] bool, lengths [N])."""
-    lens = torch.tensor([len(p) for p in prompts], device=device)
-    L = int(lens.max())
-    ids = torch.full((len(prompts), L), pad_id, dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        ids[i, L - len(p):] = torch.tensor(p, dtype=torch.long, device=device)
+    """List of id lists -> (ids [N, L] left-padded, valid [N, L] bool, lengths [N]).
+    Built on the host and copied once: a copy per row would make a GPU wait per row."""
+    L = max(len(p) for p in prompts)
+    rows = [[pad_id] * (L - len(p)) + list(p) for p in prompts]
+    ids = torch.tensor(rows, dtype=torch.long, device="cpu").to(device)
+    lens = torch.tensor([len(p) for p in prompts], device="cpu").to(device)
     valid = torch.arange(L, device=device)[None, :] >= (L - lens)[:, None]
     return ids, valid, lens
 

@@ -33,7 +33,9 @@ import torch
 from tqdm import tqdm
 
 import batching
-import lab
+import lab.estimators
+import lab.instruments
+import lab.objectives
 import loss
 import toy_tasks
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer
@@ -120,10 +122,11 @@ def logprobs_of(net, batch, rows, cfg):
                                    cfg.temperature, return_hidden=True)
 
 
-def part_loss(objective, cfg, plain, hidden, batch, rows, logp, adv, shared):
+def part_loss(cfg, plain, hidden, batch, rows, logp, adv, shared):
     """The loss of ``rows`` (one part of a step) and its stats; and, for the lab, the same
     loss as a function of the log-probs with every ratio 1 (the on-policy coefficients)."""
     args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
+    objective = lab.objectives.lesson_objective(cfg)  # loss.grpo for --loss=grpo, clip bound in
     if objective is not None:  # the lesson's own function: loss.grpo in the demo
         value, clip_frac = objective(logp, *args, shared)
         on_policy = dict(shared, weights=None)  # DFPO: w~ of the ratios at pi_old, all 1
@@ -133,7 +136,7 @@ def part_loss(objective, cfg, plain, hidden, batch, rows, logp, adv, shared):
                                     else None, logp, *args, shared)
 
 
-def optimizer_step(model, opt, batch, adv, mb, cfg, objective, inst=None):
+def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
     """One optimizer step on mini-batch ``mb`` (indices into the batch). Returns its logged
     numbers and its coefficients c_{i,t} [len(mb), T], summed over processes."""
     mask = batch.mask
@@ -149,8 +152,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective, inst=None):
         with sync:
             logp, hidden = logprobs_of(model, batch, mb[p], cfg)
             logp.retain_grad()  # keep d loss / d log pi from the backward: the coefficients
-            value, stats, loss_at = part_loss(objective, cfg, parts.plain, hidden, batch, mb[p],
-                                              logp, adv, shared(p))
+            value, stats, loss_at = part_loss(cfg, parts.plain, hidden, batch, mb[p], logp, adv,
+                                              shared(p))
             if not torch.isfinite(value):  # stop before a NaN reaches the weights
                 raise FloatingPointError("loss is not finite")
             term = parts.term(value)
@@ -171,14 +174,14 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective, inst=None):
     return out, coef
 
 
-def rl_update(model, opt, batch, cfg, gen, objective, inst=None):
+def rl_update(model, opt, batch, cfg, gen, inst=None):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
     rewards, group, mask = batch.rewards, batch.group, batch.mask
     # 3. one advantage per completion, from its own group of rewards; fixed for every epoch:
     # the data are reused, the credit is not recomputed
-    if objective is not None:  # GRPO: (r_i - mu_g) / (sigma_g + eps); Dr. GRPO: r_i - mu_g
-        adv = loss.advantages(rewards, group, scale=loss.SCALED[cfg.adv])
+    if lab.objectives.lesson_objective(cfg):  # GRPO: (r - mu_g)/(sigma_g + eps); Dr. GRPO: r - mu_g
+        adv = loss.advantages(rewards, group, scale=cfg.adv == "grpo")
     else:  # the engines' estimators (lab/estimators.py)
         adv = lab.estimators.advantages(rewards, group, cfg.adv, lengths=mask.sum(1),
                                         baseline=batch.baseline)
@@ -190,14 +193,16 @@ def rl_update(model, opt, batch, cfg, gen, objective, inst=None):
         cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
             cfg.batching, group, adv, mask.sum(1), cfg.minibatches, gen))
         for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
-            metrics, _ = optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg,
-                                        objective, inst)
+            metrics, _ = optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg, inst)
             logs.append(metrics)
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
-    return {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}, adv, cut, logs
+    out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    if inst:  # the lab: this batch's cancellation ledger, and how the last cut split it
+        out.update(inst.update(batch, adv, cut))
+    return dict(out, steps=logs)  # and each optimizer step's numbers, for a caller
 
 
-def rl_step(run, opt, ref_model, objective):
+def rl_step(run, opt, ref_model):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
     cfg, state, step, inst = run.cfg, run.state, run.state.step, run.inst
     run.model.train()
@@ -218,11 +223,11 @@ def rl_step(run, opt, ref_model, objective):
     if inst:  # the lab looks at the rollouts before the update changes the policy
         rec.update(inst.rollouts(run.raw, batch))
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
-    means, adv, cut, logs = rl_update(run.model, opt, batch, cfg, state.gen, objective, inst)
+    out = rl_update(run.model, opt, batch, cfg, state.gen, inst)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
-    rec.update(means)
-    if inst:  # the cancellation ledger of this batch, and the learning tax (lab/)
-        rec.update(inst.update(run.raw, batch, adv, cut, mixed, rec))
+    rec.update({k: v for k, v in out.items() if k != "steps"})
+    if inst:  # the lab: what the update did at the histories each group shares
+        rec.update(inst.after(run.raw, batch, mixed, rec))
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         state.sums["mixed_start_sum"] += mixed
         state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
@@ -279,8 +284,6 @@ def rl(run):
     cfg, state = run.cfg, run.state
     opt = rl_optimizer(run.model.parameters(), cfg.optimizer, cfg.lr)
     ref_model = reference_model(run) if cfg.beta else None
-    # the lesson's own objective (loss.py), or None: an engine's (lab/objectives.py)
-    objective = lab.objectives.lesson_objective(cfg)
     if state.phase == "rl":  # resumed in RL: the optimizer's moments continue
         state.restore(opt, run.rank)
     else:
@@ -289,7 +292,7 @@ def rl(run):
     for step in bar:
         state.step = step
         try:
-            rec = rl_step(run, opt, ref_model, objective)
+            rec = rl_step(run, opt, ref_model)
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
                                      f"the last good checkpoint is kept") from None
@@ -341,7 +344,7 @@ def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
         gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
         saved=saved,
     )
-    inst = lab.Instruments(cfg, state, rank == 0) if cfg.instruments else None
+    inst = lab.instruments.Instruments(cfg, state, rank == 0) if cfg.instruments else None
     run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
               rank, world, inst)
     if state.phase == "sft" and sft_steps > 0:

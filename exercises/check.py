@@ -30,7 +30,7 @@ import batching
 import loss
 from exercises import roster
 from exercises.problems import SheetError, read_sheet
-from lab import estimators, objectives, residuals
+from lab import batch_stats, estimators, objectives, residuals
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -67,7 +67,8 @@ def shared_group(lengths, rewards, log_s=None, seed=0):
 def coefficients(name, batch, clip="none", max_len=None, adv=None):
     """c_{i,t} = -d loss / d log pi_new by autograd through objectives.policy_loss."""
     new, old, mask, r, grp = batch
-    adv = estimators.advantages(r, grp, objectives.own_estimator(name)).double() if adv is None else adv
+    if adv is None:
+        adv = estimators.advantages(r, grp, objectives.own_estimator(name)).double()
     new = new.clone().requires_grad_(True)
     counts = loss.step_counts(mask, adv, max_len)
     total, _ = objectives.policy_loss(objectives.LossBatch(new, old, mask, adv, grp, counts=counts),
@@ -298,7 +299,7 @@ def ex5_valid(env):
             assert sorted(torch.cat(mbs).tolist()) == list(
                 range(B * Gs)
             ), f"{where}: not every rollout exactly once"
-            stats = batching.minibatch_stats(mbs, *batch)
+            stats = batch_stats.minibatch_stats(mbs, *batch)
             assert stats["groups_split"] == 0, f"{where}: a group is split across mini-batches"
             sizes = sorted(len(torch.unique(batch[0][mb])) for mb in mbs)
             assert sizes == sorted(
@@ -324,7 +325,7 @@ def ex5_spread(env):
             for name, fn in (("yours", batching.query_balanced), ("shuffle", batching.shuffle),
                              ("query", batching.query)):
                 mbs = cut(fn, batch, M, seed)
-                stats = batching.minibatch_stats(mbs, *batch)
+                stats = batch_stats.minibatch_stats(mbs, *batch)
                 assert (
                     name != "yours" or stats["groups_split"] == 0
                 ), f"M = {M}, batch {seed}: a group is split"

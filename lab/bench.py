@@ -311,7 +311,7 @@ def bench_update(model, batch, P, peak, device):
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()
     cfg = Config(batching="full")
-    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen, objectives.lesson_objective(cfg)), P["repeats"], device)
+    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen), P["repeats"], device)
     c = model.cfg
     flops = 6 * (model.num_params() - model.wpe.weight.numel()) + 12 * c.n_layer * c.n_embd * T
     gflops = flops * N * T / s / 1e9  # N * T positions: the last token predicts nothing
@@ -384,7 +384,7 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     )
     batch.max_len = task.max_new_tokens
     gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
-    train.rl_update(model, opt, batch, cfg, gen, objectives.lesson_objective(cfg))
+    train.rl_update(model, opt, batch, cfg, gen)
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t, gather_s
@@ -441,7 +441,8 @@ def bench_ddp(P, device, size, quick):
         "--ddp_worker",
         f"--device={device}",
     ] + (["--quick"] if quick else [])
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=root,
                          env=dict(os.environ, OMP_NUM_THREADS=str(torch.get_num_threads())))
     if run.returncode:
         sys.exit(f"error: the 2-process run failed:\n{run.stderr[-2000:]}")
@@ -502,7 +503,8 @@ def main(argv):
     if opts["ddp_worker"]:
         if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
             raise CliError(
-                "--ddp_worker is internal: bench.py starts it under torchrun; run python -m lab.bench "
+                "--ddp_worker is internal: bench.py starts it under torchrun; "
+                "run python -m lab.bench "
                 "--ddp"
             )
         return ddp_worker(P, device, P["sizes"][0])

@@ -15,10 +15,10 @@ them and nothing else of the step, at these points (lab/__init__.py lists the se
                                    d log pi (every ratio 1: no clip binds), which separate
                                    the objective's own weights from what reuse adds
   step(coef, batch, adv, mb)       each optimizer step: the residuals (residuals.py)
-  update(batch, adv, cut)          after the update: the cancellation ledger (ledger.py),
-                                   how the scheduler's last cut split the groups, and the
-                                   learning tax and shift at the shared histories
-                                   (diagnostics.py)
+  update(batch, adv, cut)          after the optimizer steps: the cancellation ledger
+                                   (ledger.py), how the scheduler's last cut split the groups
+  after(model, batch, mixed, rec)  after the update: the learning tax and the shift of the
+                                   shared tokens (diagnostics.py), the run's sums
   summary(), lines()               the run's ledger, for metrics.jsonl and the last lines
 
 The cost: one loss evaluation and one autograd.grad through the loss alone per
@@ -78,16 +78,21 @@ class Instruments:
 
     # ------------------------------------------------------------------ after the update
 
-    def update(self, model, batch, adv, cut, mixed, rec):
-        """The batch's ledger, the last cut's split, and (rank 0) the learning tax and the
-        shift of the shared tokens, as metrics; and the run's sums."""
-        sums = self.state.sums
+    def update(self, batch, adv, cut):
+        """The last cut's split and the batch's cancellation ledger, as metrics."""
         out = batch_stats.minibatch_stats(cut, batch.group, adv, batch.mask.sum(1))
         led = ledger.ledger_sums(self.steps, adv, batch.tokens, batch.mask, batch.group)
         out["ledger_mass"] = led["mass"]
         out.update({f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
         for k, v in led.items():  # the run's ledger: sums, so that its shares weigh by mass
-            sums[f"ledger_{k}"] += v
+            self.state.sums[f"ledger_{k}"] += v
+        self.steps = []
+        return out
+
+    def after(self, model, batch, mixed, rec):
+        """(rank 0) the learning tax and the shift of the shared tokens, as metrics; and the
+        run's sums."""
+        sums, out = self.state.sums, {}
         sums["ledger_steps"] += 1
         sums["ledger_mixed_steps"] += float(mixed > 0)
         if self.master:  # what the update did at the histories the group shares
@@ -98,7 +103,6 @@ class Instruments:
             sums["shared_dlogp_sum"] += out["shared_dlogp"]
             out["tax_sum"], out["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
         sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
-        self.steps = []
         return out
 
     def evaluation(self, model, task, held_out):

@@ -224,6 +224,7 @@ class Objective:
     split_dependent: bool = False  # its update depends on how a step is split (as upstream)
     additive: bool = False         # adds to c a term not proportional to Â (kl_cov, dro)
     group_transform: Optional[Callable] = None  # DFPO: w -> w~ inside each group
+    lesson: Optional[Callable] = None  # the lesson's own function (loss.py), where it has one
     needs: dict = field(default_factory=dict)   # settings it requires, {name: why}
 
 
@@ -262,12 +263,13 @@ NONE = frozenset()
 
 # The objectives: the GRPO family, DFPO, and the engines' (each row of README's table)
 register(Objective("grpo", ppo_token_term, agg="seq-mean-token-mean", coefficient="Â_i / (N L_i)",
-    verdict="no: 1/L_i", cancels=NONE, why="1/L_i", dual_clip=True))
+    verdict="no: 1/L_i", cancels=NONE, why="1/L_i", dual_clip=True, lesson=loss.grpo))
 register(Objective("dr_grpo", ppo_token_term, agg="seq-mean-token-sum-norm",
     coefficient="Â_i / (N L_max)", verdict="yes, until a clip binds", cancels=BUT_CLIP,
-    why="clip by sign", adv="dr_grpo", dual_clip=True))
+    why="clip by sign", adv="dr_grpo", dual_clip=True, lesson=loss.dr_grpo))
 register(Objective("dapo", ppo_token_term, agg="token-mean", coefficient="Â_i / sum L",
-    verdict="yes, until a clip binds", cancels=BUT_CLIP, why="clip by sign", dual_clip=True))
+    verdict="yes, until a clip binds", cancels=BUT_CLIP, why="clip by sign", dual_clip=True,
+    lesson=loss.dapo))
 register(Objective("rloo", ppo_token_term, agg="seq-mean-token-sum",
     coefficient="Â_i / N (token sum)", verdict="yes, until a clip binds", cancels=BUT_CLIP,
     why="clip by sign", adv="rloo", dual_clip=True))
@@ -279,12 +281,12 @@ register(Objective("dfpo_min", dfpo_term, agg="seq-mean-token-sum-norm",
     verdict="yes, also off-policy and when a clip binds (one weight per group)",
     cancels=EVERY_REGIME - {"split step"},
     why="transform sees part of a group", adv="dr_grpo", clip="weights",
-    group_transform=loss.min_replace))
+    group_transform=loss.min_replace, lesson=loss.dfpo_min))
 register(Objective("dfpo_orth", dfpo_term, agg="seq-mean-token-sum-norm",
     coefficient="sg(w~_i) Â_i / (N L_max), sum_i Â_i w~_i = 0",
     verdict="for tokens the whole group shares; a prefix shared by part of a group: no",
     cancels=ON_POLICY, why="w~_i differ: partial prefixes", adv="dr_grpo", clip="weights",
-    group_transform=loss.adv_orthogonal))
+    group_transform=loss.adv_orthogonal, lesson=loss.dfpo_orth))
 register(Objective("positive_only", ppo_token_term, agg="positive-token-mean",
     coefficient="1 / sum L over positives", verdict="nothing to cancel", cancels=BUT_CLIP,
     why="clip by sign", adv="positive_only", dual_clip=True, own_agg=True))
@@ -420,9 +422,9 @@ def policy_loss(batch, settings):
     )
     log_ratio = (pol_logp - old_logp) * mask_f
     seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
+    bounds = loss.clip_bounds(settings.clip, settings.clip_low, settings.clip_high)
     x = TermInputs(new_logp, pol_logp, log_ratio, seq_log_ratio, seq_log_ratio.detach().exp(), mask,
-                   lens, batch.adv, batch.group, agg,
-                   loss.clip_bounds(settings.clip, settings.clip_low, settings.clip_high), batch.weights)
+                   lens, batch.adv, batch.group, agg, bounds, batch.weights)
     total, clip_frac, stats = obj.term(x, settings)
 
     if settings.beta:  # an estimate of KL(pi || pi_ref) per token, aggregated like the objective
@@ -454,13 +456,14 @@ SWITCHES_OFF = {"agg": "auto", "dual_clip": 0.0, "beta": 0.0, "entropy_coef": 0.
 
 
 def lesson_objective(cfg):
-    """The lesson's function for this run (loss.OBJECTIVES, its clip bound in), or None when
-    the run needs this catalogue: another --loss or --adv, or a switch."""
+    """The lesson's function for this run (its record's ``lesson``, e.g. loss.grpo, with the
+    clip bound in), or None when the run needs this catalogue: another --loss or --adv
+    (the lesson has grpo's and dr_grpo's), or a switch."""
     plain = all(getattr(cfg, k) == v for k, v in SWITCHES_OFF.items())
-    if not (plain and cfg.loss in loss.OBJECTIVES and cfg.adv in loss.SCALED):
+    lesson = objective(cfg.loss).lesson
+    if not (plain and lesson and cfg.adv in ("grpo", "dr_grpo")):
         return None
-    bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
-    return functools.partial(loss.OBJECTIVES[cfg.loss], clip=bounds)
+    return functools.partial(lesson, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
 
 
 def part_loss(cfg, plain, hidden, ref_logprobs, logp, old, mask, adv, group, shared):

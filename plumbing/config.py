@@ -58,8 +58,10 @@ class Config:
     optimizer: str = _f("adamw", "RL optimizer: {choices}", lambda: [
         f"{name} ({what})" for name, (what, _) in model.OPTIMIZERS.items()])
     grad_clip: float = _f(1.0, "gradient-norm clip")
-    loss: str = _f("grpo", "objective: {choices} (loss.py, lab/objectives.py)", lambda: objectives.OBJECTIVES)
-    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} (loss.py, lab/estimators.py)",
+    loss: str = _f("grpo", "objective: {choices} (loss.py, lab/objectives.py)",
+                   lambda: objectives.OBJECTIVES)
+    adv: str = _f("auto",
+                  "advantage estimator: auto (the --loss's own) | {choices} (lab/estimators.py)",
                   lambda: estimators.ESTIMATORS)
     agg: str = _f(
         "auto",
@@ -392,7 +394,8 @@ def check_names(cfg):
     """Every name a flag takes is one its registry holds: each library names its
     own choices, and config turns its ValueError into the one-line error."""
     for lookup in (lambda: toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad),
-                   lambda: objectives.objective(cfg.loss), lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
+                   lambda: objectives.objective(cfg.loss),
+                   lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
                    lambda: batching.scheduler(cfg.batching),
                    lambda: estimators.estimator(cfg.adv)):
         try:
@@ -467,8 +470,9 @@ def check_objective(cfg, obj):
         needed = name in obj.needs
         if getattr(cfg, name) < 0 or needed != (getattr(cfg, name) > 0):
             owners = [o.name for o in objectives.OBJECTIVES.values() if name in o.needs]
+            needs_of_owner = objectives.OBJECTIVES[owners[0]].needs[name]
             raise CliError(f"--loss={' / '.join(owners)} needs --{name} > 0 "
-                           f"({obj.needs.get(name) or objectives.OBJECTIVES[owners[0]].needs[name]}), "
+                           f"({obj.needs.get(name) or needs_of_owner}), "
                            f"and --{name} applies to it only")
     if not 0 <= cfg.top_entropy_quantile <= 1:
         raise CliError(

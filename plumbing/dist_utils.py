@@ -60,6 +60,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batching
 import loss
+from lab import objectives
 from plumbing.errors import CliError
 from toy_tasks import PAD
 
@@ -319,7 +320,8 @@ class StepParts:
 
         # bnpo: TRL divides by the accumulation steps
         counts = counts_of(mb, len(self) * self.world)
-        weights, transform = None, loss.TRANSFORMS.get(cfg.loss)
+        weights = None
+        transform = objectives.OBJECTIVES[cfg.loss].group_transform  # DFPO's, else None
         # a step in one part sees every row of every group: the loss computes w~ itself
         if transform and self.glob and self.split:
             with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
@@ -347,5 +349,5 @@ class StepParts:
 
     def coefficients(self, grad):
         """c_{i,t} = -d term / d log pi from the gradient the backward left on log pi
-        (which the x world of ``backward`` scaled)."""
-        return -grad / self.world
+        (which the x world of ``backward`` scaled), in float32 as the log."""
+        return (-grad / self.world).float()

@@ -9,7 +9,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import batching  # noqa: E402
-from batching import SCHEDULERS, make_minibatches, minibatch_stats  # noqa: E402
+from batching import SCHEDULERS, make_minibatches  # noqa: E402
+from lab.batch_stats import minibatch_stats  # noqa: E402
 
 NAMES = list(SCHEDULERS)
 

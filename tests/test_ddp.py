@@ -9,6 +9,7 @@ started once per scenario (the 2-process runs of every case share one launch).
 """
 import json
 import os
+import types
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ import sys
 import pytest
 import torch
 
+import lab.instruments
 from plumbing import dist_utils
 import loss
 import toy_tasks
@@ -145,8 +147,10 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
     cfg = parse_args(["--loss=dapo", "--batching=full", "--micro_batch=2", "--clip=none",
                       "--prompts_per_step=1", "--group_size=4", f"--norm={norm}"])
     model = tiny_model()
+    inst = lab.instruments.Instruments(cfg, types.SimpleNamespace(sums=checkpoint.new_sums()),
+                                       True)
     out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), shared_group(), cfg,
-                          torch.Generator().manual_seed(0))
+                          torch.Generator().manual_seed(0), inst)
     assert out["exch_residual"] == pytest.approx(expected, abs=1e-6)
     # only the first token is shared
     assert out["first_token_residual"] == pytest.approx(expected, abs=1e-6)

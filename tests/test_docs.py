@@ -113,7 +113,7 @@ def flags_reference():
         if 'if __name__ == "__main__"' in open(path).read():
             name = os.path.basename(path)[:-3]
             text = captured_help(
-                lambda: importlib.import_module("experiments." + name).main(["--help"])
+                lambda: importlib.import_module("lab.experiments." + name).main(["--help"])
             )
             parts.append(
                 (f"lab/experiments/{name}.py", "flags:\n" + text.split("\nflags:\n")[1].rstrip())

@@ -9,6 +9,7 @@ import torch
 
 import toy_tasks
 import train
+from lab import batch_stats
 from sampler import Rollouts
 from test_experiments_e78 import _load
 from lab.experiments import e10_length
@@ -47,9 +48,10 @@ def test_lengths_by_outcome_by_hand():
     batch = Rollouts(prompts=[[]] * 4, tokens=torch.zeros(4, 4, dtype=torch.long), mask=mask,
                      old_logprobs=torch.zeros(4, 4), group=torch.zeros(4, dtype=torch.long),
                      rewards=torch.tensor([1.0, 0.0, 0.0, 1.0]))
-    assert train.lengths_by_outcome(batch) == {"length_correct": 2.5, "length_incorrect": 2.5}
+    assert batch_stats.lengths_by_outcome(batch) == {"length_correct": 2.5, "length_incorrect": 2.5}
     batch.rewards = torch.tensor([1.0, 1.0, 1.0, 1.0])
-    assert train.lengths_by_outcome(batch) == {"length_correct": 2.5, "length_incorrect": None}
+    assert batch_stats.lengths_by_outcome(batch) == {"length_correct": 2.5,
+                                                     "length_incorrect": None}
 
 
 def test_length_change_by_hand():

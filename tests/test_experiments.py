@@ -140,7 +140,7 @@ def rewards(request, monkeypatch):
 def test_experiment_quick_mode_writes_json_and_png(name, out, rewards, capsys):
     extra, check = EXPERIMENTS[name]
     d = os.path.join(out, rewards)
-    mod = importlib.import_module("experiments." + name)
+    mod = importlib.import_module("lab.experiments." + name)
     mod.main(TINY + extra + [f"--out={d}"])
     data = strict(open(os.path.join(d, f"{name}.json")).read())
     for key in ("experiment", "config", "per_seed", "summary", "wall_s"):

@@ -15,7 +15,7 @@ SMALL = ["--quick", "--small", "--sft_steps=5", "--rl_steps=2"]
 
 
 def _load(name, tmp_path):
-    mod = importlib.import_module("experiments." + name)
+    mod = importlib.import_module("lab.experiments." + name)
     data = mod.main(SMALL + [f"--out={tmp_path}"])
     assert os.path.exists(os.path.join(tmp_path, f"{name}.json"))
     try:

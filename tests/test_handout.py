@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from plumbing import config
-from lab import plot
+from lab import ledger, plot, residuals
 import toy_tasks
 import train
 from plumbing.config import Config, parse_args
@@ -246,26 +246,31 @@ def test_summary_line_never_prints_nan():
     )
 
 
+def closing(summary, cfg):
+    """The run's last lines: the summary line, then the ledger's (lab/ledger.py)."""
+    return [train.summary_line(summary, cfg)] + ledger.ledger_lines(summary, cfg)
+
+
 def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
     base = {"warm_start_acc": 0.5, "final_acc": 0.9, "seconds": 3.0, "mixed_at_start": 0.6,
             "ledger_steps": 100, "ledger_mass": 2.0, "shared_dlogp_mean": -1e-4,
             "ledger_mixed_steps": 90,
             "ledger_cancelled": 0.6, "ledger_credit": 0.3, "ledger_weights": 0.05,
             "ledger_ratios": 0.0, "ledger_split": 0.0, "ledger_uncentred": 0.0}
-    lines = train.summary_line(base, Config(loss="grpo")).splitlines()
+    lines = closing(base, Config(loss="grpo"))
     assert (
         "60 % cancelled" in lines[1] and "unequal weights from the objective itself 5 %" in lines[1]
     )
     assert lines[2].startswith("the largest cause other than credit: unequal weights")
     assert "--loss=dr_grpo" in lines[2]
     assert "-1.0e-04 nats" in lines[3]
-    lines = train.summary_line(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo")).splitlines()
+    lines = closing(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo"))
     assert (
         lines[2].startswith("beyond the credit the rewards give, nothing") and "--" not in lines[2]
     )
-    lines = train.summary_line(dict(base, ledger_mixed_steps=0), Config(loss="grpo")).splitlines()
+    lines = closing(dict(base, ledger_mixed_steps=0), Config(loss="grpo"))
     assert "no group was mixed" in lines[1] and "--sft_steps" in lines[1]
-    lines = train.summary_line(dict(base, ledger_steps=40), Config(loss="grpo")).splitlines()
+    lines = closing(dict(base, ledger_steps=40), Config(loss="grpo"))
     assert "the last 40 RL steps (since the resume)" in lines[1]
 
 
@@ -279,7 +284,7 @@ def test_summary_exch_residual_mean_is_the_mean_of_the_logged_steps(tmp_path, mo
     def fake(*args):
         calls.append(1)
         return 0.01 * len(calls)
-    monkeypatch.setattr(train.loss, "exch_residual", fake)
+    monkeypatch.setattr(residuals, "exch_residual", fake)
     flags = [
         "--n_layer=1",
         "--n_head=2",
@@ -339,8 +344,8 @@ def test_quick_flag_picks_the_scratch_folder_and_out_overrides(tmp_path):
 # ----------------------------------------------------------------------------- the task registry
 
 def readme_task_code():
-    readme = open(os.path.join(ROOT, "docs", "NOTES.md")).read()
-    section = readme.split("## Add your own task in ~30 lines")[1].split("\n## ")[0]
+    readme = open(os.path.join(ROOT, "docs", "RECIPES.md")).read()
+    section = readme.split("## Your own task")[1].split("\n## ")[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
     return code
 
@@ -349,7 +354,7 @@ def test_readme_task_registers_and_trains(tmp_path, monkeypatch):
     monkeypatch.setattr(toy_tasks, "TASKS", dict(toy_tasks.TASKS))
     code = readme_task_code()
     assert len(code.strip().splitlines()) <= 45
-    exec(compile(code, "docs/NOTES.md:my_task.py", "exec"), {"__name__": "my_task"})
+    exec(compile(code, "docs/RECIPES.md:my_task.py", "exec"), {"__name__": "my_task"})
     task = toy_tasks.make_task("digitsum", 3)
     assert task.prompt((4785,)) == "4785=" and task.solution((4785,)) == "24"
     assert task.reward((478,), "19") == 1.0 and task.reward((478,), "12") == 0.0

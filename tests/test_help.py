@@ -71,7 +71,7 @@ def test_train_help_defaults_are_what_a_run_takes(capsys):
 
 @pytest.mark.parametrize("script", ["sample", "see"])
 def test_dataclass_scripts_help(script, capsys):
-    mod = importlib.import_module(script)
+    mod = importlib.import_module(script if script == "sample" else "lab." + script)
     cls = {"sample": "SampleConfig", "see": "SeeConfig"}[script]
     fields = {f.name for f in dataclasses.fields(getattr(mod, cls))}
     text = help_of(
@@ -93,7 +93,7 @@ def test_plot_and_bench_help_list_their_flags(capsys):
 @pytest.mark.parametrize("name", EXPERIMENTS)
 def test_experiment_help(name, capsys, monkeypatch):
     common = importlib.import_module("lab.experiments.common")
-    mod = importlib.import_module("experiments." + name)
+    mod = importlib.import_module("lab.experiments." + name)
     real, seen_extra, seen_unused = common.help_text, {}, set()
 
     def capture(doc, extra=None, unused=()):

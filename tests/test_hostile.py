@@ -283,7 +283,8 @@ def test_sample_memory_need_by_hand():
 @pytest.mark.parametrize(
     "script, args, message",
     [
-        ("lab/experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"], "seed 0 is given twice"),
+        ("lab/experiments/e9_drift_mechanism.py", ["--quick", "--seeds=0,0"],
+         "seed 0 is given twice"),
         ("lab/experiments/e8_objectives.py", ["--quick", "--seeds=3,1,3"], "seed 3 is given twice"),
         ("lab/experiments/multiplicity.py", ["--results={empty}"], "no experiment's JSON"),
         (

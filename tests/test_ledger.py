@@ -286,14 +286,14 @@ def test_no_mixed_group_says_nothing_to_cancel(tmp_path, capsys):
 
 
 def test_the_summary_quotes_the_demo_finding_as_the_json_has_it():
-    """console.DEMO_SHARED_DLOGP is copied from results/demo_ledger.json: to its printed
+    """ledger.DEMO_SHARED_DLOGP is copied from results/demo_ledger.json: to its printed
     precision, and the equivalence verdict it states is the JSON's."""
     import json
     from plumbing import console
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     data = json.load(open(os.path.join(root, "results", "demo_ledger.json")))
     c = data["primary"]["shared_dlogp_mean, grpo - dr_grpo"]
-    d, h, mde, margin = console.DEMO_SHARED_DLOGP
+    d, h, mde, margin = ledger.DEMO_SHARED_DLOGP
     assert (f"{d:.1e}", f"{h:.1e}", f"{mde:.1e}") == (f"{c['diff']:.1e}", f"{c['half']:.1e}",
                                                       f"{c['mde']:.1e}")
     assert margin == data["margin"] and c["equivalence"].startswith("agree")

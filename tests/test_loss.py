@@ -7,8 +7,9 @@ import math
 
 import pytest
 import torch
+
 import loss
-from lab import estimators, objectives, residuals
+from lab import batch_stats, estimators, objectives, residuals
 
 # One group of three completions of lengths 2, 3, 4 (T = 4); rewards 1, 0, 0.
 MASK = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]], dtype=torch.bool)
@@ -29,10 +30,20 @@ def loss_of(new, old, mask, adv, group, objective="grpo", clip="none", counts=No
 
 
 def coef(objective, new, old, adv, mask=MASK, group=GROUP, clip="none", **kw):
+    """The catalogue's coefficients (objectives.policy_loss), its stats and the ratio stats."""
     new = new.clone().requires_grad_(True)
     total, stats = loss_of(new, old, mask, adv, group, objective, clip, **kw)
     c = residuals.coefficients(total, new)
-    return c.detach(), stats
+    return c.detach(), dict(stats, **batch_stats.ratio_stats(new, old, mask))
+
+
+def lesson_coef(objective, new, old, adv, mask=MASK, group=GROUP, clip=None, step=None):
+    """The lesson's coefficients (loss.grpo and its kin) and clip fraction."""
+    new = new.clone().requires_grad_(True)
+    step = step or loss.step_counts(mask, adv)
+    lesson = objectives.OBJECTIVES[objective].lesson
+    total, clip_frac = lesson(new, old, mask, adv, group, step, clip)
+    return residuals.coefficients(total, new).detach(), float(clip_frac)
 
 
 def expand(per_seq, mask=MASK):
@@ -41,7 +52,8 @@ def expand(per_seq, mask=MASK):
 
 def test_advantages_by_hand():
     torch.testing.assert_close(estimators.advantages(R, GROUP, "grpo"), A_STD)
-    torch.testing.assert_close(estimators.advantages(R, GROUP, objectives.own_estimator("dapo")), A_STD)
+    dapo_own = objectives.own_estimator("dapo")
+    torch.testing.assert_close(estimators.advantages(R, GROUP, dapo_own), A_STD)
     torch.testing.assert_close(estimators.advantages(R, GROUP, "dr_grpo"), A_CEN)
     torch.testing.assert_close(
         estimators.advantages(R, GROUP, objectives.own_estimator("dfpo_orth")), A_CEN
@@ -77,6 +89,31 @@ def test_on_policy_coefficients_by_hand(name, adv, expected):
     c, stats = coef(name, ON, ON.detach(), adv, clip="sym")
     torch.testing.assert_close(c, expand(expected))
     assert stats["clip_frac"] == 0 and abs(stats["seq_ratio"] - 1) < 1e-6
+    if objectives.OBJECTIVES[name].lesson:  # the lesson's own function: the same hand numbers
+        c, clip_frac = lesson_coef(name, ON, ON.detach(), adv, clip=(0.8, 1.2))
+        torch.testing.assert_close(c, expand(expected))
+        assert clip_frac == 0
+
+
+@pytest.mark.parametrize("name", [n for n, o in objectives.OBJECTIVES.items() if o.lesson])
+@pytest.mark.parametrize("clip", ["none", "sym", "higher"])
+def test_the_lesson_and_the_catalogue_compute_the_same_numbers(name, clip):
+    """Bit for bit, off-policy and with clips binding: a run may take either route."""
+    gen = torch.Generator().manual_seed(1)
+    mask = torch.rand(12, 6, generator=gen) < 0.8
+    mask[:, 0] = True
+    group = torch.arange(12) // 4
+    new = torch.randn(12, 6, generator=gen) * mask
+    old = (new - 0.3 * torch.randn(12, 6, generator=gen)) * mask
+    adv = loss.advantages(torch.randint(0, 2, (12,), generator=gen).float(), group,
+                          scale=objectives.own_estimator(name) == "grpo")
+    step = loss.step_counts(mask, adv, max_len=7)
+    bounds = loss.clip_bounds(clip, 0.2, 0.28)
+    c, clip_frac = lesson_coef(name, new, old, adv, mask, group, bounds, step)
+    c2, stats = coef(name, new, old, adv, mask, group, clip, counts=step)
+    assert torch.equal(c, c2) and clip_frac == float(stats["clip_frac"])
+    if clip != "none":
+        assert c.abs().sum() > 0
 
 
 # Off-policy: log-ratios per token, rows 0..2.
@@ -227,7 +264,7 @@ def test_first_token_residual_stat():
 def test_zero_variance_groups_contribute_nothing_and_are_counted():
     r = torch.tensor([1.0, 1, 1, 0, 1, 0, 0, 0, 0])
     g = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2])
-    assert advantage.zero_variance_fraction(r, g) == pytest.approx(2 / 3)
+    assert loss.mixed_fraction(r, g) == pytest.approx(1 / 3)  # one group of three is mixed
     mask = torch.ones(9, 3, dtype=torch.bool)
     new = torch.full((9, 3), -0.5)
     for name in objectives.OBJECTIVES:
@@ -307,7 +344,8 @@ def test_history_token_sets_by_hand():
     assert ids[3, 1] != ids[0, 1]                              # 2 after 1 is another history
     assert ids[0, 2] == ids[2, 2] and len({int(ids[1, 2]), int(ids[0, 2]), int(ids[3, 2])}) == 3
     # another group never shares a set, even with identical tokens
-    two = residuals.history_token_sets(HA_TOK[:2].repeat(2, 1), HA_MASK[:4], torch.tensor([0, 0, 1, 1]))
+    two = residuals.history_token_sets(HA_TOK[:2].repeat(2, 1), HA_MASK[:4],
+                                       torch.tensor([0, 0, 1, 1]))
     assert two[0, 0] == two[1, 0] != two[2, 0] == two[3, 0]
 
 
@@ -373,7 +411,8 @@ def test_unequal_weights_can_cancel_and_the_residual_is_then_zero():
     assert residuals.exch_residual((w * A)[:, None], A, tokens, mask, group) < 1e-12
     # unequal weights that do not cancel: |sum c| / sum |c| = 0.15 / 4.15 by hand
     w2 = torch.tensor([1.3, 0.95, 0.85, 1.05], dtype=torch.float64)
-    assert abs(residuals.exch_residual((w2 * A)[:, None], A, tokens, mask, group) - 0.15 / 4.15) < 1e-12
+    res = residuals.exch_residual((w2 * A)[:, None], A, tokens, mask, group)
+    assert abs(res - 0.15 / 4.15) < 1e-12
 
 
 def test_unequal_weights_fail_to_cancel_for_some_centred_advantage():

@@ -328,8 +328,8 @@ def test_scoreboard_catches_a_wrong_verdict(monkeypatch):
     """The board can fail: claim that grpo's 1/L_i weights are exchangeable, and that
     reinforce_plus_plus is centred, and the measurements disagree."""
     from lab.experiments import scoreboard
-    monkeypatch.setitem(objectives.OBJECTIVES, "grpo", dataclasses.replace(objectives.OBJECTIVES["grpo"],
-                                                                  cancels=objectives.EVERY_REGIME))
+    monkeypatch.setitem(objectives.OBJECTIVES, "grpo", dataclasses.replace(
+        objectives.OBJECTIVES["grpo"], cancels=objectives.EVERY_REGIME))
     monkeypatch.setitem(estimators.ESTIMATORS, "reinforce_plus_plus", dataclasses.replace(
         estimators.ESTIMATORS["reinforce_plus_plus"], centred=True))
     board = scoreboard.score(["grpo · grpo", "dapo · reinforce_plus_plus"], 3)

@@ -91,7 +91,8 @@ def test_an_unregistered_name_is_refused_with_the_registered_choices(toy):
 
 
 def test_the_table_and_the_scoreboard_know_a_registered_objective(toy):
-    assert "| `toy` | r_i - mu_g | Â_i / sum L, no ratio | yes, in every regime |" in objectives.table()
+    row = "| `toy` | r_i - mu_g | Â_i / sum L, no ratio | yes, in every regime |"
+    assert row in objectives.table()
     from lab.experiments import scoreboard
     board = scoreboard.score(["toy · dr_grpo"], 3)
     for regime in objectives.REGIMES:

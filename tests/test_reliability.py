@@ -380,11 +380,14 @@ BAD += [
 
 def entry(name):
     """The command line function of an entry point: (cli, module)."""
-    if name in ("train", "sample", "bench", "see", "plot"):
+    if name in ("train", "sample"):
         mod = __import__(name)
         return mod.cli, mod
+    if name in ("bench", "see", "plot"):
+        mod = importlib.import_module("lab." + name)
+        return mod.cli, mod
     from lab.experiments import common
-    mod = importlib.import_module("experiments." + name)
+    mod = importlib.import_module("lab.experiments." + name)
     return (lambda argv: (setattr(sys, "argv", [name] + argv), common.cli(mod.main))), common
 
 
@@ -436,8 +439,8 @@ def test_bad_input_from_a_real_process(script, argv):
     ), out.stderr
 
 
-@pytest.mark.parametrize("script", ["lab/experiments/e1_flips.py", "lab/experiments/multiplicity.py",
-                                    "exercises/check.py"])
+@pytest.mark.parametrize("script", ["lab/experiments/e1_flips.py",
+                                    "lab/experiments/multiplicity.py", "exercises/check.py"])
 def test_a_package_module_run_as_a_file_says_how_to_run_it(script):
     out = subprocess.run([sys.executable, script], cwd=ROOT, capture_output=True, text=True)
     module = script[:-3].replace("/", ".")

@@ -12,6 +12,7 @@ FOLDERS = ("", "plumbing", "lab", "exercises")  # tests/ may import anything
 # imported as a package: `from plumbing import config`, `from lab.experiments import common`
 PACKAGES = ("plumbing", "lab", "exercises")
 SCRIPTS = {"train", "sample"}  # entry points at the top level
+LESSON = {"model", "sampler", "toy_tasks", "loss", "batching", "train"}  # the design card's
 LIBRARY = {
     "model",
     "sampler",
@@ -101,17 +102,53 @@ def test_no_import_cycle_among_the_top_level_modules():
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
+def every_folder():
+    """Every folder of FOLDERS with its subfolders, as graph() names them."""
+    out = {""}
+    for folder in FOLDERS[1:]:
+        for dirpath, dirs, _ in os.walk(os.path.join(ROOT, folder)):
+            dirs[:] = [x for x in dirs if not x.startswith(".") and x != "__pycache__"]
+            out.add(os.path.relpath(dirpath, ROOT))
+    return tuple(out)
+
+
 def test_no_import_cycle_with_the_lab_and_exercises():
-    g = graph(("", "plumbing", "lab", "lab/experiments", "exercises", "exercises/answers"))
+    g = graph(every_folder())
     assert cycle(g) is None, " -> ".join(cycle(g))
 
 
-@pytest.mark.parametrize("name", sorted(LIBRARY))
-def test_library_modules_import_no_script_and_no_experiment(name):
-    g = graph(("", "plumbing", "lab", "lab/experiments", "exercises"))
-    below = set(graph())  # top-level and plumbing modules
-    up = g[name] - (below - SCRIPTS)
-    assert not up, f"{name}.py imports {sorted(up)}"
+LAB_ON_THE_TRAINING_PATH = ("instruments", "ledger", "residuals", "batch_stats", "diagnostics",
+                            "objectives", "engines", "estimators")
+
+
+@pytest.mark.parametrize("name", sorted(LESSON - {"train"}))
+def test_the_lesson_imports_neither_the_lab_nor_the_plumbing(name):
+    """model, sampler, toy_tasks, loss and batching stand alone: a student reads them
+    without opening lab/ or plumbing/. train.py is the one lesson file that plugs both in."""
+    path = os.path.join(ROOT, name + ".py")
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    assert not found & {"lab", "plumbing", "exercises"}, (name, found)
+    assert not found & SCRIPTS, (name, found)
+
+
+def test_no_module_imports_a_script_and_only_the_lab_imports_an_experiment():
+    g = graph(every_folder())
+    experiments = {os.path.basename(p)[:-3] for p in modules_in("lab/experiments")}
+    for name, imported in g.items():
+        assert not imported & (SCRIPTS - {"train"}), (name, imported)
+    outside = [p for ps in modules().values() for p in ps
+               if not os.path.relpath(p, ROOT).startswith(("lab", "tests"))]
+    for p in outside:
+        assert not imports(p, modules()) & (experiments - {"__init__"}), p
+
+
+def test_at_most_eight_python_files_at_the_top_level():
+    assert len([f for f in os.listdir(ROOT) if f.endswith(".py")]) <= 8
 
 
 def test_train_reads_top_to_bottom():
@@ -185,12 +222,9 @@ def test_no_function_over_60_lines_unless_its_docstring_says_why():
     assert not {k: v for k, v in found.items() if v}
 
 
-LESSON = {"model", "sampler", "toy_tasks", "advantage", "loss", "batching", "train"}
-
-
 def test_the_top_level_is_the_lesson_and_the_scripts():
     """What a student reads to learn the method, and the scripts a user runs; the
-    run plumbing lives in plumbing/."""
+    run plumbing lives in plumbing/, the lab in lab/."""
     top = {f[:-3] for f in os.listdir(ROOT) if f.endswith(".py")}
     assert top == LESSON | SCRIPTS, sorted(top ^ (LESSON | SCRIPTS))
 
@@ -229,6 +263,7 @@ def test_every_tensor_built_from_nothing_on_the_training_path_names_its_device()
     accident; this is the check that holds without a GPU."""
     paths = [os.path.join(ROOT, m + ".py") for m in sorted(LESSON | SCRIPTS)]
     paths += [p for p in modules_in("plumbing")]
+    paths += [os.path.join(ROOT, "lab", m + ".py") for m in LAB_ON_THE_TRAINING_PATH]
     bad = {os.path.relpath(p, ROOT): factories_without_device(open(p, encoding="utf-8").read())
            for p in paths}
     assert not {k: v for k, v in bad.items() if v}

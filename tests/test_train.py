@@ -1,8 +1,10 @@
 """The training loop end to end on a tiny config, and the CLI's handling of bad input."""
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -12,6 +14,7 @@ from plumbing import checkpoint
 import train
 from plumbing.config import Config, parse_args
 from plumbing.errors import CliError
+import lab.instruments
 from lab import objectives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -98,24 +101,33 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
         real_step()
         snapshots.append([p.detach().clone() for p in m.parameters()])
     opt.step = step
-    out = train.rl_update(m, opt, batch, cfg, gen)
-    assert len(out["steps"]) == 2
-    assert out["steps"][0]["seq_ratio"] == pytest.approx(1.0, abs=1e-5)   # first pass on-policy
-    assert out["steps"][0]["abs_log_ratio"] < 1e-5
-    assert out["steps"][1]["abs_log_ratio"] > 1e-3                        # second pass is not
+    inst = lab.instruments.Instruments(cfg, types.SimpleNamespace(sums=checkpoint.new_sums()),
+                                       True)
+    steps = train.rl_update(m, opt, batch, cfg, gen, inst)["steps"]
+    assert len(steps) == 2
+    assert steps[0]["seq_ratio"] == pytest.approx(1.0, abs=1e-5)   # first pass on-policy
+    assert steps[0]["abs_log_ratio"] < 1e-5
+    assert steps[1]["abs_log_ratio"] > 1e-3                        # second pass is not
     moved = sum(float((a - b).abs().sum()) for a, b in zip(snapshots[0], snapshots[1]))
     assert moved > 0
 
 
-def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch):
-    real = objectives.policy_loss
+@pytest.mark.parametrize("flags", [[], ["--beta=0.1"]])  # the lesson's grpo, the catalogue's
+def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch, flags):
+    real, real_grpo = objectives.policy_loss, objectives.OBJECTIVES["grpo"].lesson
 
     def nan_loss(*a, **k):
         total, stats = real(*a, **k)
         return total * float("nan"), stats
-    monkeypatch.setattr(loss, "policy_loss", nan_loss)
+
+    def nan_grpo(*a, **k):
+        total, clip_frac = real_grpo(*a, **k)
+        return total * float("nan"), clip_frac
+    monkeypatch.setattr(objectives, "policy_loss", nan_loss)
+    monkeypatch.setitem(objectives.OBJECTIVES, "grpo", dataclasses.replace(
+        objectives.OBJECTIVES["grpo"], lesson=nan_grpo))
     with pytest.raises(FloatingPointError, match="step 1"):
-        run_main(tmp_path)
+        run_main(tmp_path, *flags)
 
 
 def test_help_lists_every_flag():

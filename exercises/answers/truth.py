@@ -3,7 +3,7 @@ is marked. Left out of the student copy (exercises/handout.py), so that nothing 
 student receives returns the expected numbers.
 
 The numbers come from the library itself (loss.py's autograd through
-``loss.policy_loss``, toy_tasks.py's token categories) and, for dfpo_orth's w~, from
+``objectives.policy_loss``, toy_tasks.py's token categories) and, for dfpo_orth's w~, from
 a least-squares projection written here, not loss.py's. A number is right when it is
 within one unit of the third significant digit of the key (the sheet asks for three).
 """
@@ -18,6 +18,7 @@ from exercises import problems
 from exercises.answers import mistakes
 from exercises.check import coefficients, shared_group
 from exercises.roster import within
+from lab import objectives, residuals
 
 
 def ex1_truth(name, variant=0):
@@ -26,7 +27,7 @@ def ex1_truth(name, variant=0):
     c, k = coefficients("grpo", batch, "sym"), p["k"] - 1
     dr = coefficients("dr_grpo", batch, "sym", max_len=p["L_max"])
     return {
-        "grpo_residual": loss.first_token_residual(c, batch[4]),
+        "grpo_residual": residuals.first_token_residual(c, batch[4]),
         "grpo_net": float(c[:, 0].sum()),
         "grpo_coef_k": float(c[k, 0]),
         "dr_grpo_coef_k": float(dr[k, 0]),
@@ -43,8 +44,10 @@ def ex4_truth(name, variant=0):
     # w~ = w minus its least-squares part along A: another route than loss.adv_orthogonal
     proj = w - a * torch.linalg.lstsq(a[:, None], w[:, None]).solution[0, 0]
     return {
-        "gspo_residual": loss.first_token_residual(coefficients("gspo", batch, "sym"), batch[4]),
-        "luspo_residual": loss.first_token_residual(coefficients("luspo", batch, "sym"), batch[4]),
+        "gspo_residual": residuals.first_token_residual(coefficients("gspo", batch, "sym"),
+                                                        batch[4]),
+        "luspo_residual": residuals.first_token_residual(coefficients("luspo", batch, "sym"),
+                                                         batch[4]),
         "orth_w_k": float(proj[p["k"] - 1]),
     }
 

@@ -26,9 +26,9 @@ predicts < 0 (grpo drifts towards restating). Secondary: the same for the
 ``sep`` points (predicted about 0), |restate drift| grpo minus dr_grpo
 (predicted > 0), final accuracy grpo minus dr_grpo (no prediction).
 
-    python -m experiments.chain_style --quick     # one seed, 60 RL steps (out/quick/)
-    python -m experiments.chain_style             # seeds 0-9 (results/)
-    python -m experiments.chain_style --replot    # redraw results/chain_style.png from its JSON
+    python -m lab.experiments.chain_style --quick     # one seed, 60 RL steps (out/quick/)
+    python -m lab.experiments.chain_style             # seeds 0-9 (results/)
+    python -m lab.experiments.chain_style --replot    # redraw results/chain_style.png from its JSON
 """
 import os
 import sys
@@ -36,7 +36,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.chain_style\n")
+                     "python -m lab.experiments.chain_style\n")
     sys.exit(2)
 from lab.experiments import common
 

@@ -27,8 +27,8 @@ Seen before this was fixed: while the ledger was built, a few short runs from se
 start (6 RL steps, other settings) printed ``shared_dlogp`` values between -3.3e-4 and +2.8e-4;
 no 100-step run of either arm had been made.
 
-    python -m experiments.demo_ledger --quick     # one seed, 20 RL steps (out/quick/)
-    python -m experiments.demo_ledger             # seeds 0-9 (results/)
+    python -m lab.experiments.demo_ledger --quick     # one seed, 20 RL steps (out/quick/)
+    python -m lab.experiments.demo_ledger             # seeds 0-9 (results/)
 """
 import os
 import sys
@@ -36,7 +36,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.demo_ledger\n")
+                     "python -m lab.experiments.demo_ledger\n")
     sys.exit(2)
 from lab.experiments import common
 

@@ -87,9 +87,9 @@ Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
 and any look before the full run use seeds >= 100). Each run's record is cached in
 <out>/runs/e10/ with its flags: an interrupted run continues where it stopped.
 
-    python -m experiments.e10_length --quick     # seed 100, 40 RL steps (out/quick/)
-    python -m experiments.e10_length             # seeds 0-9 (results/)
-    python -m experiments.e10_length --replot    # redraw results/e10_length.png
+    python -m lab.experiments.e10_length --quick     # seed 100, 40 RL steps (out/quick/)
+    python -m lab.experiments.e10_length             # seeds 0-9 (results/)
+    python -m lab.experiments.e10_length --replot    # redraw results/e10_length.png
 """
 import json
 import os
@@ -98,7 +98,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e10_length\n")
+                     "python -m lab.experiments.e10_length\n")
     sys.exit(2)
 from lab.experiments import common
 import toy_tasks

@@ -136,10 +136,10 @@ is still defined, so:
 * permuted's KL ratios and collapses are reported on all of primary 5's seeds, 10-29,
   and each Holm entry says how many contrasts had a p.
 
-    python -m experiments.e11_optimizer --calibrate  # seeds 100-102 (results/e11_calibration.json)
-    python -m experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/quick/)
-    python -m experiments.e11_optimizer --jobs=2     # seeds 10-29 (results/)
-    python -m experiments.e11_optimizer --replot
+    python -m lab.experiments.e11_optimizer --calibrate  # seeds 100-102 (results/e11_calibration.json)
+    python -m lab.experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/quick/)
+    python -m lab.experiments.e11_optimizer --jobs=2     # seeds 10-29 (results/)
+    python -m lab.experiments.e11_optimizer --replot
 """
 
 import json
@@ -152,7 +152,7 @@ import torch
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e11_optimizer\n")
+                     "python -m lab.experiments.e11_optimizer\n")
     sys.exit(2)
 from lab.experiments import common
 from lab.experiments import drift_probes as DP

@@ -34,9 +34,9 @@ points of share), *contradict* if it lies wholly outside +-0.10, else
 *inconclusive*. Secondary: the same at steps 0 and 200, at eps = 0, and for
 the plain-SGD step.
 
-    python -m experiments.e1_flips --quick      # one seed, steps 0 and 20 (out/quick/)
-    python -m experiments.e1_flips              # seeds 0-9 (results/)
-    python -m experiments.e1_flips --replot     # redraw results/e1_flips.png from its JSON
+    python -m lab.experiments.e1_flips --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m lab.experiments.e1_flips              # seeds 0-9 (results/)
+    python -m lab.experiments.e1_flips --replot     # redraw results/e1_flips.png from its JSON
 """
 import copy
 import sys
@@ -44,7 +44,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e1_flips\n")
+                     "python -m lab.experiments.e1_flips\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

@@ -40,9 +40,9 @@ and for plain SGD; the coupling-mass share of same-token pairs whose tokens
 both have p < 0.5 minus the share of such pairs, paired by seed, predicted > 0
 ([P2]: coupling sits "primarily" there).
 
-    python -m experiments.e2_coupling --quick      # one seed, steps 0 and 20 (out/quick/)
-    python -m experiments.e2_coupling              # seeds 0-9 (results/)
-    python -m experiments.e2_coupling --replot     # redraw results/e2_coupling.png from its JSON
+    python -m lab.experiments.e2_coupling --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m lab.experiments.e2_coupling              # seeds 0-9 (results/)
+    python -m lab.experiments.e2_coupling --replot     # redraw results/e2_coupling.png from its JSON
 """
 import copy
 import sys
@@ -50,7 +50,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e2_coupling\n")
+                     "python -m lab.experiments.e2_coupling\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

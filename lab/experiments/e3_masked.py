@@ -44,9 +44,9 @@ network" and "closed form". Secondary: the same at eps = 0 and at the other
 lrs; ``full`` minus ``positive_only`` (predicted > 0: without negatives no
 A > 0 token is pushed down by them).
 
-    python -m experiments.e3_masked --quick      # one seed, out/quick/
-    python -m experiments.e3_masked              # seeds 0-9, results/
-    python -m experiments.e3_masked --replot     # redraw the figure from the JSON
+    python -m lab.experiments.e3_masked --quick      # one seed, out/quick/
+    python -m lab.experiments.e3_masked              # seeds 0-9, results/
+    python -m lab.experiments.e3_masked --replot     # redraw the figure from the JSON
 """
 
 import copy
@@ -55,7 +55,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e3_masked\n")
+                     "python -m lab.experiments.e3_masked\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

@@ -35,9 +35,9 @@ tokens). Secondary: each category's share on its own (template and style
 predicted < 0, compute > 0, copy "about 0": P2 names no direction for it), and
 the primary at step 0.
 
-    python -m experiments.e4_categories --quick      # one seed, out/quick/
-    python -m experiments.e4_categories              # seeds 0-9, results/
-    python -m experiments.e4_categories --replot     # redraw the figure from the JSON
+    python -m lab.experiments.e4_categories --quick      # one seed, out/quick/
+    python -m lab.experiments.e4_categories              # seeds 0-9, results/
+    python -m lab.experiments.e4_categories --replot     # redraw the figure from the JSON
 """
 import copy
 import sys
@@ -45,7 +45,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e4_categories\n")
+                     "python -m lab.experiments.e4_categories\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

@@ -46,9 +46,9 @@ gap must come from the reward, which the shuffled control removes).
 Secondary: grpo - positive_only in A < 0; both controls in A > 0; the same
 four after the SGD step; and GRPO's own gaps (against 0), all predicted > 0.
 
-    python -m experiments.e5_value --quick      # one seed, out/quick/
-    python -m experiments.e5_value              # seeds 0-9, results/
-    python -m experiments.e5_value --replot     # redraw the PNG from the JSON
+    python -m lab.experiments.e5_value --quick      # one seed, out/quick/
+    python -m lab.experiments.e5_value              # seeds 0-9, results/
+    python -m lab.experiments.e5_value --replot     # redraw the PNG from the JSON
 """
 import copy
 import sys
@@ -56,7 +56,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e5_value\n")
+                     "python -m lab.experiments.e5_value\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

@@ -37,9 +37,9 @@ minus the smallest B (at G = --group_size), paired by seed; [P2] predicts
 > 0 for both. Secondary: the same for the gap inside the top value quantile
 ("most pronounced for higher-value token subsets"), predicted > 0.
 
-    python -m experiments.e6_group_size --quick      # one seed, out/quick/
-    python -m experiments.e6_group_size              # seeds 0-9, results/
-    python -m experiments.e6_group_size --replot     # redraw the PNG from the JSON
+    python -m lab.experiments.e6_group_size --quick      # one seed, out/quick/
+    python -m lab.experiments.e6_group_size              # seeds 0-9, results/
+    python -m lab.experiments.e6_group_size --replot     # redraw the PNG from the JSON
 """
 import copy
 import math
@@ -48,7 +48,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e6_group_size\n")
+                     "python -m lab.experiments.e6_group_size\n")
     sys.exit(2)
 from lab.experiments import common
 import torch

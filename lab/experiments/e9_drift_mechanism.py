@@ -88,10 +88,10 @@ earlier --calibrate in --out tried); the lr whose mean per-step KL matches
 adamw's, interpolated in log-log between the tried lrs around it. It looks at
 the KL only.
 
-    python -m experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/quick/)
-    python -m experiments.e9_drift_mechanism --calibrate  # the SGD lr (results/e9_calibration.json)
-    python -m experiments.e9_drift_mechanism --jobs=2      # seeds 0-9 (results/)
-    python -m experiments.e9_drift_mechanism --replot
+    python -m lab.experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/quick/)
+    python -m lab.experiments.e9_drift_mechanism --calibrate  # the SGD lr (results/e9_calibration.json)
+    python -m lab.experiments.e9_drift_mechanism --jobs=2      # seeds 0-9 (results/)
+    python -m lab.experiments.e9_drift_mechanism --replot
 """
 
 import contextlib
@@ -105,7 +105,7 @@ import torch
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.e9_drift_mechanism\n")
+                     "python -m lab.experiments.e9_drift_mechanism\n")
     sys.exit(2)
 from lab.experiments import common
 from lab.experiments import drift_probes as DP

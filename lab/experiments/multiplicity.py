@@ -20,7 +20,7 @@ a correction too. Post-hoc quantities (defined after some of the evaluation
 seeds had been seen; POST_HOC lists them) are a third family, corrected the
 same way and counted apart. Nothing is re-run: the numbers are the JSON's.
 
-    python -m experiments.multiplicity            # results/ -> results/multiplicity.json
+    python -m lab.experiments.multiplicity            # results/ -> results/multiplicity.json
 """
 
 import glob
@@ -31,7 +31,7 @@ import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.multiplicity\n")
+                     "python -m lab.experiments.multiplicity\n")
     sys.exit(2)
 from lab.experiments import common
 from lab.experiments import stats

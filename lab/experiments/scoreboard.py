@@ -50,8 +50,8 @@ tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
-    python -m experiments.scoreboard          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
-    python -m experiments.scoreboard --quick    # 3 groups, seed 0: out/quick/ (CI)
+    python -m lab.experiments.scoreboard          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
+    python -m lab.experiments.scoreboard --quick    # 3 groups, seed 0: out/quick/ (CI)
 """
 
 import os
@@ -62,7 +62,7 @@ import torch
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
-                     "python -m experiments.scoreboard\n")
+                     "python -m lab.experiments.scoreboard\n")
     sys.exit(2)
 from lab.experiments import common
 import loss
@@ -213,7 +213,8 @@ def coefficients(b, name):
         if k not in ("top_entropy_quantile", "off_policy_mask_threshold")
     }
     for idx in b["parts"]:
-        batch = objectives.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx], b["group"][idx],
+        batch = objectives.LossBatch(new[idx], b["old"][idx], b["mask"][idx], adv[idx],
+                                     b["group"][idx],
                             counts=counts, ref_logprobs=b["ref"][idx], entropy=ent[idx],
                             keep=keeps(b, sw, adv, idx))
         total, _ = objectives.policy_loss(
