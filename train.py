@@ -82,6 +82,7 @@ def sft_batch(task, draw, n, rng, device, flawed=0.0):
 def sft(run):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
     cfg, state = run.cfg, run.state
+    # AdamW, as nanoGPT: SFT is ordinary next-token training, only on the completion's tokens
     opt = torch.optim.AdamW(run.model.parameters(), lr=cfg.sft_lr, weight_decay=0.0)
     if state.saved:  # resumed inside SFT: the optimizer's moments continue too
         state.restore(opt, run.rank)
@@ -97,7 +98,7 @@ def sft(run):
             raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
                                      f"(try a smaller --sft_lr)")
         opt.zero_grad(set_to_none=True)
-        sft_loss.backward()
+        sft_loss.backward()  # DDP all-reduces the gradients here (plumbing/dist_utils.py)
         opt.step()
         bar.set_postfix(loss=f"{sft_loss.item():.3f}")
         if bar.disable and run.master and step % max(1, cfg.sft_steps // 4) == 0:
@@ -144,9 +145,11 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
     # shares the whole step's denominators and DFPO weights (plumbing/dist_utils.py)
     parts = dist_utils.StepParts(model, mb, cfg)
     shared = parts.shared(batch, adv, cfg, lambda p: logprobs_of(parts.plain, batch, mb[p], cfg))
+    # c_{i,t} of every row of the step, filled part by part; acc: the logged numbers
     coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
     if inst:
         inst.start_step(len(mb), mask.shape[1], mask.device)
+    # gradients accumulate over the parts: one zero_grad, one optimizer step
     opt.zero_grad(set_to_none=True)
     for p, sync in parts:  # one part unless --micro_batch or torchrun split the step
         with sync:
@@ -156,7 +159,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
                                               shared(p))
             if not torch.isfinite(value):  # stop before a NaN reaches the weights
                 raise FloatingPointError("loss is not finite")
-            term = parts.term(value)
+            term = parts.term(value)  # this part's share of the step's loss
             parts.backward(term)
         coef[p] = parts.coefficients(logp.grad)  # c_{i,t} = -d loss / d log pi(y_{i,t})
         if inst:  # the lab: the ratios, and what c would be on-policy (lab/instruments.py)
@@ -185,7 +188,7 @@ def rl_update(model, opt, batch, cfg, gen, inst=None):
     else:  # the engines' estimators (lab/estimators.py)
         adv = lab.estimators.advantages(rewards, group, cfg.adv, lengths=mask.sum(1),
                                         baseline=batch.baseline)
-    logs = []
+    logs = []  # each optimizer step's numbers
     for _ in range(cfg.epochs):
         # 4. the scheduler decides which rollouts meet in one step, and so whether the copies
         # of a shared token are applied together (batching.py); a new cut each epoch, made
@@ -205,7 +208,7 @@ def rl_update(model, opt, batch, cfg, gen, inst=None):
 def rl_step(run, opt, ref_model):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
     cfg, state, step, inst = run.cfg, run.state, run.state.step, run.inst
-    run.model.train()
+    run.model.train()  # (the sampler switches to eval mode and back by itself)
     # 1-2. each process samples its share of the groups and rewards them; then every one
     # holds the whole batch, so that advantages, the cut and the denominators are global
     batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
@@ -290,7 +293,7 @@ def rl(run):
         evaluate_warm_start(run, opt)
     bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
     for step in bar:
-        state.step = step
+        state.step = step  # set first: a checkpoint saves the step that has just finished
         try:
             rec = rl_step(run, opt, ref_model)
         except FloatingPointError as e:

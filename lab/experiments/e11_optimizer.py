@@ -136,7 +136,8 @@ is still defined, so:
 * permuted's KL ratios and collapses are reported on all of primary 5's seeds, 10-29,
   and each Holm entry says how many contrasts had a p.
 
-    python -m lab.experiments.e11_optimizer --calibrate  # seeds 100-102 (results/e11_calibration.json)
+    python -m lab.experiments.e11_optimizer --calibrate
+        # seeds 100-102 (results/e11_calibration.json)
     python -m lab.experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/quick/)
     python -m lab.experiments.e11_optimizer --jobs=2     # seeds 10-29 (results/)
     python -m lab.experiments.e11_optimizer --replot

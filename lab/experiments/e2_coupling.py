@@ -42,7 +42,7 @@ both have p < 0.5 minus the share of such pairs, paired by seed, predicted > 0
 
     python -m lab.experiments.e2_coupling --quick      # one seed, steps 0 and 20 (out/quick/)
     python -m lab.experiments.e2_coupling              # seeds 0-9 (results/)
-    python -m lab.experiments.e2_coupling --replot     # redraw results/e2_coupling.png from its JSON
+    python -m lab.experiments.e2_coupling --replot  # redraw results/e2_coupling.png from its JSON
 """
 import copy
 import sys

@@ -72,7 +72,8 @@ Quick (18 steps, 4 evaluations, one seed): 320 CPU-s, ~2.7 min with --jobs=2.
 
     python -m lab.experiments.e7_schedulers --quick     # seed 0, 18 RL steps (out/quick/)
     python -m lab.experiments.e7_schedulers             # seeds 0-9, 40 RL steps (results/)
-    python -m lab.experiments.e7_schedulers --replot    # redraw results/e7_schedulers.png from its JSON
+    python -m lab.experiments.e7_schedulers --replot
+        # redraw results/e7_schedulers.png from its JSON
 """
 
 import os

@@ -89,7 +89,8 @@ adamw's, interpolated in log-log between the tried lrs around it. It looks at
 the KL only.
 
     python -m lab.experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/quick/)
-    python -m lab.experiments.e9_drift_mechanism --calibrate  # the SGD lr (results/e9_calibration.json)
+    python -m lab.experiments.e9_drift_mechanism --calibrate
+        # the SGD lr (results/e9_calibration.json)
     python -m lab.experiments.e9_drift_mechanism --jobs=2      # seeds 0-9 (results/)
     python -m lab.experiments.e9_drift_mechanism --replot
 """

@@ -50,7 +50,7 @@ tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
-    python -m lab.experiments.scoreboard          # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
+    python -m lab.experiments.scoreboard  # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
     python -m lab.experiments.scoreboard --quick    # 3 groups, seed 0: out/quick/ (CI)
 """
 
