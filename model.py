@@ -168,7 +168,9 @@ def completion_logprobs(model, prompts, tokens, mask, pad_id, temperature=1.0, r
     lists), in one forward pass. Row layout: [left pad | prompt | completion].
     Returns logp [N,T] (0 where mask is False) and, if asked, the hidden states
     h [N,T,C] that produced each completion token's logits."""
-    ids, valid, _ = left_pad(prompts, pad_id, tokens.device)
+    # prompts: id lists, or already left-padded (ids, valid) tensors
+    ids, valid = prompts if isinstance(prompts, tuple) else left_pad(prompts, pad_id,
+                                                                     tokens.device)[:2]
     Lp = ids.shape[1]
     seq = torch.cat([ids, tokens], 1)[:, :-1]  # the last token predicts nothing we need
     val = torch.cat([valid, mask], 1)[:, :-1]

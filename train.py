@@ -24,6 +24,7 @@ switches it off. Plumbing a reader can skip: plumbing/ (the flags, the run folde
 --resume, torchrun and micro-batches). ``python train.py --key=value ...`` (``--help``).
 """
 
+import math
 import os
 import random
 import sys
@@ -64,19 +65,34 @@ def initial_model(cfg, device):
 
 # ----------------------------------------------------------------------------- phase 1: SFT
 
-def sft_batch(task, draw, n, rng, device, flawed=0.0):
-    """Prompt + solution + EOS, left-padded prompts; the loss is on the completion.
-    A fraction ``flawed`` of the solutions come from the task's flawed teacher."""
+def sft_texts(task, draw, n, rng, flawed=0.0):
+    """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
+    solutions come from the task's flawed teacher."""
     probs = [draw() for _ in range(n)]
     prompts = [task.encode(task.prompt(p)) for p in probs]
     # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
     # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
     sols = [task.encode(task.flawed(p, rng) if rng.random() < flawed
                         else task.solution(p, rng)) + [EOS] for p in probs]
-    # completions are right-padded; PAD positions are masked out of the loss
-    T = max(len(s) for s in sols)
-    tokens = torch.tensor([s + [PAD] * (T - len(s)) for s in sols], device=device)
-    return prompts, tokens, tokens != PAD
+    return prompts, sols
+
+
+def sft_batches(task, draw, n, rng, device, flawed, steps):
+    """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
+    (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
+    left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
+    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
+    L = max(len(p) for prompts, _ in texts for p in prompts)
+    T = max(len(s) for _, sols in texts for s in sols)
+    ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
+                       device="cpu").to(device)
+    tok = torch.tensor([[s + [PAD] * (T - len(s)) for s in sols] for _, sols in texts],
+                       device="cpu").to(device)
+    for k, (prompts, sols) in enumerate(texts):
+        # each step padded to its own longest prompt and solution, as one step alone would be
+        p = ids[k, :, L - max(len(x) for x in prompts):]
+        t = tok[k, :, :max(len(s) for s in sols)]
+        yield (p, p != PAD), t, t != PAD
 
 
 def sft(run):
@@ -88,28 +104,47 @@ def sft(run):
         state.restore(opt, run.rank)
     n_sft = dist_utils.share(cfg.sft_batch)  # this process's share of the batch
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
+    losses = []  # not read back until a line is printed or a checkpoint written: one wait
     for step in bar:
-        prompts, tokens, mask = sft_batch(run.task, state.draw, n_sft, state.sol_rng, run.device,
-                                          cfg.sft_flawed)
+        if (step - 1) % cfg.ckpt_every == 0 or step == state.step + 1:
+            # the batches up to the next checkpoint, which saves the random streams after them
+            upto = min(cfg.sft_steps, ((step - 1) // cfg.ckpt_every + 1) * cfg.ckpt_every)
+            batches = sft_batches(run.task, state.draw, n_sft, state.sol_rng, run.device,
+                                  cfg.sft_flawed, upto - step + 1)
+        prompts, tokens, mask = next(batches)
         with amp(cfg, run.device):
             logp = completion_logprobs(run.model, prompts, tokens, mask, PAD)
         sft_loss = -dist_utils.token_mean(logp, mask)  # over every process's tokens
-        if not torch.isfinite(sft_loss):
-            raise FloatingPointError(f"SFT step {step}: loss is not finite; the run diverged "
-                                     f"(try a smaller --sft_lr)")
         opt.zero_grad(set_to_none=True)
         sft_loss.backward()  # DDP all-reduces the gradients here (plumbing/dist_utils.py)
         opt.step()
-        bar.set_postfix(loss=f"{sft_loss.item():.3f}")
-        if bar.disable and run.master and step % max(1, cfg.sft_steps // 4) == 0:
-            print(f"sft step {step}: loss {sft_loss.item():.3f}", flush=True)  # a log file: 4 lines
-        run.out.log({"phase": "sft", "step": step, "loss": sft_loss.item()})
+        losses.append(sft_loss.detach())
+        printed = step % max(1, cfg.sft_steps // 4) == 0  # a log file gets 4 lines
+        if printed or step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
+            sft_log(run, bar, step, losses, printed)
+            losses = []
         state.step = step
         if step == cfg.sft_steps:  # the warm start: --beta's reference, and the lab's start
             run.out.warm_start(step)
         if step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
             run.out.checkpoint(state, opt)
     bar.close()
+
+
+def sft_log(run, bar, step, losses, printed):
+    """The losses of the steps up to ``step``, read back at once: their lines of
+    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
+    (and before any checkpoint of a diverged model)."""
+    values = torch.stack(losses).tolist()
+    first = step - len(values) + 1
+    for k, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
+                                     f"diverged (try a smaller --sft_lr)")
+        run.out.log({"phase": "sft", "step": first + k, "loss": value})
+    bar.set_postfix(loss=f"{values[-1]:.3f}")
+    if bar.disable and run.master and printed:
+        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
 
 
 # ----------------------------------------------------------------------------- phase 2: the RL step

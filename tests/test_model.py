@@ -120,7 +120,7 @@ def test_sft_steps_lower_the_loss():
     task = toy_tasks.make_task("add", 2)
     import random
     draw, rng = toy_tasks.train_sampler(task, [], 0), random.Random(0)
-    fixed = train.sft_batch(task, draw, 64, rng, "cpu")
+    fixed = next(train.sft_batches(task, draw, 64, rng, "cpu", 0.0, 1))
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
 
     def loss():
@@ -193,3 +193,21 @@ def test_kv_cache_is_written_in_place_and_replicated_per_group():
         k, _ = grouped.write(0, grouped.k[0, :, :, :1], grouped.v[0, :, :, :1])
         assert grouped.k.data_ptr() == before and k.data_ptr() == before
         assert k.shape[2] == n + 1
+
+
+def test_sft_batches_in_bulk_are_the_batches_step_by_step():
+    """Made k at a time (one copy to the device), each step's batch is what the same random
+    streams give one step alone: its prompts left-padded to its own longest, as left_pad does."""
+    import random
+    task = toy_tasks.make_task("add", 2, True)
+    bulk = list(train.sft_batches(task, toy_tasks.train_sampler(task, [], 0), 16,
+                                  random.Random(1), "cpu", 0.7, 5))
+    draw, rng = toy_tasks.train_sampler(task, [], 0), random.Random(1)
+    for (ids_valid, tokens, mask) in bulk:
+        prompts, sols = train.sft_texts(task, draw, 16, rng, 0.7)
+        ids, valid, _ = left_pad(prompts, toy_tasks.PAD)
+        assert torch.equal(ids_valid[0], ids) and torch.equal(ids_valid[1], valid)
+        T = max(len(s) for s in sols)
+        assert torch.equal(tokens, torch.tensor([s + [toy_tasks.PAD] * (T - len(s))
+                                                 for s in sols]))
+        assert torch.equal(mask, tokens != toy_tasks.PAD)
