@@ -52,15 +52,26 @@ EPS = 1e-6  # added to sigma_g (TRL uses 1e-4)
 
 # ----------------------------------------------------------------------------- 1. advantages
 
+def groups(group):
+    """Group ids -> (each row's group numbered 0..K-1, K). Any labels work, also a subset
+    of a batch's groups. Finding them reads the ids once (torch.unique)."""
+    ids, g = torch.unique(group, return_inverse=True)
+    return g, len(ids)
+
+
 def compact(group):
-    """Group ids -> 0..K-1, so that any labels work, also a subset of a batch's groups."""
-    return torch.unique(group, return_inverse=True)[1]
+    """Group ids -> 0..K-1 (``groups`` without K)."""
+    return groups(group)[0]
+
+
+def per_group(x, g, k):
+    """The sum of x over each row's group (numbered 0..k-1 by ``groups``), per row."""
+    return torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, g, x)[g]
 
 
 def group_sum(x, group):
     """The sum of x over each row's group, broadcast back to the rows."""
-    g = compact(group)
-    return torch.zeros(int(g.max()) + 1, dtype=x.dtype, device=x.device).index_add_(0, g, x)[g]
+    return per_group(x, *groups(group))
 
 
 def group_mean(x, group):
@@ -81,15 +92,20 @@ def advantages(rewards, group, scale=True):
     (Dr. GRPO: no division by sigma, which weighs groups by their spread). Centred in
     every group either way. Pass the whole rollout batch: the statistics are per group."""
     r = rewards.float()
-    mu, _ = group_mean(r, group)
-    return (r - mu) / (group_std(r, group) + EPS) if scale else r - mu
+    g, k = groups(group)
+    n = per_group(torch.ones_like(r), g, k)  # G, the group's size
+    mu = per_group(r, g, k) / n
+    if not scale:
+        return r - mu
+    var = per_group((r - mu) ** 2, g, k) / n
+    sigma = (var * n / (n - 1)).sqrt()  # the sample sd (Bessel), as TRL and verl
+    return (r - mu) / (sigma + EPS)
 
 
 def mixed_fraction(rewards, group):
     """The share of groups whose rewards are not all equal. Only such a *mixed* group has
     a non-zero Â, so only it carries a learning signal."""
-    g = compact(group)
-    n = int(g.max()) + 1
+    g, n = groups(group)
     r = rewards.float()
     lo = torch.full((n,), float("inf"), device=g.device).scatter_reduce(0, g, r, "amin")
     hi = torch.full((n,), float("-inf"), device=g.device).scatter_reduce(0, g, r, "amax")
@@ -103,9 +119,11 @@ def step_counts(mask, adv, max_len=None, micro_batches=1):
     over positive rollouts, L_max and the micro-batches M it is split into. A step split
     into parts (micro-batches, processes) passes every part the whole step's counts."""
     lens = mask.sum(1)
-    return {"n_seqs": mask.shape[0], "n_tokens": int(lens.sum()),
-            "n_pos_tokens": int(lens[adv > 0].sum()),
-            "max_len": int(max_len if max_len is not None else lens.max()),
+    # one read of the three counts (each read makes a GPU wait)
+    tokens, pos_tokens, longest = torch.stack([lens.sum(), (lens * (adv > 0)).sum(),
+                                               lens.max()]).tolist()
+    return {"n_seqs": mask.shape[0], "n_tokens": int(tokens), "n_pos_tokens": int(pos_tokens),
+            "max_len": int(max_len if max_len is not None else longest),
             "micro_batches": int(micro_batches)}
 
 

@@ -215,12 +215,15 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
             logits = model.step(nxt[:, None], (pos + t)[:, None],
                                 key_valid[:, None, None, :Lp + T], cache)
     model.train(was_training)
-    if not bool(finite):
-        raise FloatingPointError(f"logits or sampling probabilities are not finite "
-                                 f"(by new token {T})")
     tokens = seq[:, Lp:Lp + T]
     mask = tokens != PAD
-    T = int(mask.any(0).nonzero().max()) + 1 if mask.any() else 1  # drop all-PAD columns
+    # one read: were all logits finite, and the last column that any row writes in
+    last = (torch.arange(1, T + 1, device=device) * mask.any(0)).max()
+    ok, last = torch.stack([finite.long(), last]).tolist()
+    if not ok:
+        raise FloatingPointError(f"logits or sampling probabilities are not finite "
+                                 f"(by new token {T})")
+    T = max(last, 1)  # drop all-PAD columns
     tokens, mask = tokens[:, :T], mask[:, :T]
     group = torch.arange(B, device=device).repeat_interleave(G)
     return Rollouts(prompts=[p for p in prompts for _ in range(G)], tokens=tokens, mask=mask,

@@ -150,8 +150,9 @@ def sft_log(run, bar, step, losses, printed):
 # ----------------------------------------------------------------------------- phase 2: the RL step
 
 def logprobs_of(net, batch, rows, cfg):
-    """log pi(y_t | s_t) of the batch's ``rows`` under ``net``, tempered as at sampling (so
-    that an on-policy ratio is exactly 1), and the hidden states that produced them."""
+    """log pi(y_t | s_t) of the batch's ``rows`` (a tensor on the host) under ``net``, tempered
+    as at sampling (so that an on-policy ratio is exactly 1), and the hidden states that
+    produced them."""
     with amp(cfg, batch.mask.device.type):
         return completion_logprobs(net, [batch.prompts[i] for i in rows.tolist()],
                                    batch.tokens[rows], batch.mask[rows], PAD,
@@ -200,8 +201,10 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
         if inst:  # the lab: the ratios, and what c would be on-policy (lab/instruments.py)
             stats.update(inst.part(p, logp, batch.old_logprobs[mb[p]], mask[mb[p]], loss_at,
                                    parts.n_parts))
-        for k, v in dict(stats, loss=term.item()).items():  # stats: row-weighted means
-            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else float(v) * len(p))
+        # kept as tensors and read back once per step (each read makes a GPU wait)
+        for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
+            v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
+            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
@@ -231,7 +234,7 @@ def rl_update(model, opt, batch, cfg, gen, inst=None):
         cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
             cfg.batching, group, adv, mask.sum(1), cfg.minibatches, gen))
         for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
-            metrics, _ = optimizer_step(model, opt, batch, adv, mb.to(mask.device), cfg, inst)
+            metrics, _ = optimizer_step(model, opt, batch, adv, mb, cfg, inst)
             logs.append(metrics)
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}

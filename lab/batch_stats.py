@@ -6,6 +6,8 @@ E10), how far the ratios moved from 1 (off-policy reuse), and how the scheduler'
 split the groups and the signs across mini-batches (batching.py, THEORY.md section 5).
 """
 
+import torch
+
 
 def lengths_by_outcome(batch):
     """Mean completion length (tokens, EOS included) of the right and of the wrong rollouts:
@@ -17,14 +19,16 @@ def lengths_by_outcome(batch):
 
 def ratio_stats(logp, old_logp, mask):
     """How far one micro-batch is off-policy: the mean sequence ratio s_i over completions
-    and the mean |log rho| over tokens (both 1 and 0 on-policy)."""
+    and the mean |log rho| over tokens (both 1 and 0 on-policy), as tensors (not read back:
+    train.py reads a step's numbers at once)."""
     mask_f = mask.float()
     lens = mask.sum(1)
     log_ratio = ((logp - old_logp) * mask_f).detach()
     seq_ratio = (log_ratio.sum(1) / lens.clamp(min=1)).exp()
-    live = lens > 0
-    return {"seq_ratio": float(seq_ratio[live].mean()) if bool(live.any()) else 1.0,
-            "abs_log_ratio": float(log_ratio.abs().sum() / mask_f.sum().clamp(min=1))}
+    live = lens > 0  # every completion has a token (its EOS at least): all rows, in practice
+    mean = (seq_ratio * live).sum() / live.sum().clamp(min=1)
+    return {"seq_ratio": torch.where(live.any(), mean, torch.ones_like(mean)),
+            "abs_log_ratio": log_ratio.abs().sum() / mask_f.sum().clamp(min=1)}
 
 
 def minibatch_stats(minibatches, group, advantages, lengths):

@@ -37,17 +37,51 @@ import loss
 
 # ----------------------------------------------------------------------------- learning tax, drift
 
-def common_prefix(tokens, mask, group):
-    """Per row, the length of its group's longest common completion prefix (on the CPU:
-    bookkeeping, one small loop per group)."""
-    tokens, mask, g = tokens.cpu(), mask.cpu(), loss.compact(group).cpu()
-    out = torch.zeros(len(g), dtype=torch.long, device="cpu")
-    for k in range(int(g.max()) + 1):
-        rows = (g == k).nonzero()[:, 0]
-        t0, m0 = tokens[rows[0]], mask[rows[0]]
-        same = ((tokens[rows] == t0) & mask[rows] & m0).all(0).long()
-        out[rows] = int(same.cumprod(0).sum())
+def host_lists(*tensors):
+    """Tensors as nested Python lists, read back at once: one copy to the host, whatever
+    their number (each read makes a GPU wait). Values come back as floats."""
+    flat = torch.cat([t.reshape(-1).double() for t in tensors]).tolist()
+    out, start = [], 0
+    for t in tensors:
+        part, start = flat[start:start + t.numel()], start + t.numel()
+        width = t.shape[-1] if t.dim() == 2 else None
+        out.append(part if width is None else
+                   [part[r * width:(r + 1) * width] for r in range(t.shape[0])])
     return out
+
+
+def prefix_lengths(tok, mask, group):
+    """Per row, the length of its group's longest common completion prefix; and the groups'
+    rows, in order of their ids (bookkeeping on the host, from ``host_lists``)."""
+    rows_of = {}
+    for i, k in enumerate(group):
+        rows_of.setdefault(k, []).append(i)
+    out = [0] * len(group)
+    for k in sorted(rows_of):
+        rows, first = rows_of[k], rows_of[k][0]
+        n = 0
+        while n < len(tok[first]) and all(mask[r][n] and mask[first][n] and
+                                          tok[r][n] == tok[first][n] for r in rows):
+            n += 1
+        for r in rows:
+            out[r] = n
+    return out, [rows_of[k] for k in sorted(rows_of)]
+
+
+def common_prefix(tokens, mask, group):
+    """Per row, the length of its group's longest common completion prefix."""
+    ell, _ = prefix_lengths(*host_lists(tokens, mask, group))
+    return torch.tensor(ell, dtype=torch.long, device="cpu")
+
+
+def shared_pairs(ell, mask, rows_of, interior=False):
+    """The (row, t) pairs of ``shared_histories`` as a list, from ``prefix_lengths``."""
+    pairs = []
+    for rows in rows_of:
+        r = rows[0]
+        last = ell[r] - 1 if interior else ell[r]
+        pairs += [(r, t) for t in range(last + 1) if t < len(mask[r]) and (t == 0 or mask[r][t])]
+    return pairs
 
 
 def shared_histories(tokens, mask, group, interior=False):
@@ -60,13 +94,9 @@ def shared_histories(tokens, mask, group, interior=False):
     the histories strictly before it (t < ell) are kept: every rollout emits the
     same token after them, so with exchangeable weights their gradient cancels,
     and whatever moves there is learning tax."""
-    ell = common_prefix(tokens, mask, group)
-    g, mask = loss.compact(group).cpu(), mask.cpu()
-    pairs = []
-    for k in range(int(g.max()) + 1):
-        r = int((g == k).nonzero()[0, 0])
-        last = int(ell[r]) - 1 if interior else int(ell[r])
-        pairs += [(r, t) for t in range(last + 1) if t < tokens.shape[1] and (t == 0 or mask[r, t])]
+    tok, m, g = host_lists(tokens, mask, group)
+    ell, rows_of = prefix_lengths(tok, m, g)
+    pairs = shared_pairs(ell, m, rows_of, interior)
     return torch.tensor(pairs, dtype=torch.long, device="cpu").reshape(-1, 2)
 
 
@@ -81,16 +111,20 @@ def before_divergence(pairs, tokens, mask, group):
 
 @torch.no_grad()
 def policy_at(model, prompts, tokens, mask, rows_t, temperature=1.0):
-    """log pi(. | history) [K, V] at the histories (row, t) = prompt + tokens[row, :t]."""
-    rows = rows_t[:, 0].unique()
-    where = {int(r): i for i, r in enumerate(rows)}
-    ids, valid, _ = left_pad([prompts[int(r)] for r in rows], PAD, tokens.device)
+    """log pi(. | history) [K, V] at the histories (row, t) = prompt + tokens[row, :t]
+    (``rows_t``: the pairs, a [K, 2] tensor or a list)."""
+    pairs = rows_t.tolist() if torch.is_tensor(rows_t) else rows_t
+    rows = sorted({r for r, _ in pairs})
+    where = {r: i for i, r in enumerate(rows)}
+    ids, valid, _ = left_pad([prompts[r] for r in rows], PAD, tokens.device)
     Lp = ids.shape[1]
-    seq = torch.cat([ids, tokens[rows]], 1)[:, :-1]
-    val = torch.cat([valid, mask[rows]], 1)[:, :-1]
+    at = torch.tensor(rows, dtype=torch.long, device="cpu").to(tokens.device)
+    seq = torch.cat([ids, tokens[at]], 1)[:, :-1]
+    val = torch.cat([valid, mask[at]], 1)[:, :-1]
     logits = model(seq, val)[:, Lp - 1:] / temperature
-    sel = logits[[where[int(r)] for r in rows_t[:, 0]], rows_t[:, 1]]
-    return torch.log_softmax(sel, -1)
+    which = torch.tensor([[where[r], t] for r, t in pairs], dtype=torch.long,
+                         device="cpu").reshape(-1, 2).to(logits.device)
+    return torch.log_softmax(logits[which[:, 0], which[:, 1]], -1)
 
 
 def kl(logp_old, logp_new):
@@ -99,21 +133,22 @@ def kl(logp_old, logp_new):
 
 
 def tax_before(model, batch):
-    """Before a step's updates: the histories each group shares (``shared_histories``),
-    which of them lie before the group diverges, and the policy there."""
-    tok, mask, g = batch.tokens, batch.mask, batch.group
-    hist = shared_histories(tok, mask, g)
-    return (
-        hist,
-        before_divergence(hist, tok, mask, g),
-        policy_at(model, batch.prompts, tok, mask, hist),
-    )
+    """Before a step's updates: the histories each group shares (``shared_histories``, as
+    a list), which of them lie before the group diverges, which are in a *mixed* group
+    (rewards not all equal), the token the group writes there, and the policy there. The
+    batch is read back once; the rest is bookkeeping on the host."""
+    tok, m, g, r = host_lists(batch.tokens, batch.mask, batch.group, batch.rewards)
+    ell, rows_of = prefix_lengths(tok, m, g)
+    pairs = shared_pairs(ell, m, rows_of)
+    mixed = {i for rows in rows_of if len({r[j] for j in rows}) > 1 for i in rows}
+    facts = [(t < ell[row], row in mixed, int(tok[row][t])) for row, t in pairs]
+    return pairs, facts, policy_at(model, batch.prompts, batch.tokens, batch.mask, pairs)
 
 
 def mixed_rows(rewards, group):
     """bool [N]: the rows of mixed groups, whose rewards are not all equal."""
-    g, r = loss.compact(group), rewards.float()
-    n = int(g.max()) + 1
+    g, n = loss.groups(group)
+    r = rewards.float()
     lo = torch.full((n,), float("inf"), device=r.device).scatter_reduce_(0, g, r, "amin")
     hi = torch.full((n,), float("-inf"), device=r.device).scatter_reduce_(0, g, r, "amax")
     return (hi > lo)[g]
@@ -131,19 +166,23 @@ def learning_tax_and_shift(model, batch, before):
     log pi(a | h) of the token a that the whole group emits after h, over the histories
     strictly before a *mixed* group diverges (0.0 when there are none). There every
     copy of a should cancel: a negative value means the shared tokens were pushed down,
-    by what did not cancel and by other tokens' gradients through shared weights."""
-    hist, inner, old = before
-    new = policy_at(model, batch.prompts, batch.tokens, batch.mask, hist)
+    by what did not cancel and by other tokens' gradients through shared weights.
+    One read back for the three numbers."""
+    pairs, facts, old = before
+    new = policy_at(model, batch.prompts, batch.tokens, batch.mask, pairs)
     k = kl(old, new)
-    tax = float(k.mean()), float(k[inner].mean()) if bool(inner.any()) else 0.0
-    sel = inner & mixed_rows(batch.rewards, batch.group).cpu()[hist[:, 0]]
-    if not bool(sel.any()):
-        return (*tax, 0.0)
-    rows, t = hist[sel, 0], hist[sel, 1]
-    a = batch.tokens.cpu()[rows, t].to(new.device)
-    sel = sel.to(new.device)
-    d = new[sel].gather(1, a[:, None])[:, 0] - old[sel].gather(1, a[:, None])[:, 0]
-    return (*tax, float(d.mean()))
+    dev = new.device
+    inner = [i for i, (before_split, _, _) in enumerate(facts) if before_split]
+    # the histories before a mixed group diverges, and the token the group writes there
+    sel = [i for i, (before_split, mixed, _) in enumerate(facts) if before_split and mixed]
+    zero = k.new_zeros(())
+    tax_interior = k[torch.tensor(inner, device="cpu").to(dev)].mean() if inner else zero
+    shift = zero
+    if sel:
+        at = torch.tensor(sel, device="cpu").to(dev)
+        a = torch.tensor([facts[i][2] for i in sel], device="cpu").to(dev)[:, None]
+        shift = (new[at].gather(1, a)[:, 0] - old[at].gather(1, a)[:, 0]).mean()
+    return tuple(torch.stack([k.mean(), tax_interior, shift]).double().tolist())
 
 
 def answer_logprobs(model, task, problems):

@@ -28,9 +28,12 @@ the batch's tokens). ``--instruments=false`` switches all of it off; then an RL 
 runs no extra forward or backward pass, and the run logs none of these numbers.
 """
 
+import types
+
 import torch
 
 from lab import batch_stats, diagnostics, ledger, residuals
+from lab.syncs import host, to_host
 from plumbing import dist_utils
 
 
@@ -47,10 +50,15 @@ class Instruments:
 
     def rollouts(self, model, batch):
         """The policy at the histories each group shares, taken before the update (rank 0),
-        and the lengths of right and wrong completions."""
+        and the lengths of right and wrong completions. The batch is copied to the host
+        once: the lab's bookkeeping runs there and makes the GPU wait no more."""
         self.before = diagnostics.tax_before(model, batch) if self.master else None
         self.steps = []
-        return batch_stats.lengths_by_outcome(batch)
+        tokens, mask, group, rewards = to_host(batch.tokens, batch.mask, batch.group,
+                                               batch.rewards)
+        self.batch = types.SimpleNamespace(tokens=tokens, mask=mask, group=group, rewards=rewards)
+        with host():
+            return batch_stats.lengths_by_outcome(self.batch)
 
     # ------------------------------------------------------------------ inside a step
 
@@ -70,18 +78,23 @@ class Instruments:
         """One optimizer step, ``coef`` its coefficients summed over processes: the
         residuals of its shared tokens' copies."""
         coef_on = dist_utils.all_reduce_sum(self.coef_on)
+        coef, coef_on, adv, mb = to_host(coef, coef_on, adv, mb)  # one read per step
         self.steps.append((mb, coef, coef_on))
-        group, mask = batch.group[mb], batch.mask[mb]
-        return {"first_token_residual": residuals.first_token_residual(coef, group),
-                "exch_residual": residuals.exch_residual(coef, adv[mb], batch.tokens[mb], mask,
-                                                         group)}
+        b = self.batch
+        with host():
+            group, mask = b.group[mb], b.mask[mb]
+            return {"first_token_residual": residuals.first_token_residual(coef, group),
+                    "exch_residual": residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,
+                                                             group)}
 
     # ------------------------------------------------------------------ after the update
 
     def update(self, batch, adv, cut):
         """The last cut's split and the batch's cancellation ledger, as metrics."""
-        out = batch_stats.minibatch_stats(cut, batch.group, adv, batch.mask.sum(1))
-        led = ledger.ledger_sums(self.steps, adv, batch.tokens, batch.mask, batch.group)
+        b, adv = self.batch, to_host(adv)
+        with host():  # the cut was made on the host
+            out = batch_stats.minibatch_stats(cut, b.group, adv, b.mask.sum(1))
+            led = ledger.ledger_sums(self.steps, adv, b.tokens, b.mask, b.group)
         out["ledger_mass"] = led["mass"]
         out.update({f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
         for k, v in led.items():  # the run's ledger: sums, so that its shares weigh by mass

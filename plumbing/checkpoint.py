@@ -124,11 +124,11 @@ class _quiet:
 # ----------------------------------------------------------------------------- finite weights
 
 def non_finite(model):
-    """Name of the first parameter with a NaN or inf, or None."""
-    for name, p in model.named_parameters():
-        if not bool(torch.isfinite(p).all()):
-            return name
-    return None
+    """Name of the first parameter with a NaN or inf, or None. One read back for the whole
+    model (a read per parameter would make a GPU wait per parameter)."""
+    named = list(model.named_parameters())
+    finite = torch.stack([torch.isfinite(p).all() for _, p in named]).tolist()
+    return next((name for (name, _), ok in zip(named, finite) if not ok), None)
 
 
 def check_finite(model, where):

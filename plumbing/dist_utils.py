@@ -261,10 +261,9 @@ def step_means(acc, n, device):
     """A step's logged numbers, summed over processes: the loss is a sum, the rest were
     summed as row-weighted means (divided here by the step's n rows)."""
     keys = sorted(acc)  # the same order on every rank, for one all-reduce
-    # on the rollouts' device: NCCL reduces CUDA tensors only
-    total = all_reduce_sum(torch.tensor([acc[k] for k in keys], dtype=torch.float64,
-                                        device=device))
-    return {k: float(v) if k == "loss" else float(v) / n for k, v in zip(keys, total)}
+    # on the rollouts' device (NCCL reduces CUDA tensors only); one read for them all
+    total = all_reduce_sum(torch.stack([acc[k] for k in keys]).to(device)).tolist()
+    return {k: v if k == "loss" else v / n for k, v in zip(keys, total)}
 
 
 class StepParts:

@@ -149,7 +149,9 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
     model = tiny_model()
     inst = lab.instruments.Instruments(cfg, types.SimpleNamespace(sums=checkpoint.new_sums()),
                                        True)
-    out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), shared_group(), cfg,
+    batch = shared_group()
+    inst.rollouts(model, batch)  # the lab sees the rollouts before the update
+    out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, cfg,
                           torch.Generator().manual_seed(0), inst)
     assert out["exch_residual"] == pytest.approx(expected, abs=1e-6)
     # only the first token is shared

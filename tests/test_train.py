@@ -103,6 +103,7 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
     opt.step = step
     inst = lab.instruments.Instruments(cfg, types.SimpleNamespace(sums=checkpoint.new_sums()),
                                        True)
+    inst.rollouts(m, batch)  # the lab sees the rollouts before the update
     steps = train.rl_update(m, opt, batch, cfg, gen, inst)["steps"]
     assert len(steps) == 2
     assert steps[0]["seq_ratio"] == pytest.approx(1.0, abs=1e-5)   # first pass on-policy
