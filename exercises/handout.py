@@ -129,22 +129,24 @@ def stub(source, functions, module):
 
 
 def needs_results(source):
-    """Names of the test functions of a test module that read results/: the string
-    'results' (or 'results/...') in their own body, or in a module-level helper or fixture
-    they name."""
+    """Names of the test functions of a test module that read a committed file under
+    results/: ``os.path.join(ROOT, "results", ...)`` in their own body, or in a module-level
+    helper or fixture they name."""
     tree = ast.parse(source)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
-    def literal(node):
-        return any(isinstance(x, ast.Constant) and isinstance(x.value, str)
-                   and (x.value == "results" or x.value.startswith("results/"))
+    def reads(node):
+        return any(isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
+                   and x.func.attr == "join" and len(x.args) >= 3
+                   and isinstance(x.args[0], ast.Name)
+                   and isinstance(x.args[1], ast.Constant) and x.args[1].value == "results"
                    for x in ast.walk(node))
 
     def names(node):
         return {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} | {
             a.arg for a in node.args.args}
 
-    tainted = {n for n, f in funcs.items() if literal(f)}
+    tainted = {n for n, f in funcs.items() if any(reads(b) for b in f.body)}
     while True:  # helpers of helpers
         more = {n for n, f in funcs.items() if n not in tainted and names(f) & tainted}
         if not more:

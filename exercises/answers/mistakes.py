@@ -13,6 +13,7 @@ tables drawn against the catalogue also separate mistakes nobody listed.
 ``digits`` significant digits: the draws require it to be right.
 """
 
+import functools
 import math
 
 from exercises import problems
@@ -71,9 +72,14 @@ def _ex4(name, variant):
     return p, a, n, s, j, sum(w * x for w, x in zip(s, a)), sum(x * x for x in a)
 
 
+@functools.lru_cache(maxsize=4096)
+def plain_range(lo, hi):
+    return plain(lo, hi, [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)])
+
+
 def plain(lo, hi, pairs=None):
-    pairs = pairs if pairs is not None else [(a, b) for a in range(lo, hi + 1)
-                                             for b in range(lo, hi + 1)]
+    if pairs is None:
+        return plain_range(lo, hi)
     return sum(len(str(a + b)) + 1 for a, b in pairs)
 
 
@@ -131,7 +137,8 @@ def wrong_numbers(name, ex, variant, right):
                 (NORM2, -sa / math.sqrt(aa) * a[j]), (NORM2, -sa * a[j]),
                 (REMOVE, sa / aa * a[j]), (MIN_REPLACE, min(s) - s[j]),
                 (DELTA, s[j] - sa / aa * a[j]), (PROJECT, -sum(s) / 4),
-                (SIGNS, -sum(w * abs(x) for w, x in zip(s, a)) / aa * a[j])],
+                (SIGNS, -sum(w * abs(x) for w, x in zip(s, a)) / aa * a[j]),
+                (SIGNS, -sa / aa * abs(a[j])), (DELTA, -sa / aa * a[j] / s[j])],
         }
     p = problems.ex7(name, variant)
     lo, hi, nn = p["lo"], p["hi"], (p["hi"] - p["lo"] + 1) ** 2
@@ -175,8 +182,8 @@ def held_out(name, ex, variant, right):
                                ("", residual([(w - 1) * x for w, x in zip(s, a)]))],
             "orth_delta_k": [("", -sa / 4 / aa * a[j]),
                              ("", -sa / sum(abs(x) for x in a) * a[j]),
-                             ("", -sa / aa * abs(a[j])),
-                             ("", -sa / aa * a[j] / s[j])],
+                             ("", -sum(w * x for w, x in zip(s, p["rewards"]))
+                              / sum(x * x for x in p["rewards"]) * p["rewards"][j])],
         }
     p = problems.ex7(name, variant)
     lo, hi = p["lo"], p["hi"]

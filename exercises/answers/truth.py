@@ -9,6 +9,7 @@ right when it is within one unit of the key's third significant digit; a count m
 exact.
 """
 
+import functools
 import math
 
 import toy_tasks
@@ -45,6 +46,7 @@ def ex4_truth(name, variant=0):
             "orth_delta_k": -along * a[j]}
 
 
+@functools.lru_cache(maxsize=4096)
 def plain_tokens(lo, hi):
     task = toy_tasks.make_task("add", 2, False)
     return sum(len(task.categories((a, b), task.solution((a, b))))
