@@ -32,6 +32,9 @@ import traceback
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.check\n")
     sys.exit(2)
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
 import torch
 
 from exercises import roster

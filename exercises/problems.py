@@ -16,6 +16,10 @@ import os
 import random
 import sys
 
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+
 
 def rng(student, ex, variant=0):
     """A random stream fixed by (student, exercise, variant)."""

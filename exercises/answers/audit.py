@@ -29,6 +29,10 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.audit\n")
     sys.exit(2)
 
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+
 
 def random_names(n=200, seed=0):
     """n distinct plausible names: letters, spaces, accents, digits (student ids)."""

@@ -17,6 +17,9 @@ import types
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.key\n")
     sys.exit(2)
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
 from exercises.answers import mistakes
 from exercises.answers.truth import key, pick_tables, right
 from exercises.problems import SheetError, read_sheet

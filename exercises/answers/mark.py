@@ -34,6 +34,9 @@ from concurrent.futures import ThreadPoolExecutor
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.mark\n")
     sys.exit(2)
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
 import torch
 
 from exercises import check, handout
@@ -324,6 +327,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # now the cleanup below runs
     try:
         sys.exit(main(sys.argv[1:]))
     except KeyboardInterrupt:
