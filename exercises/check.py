@@ -559,7 +559,8 @@ def ex6_check(pairs):
         spec, value = ex6_spec(c)
         assert isinstance(r.get("value"), float) and math.isfinite(r["value"]), \
             f"{c['where']}: the loss is not a finite number"
-        assert abs(r["value"] - value) < 1e-6, f"{c['where']}: the loss value is not the specified one"
+        assert abs(r["value"] - value) < 1e-6, \
+            f"{c['where']}: the loss value is not the specified one"
         grad = r.get("grad")
         assert torch.is_tensor(grad) and grad.shape == new.shape, \
             f"{c['where']}: no gradient of the shape of new_logp"

@@ -26,7 +26,8 @@ import sys
 import time
 
 if not __package__:  # run as a file: the package imports below need the repository root
-    sys.stderr.write("error: run it from the repository root as python -m exercises.answers.audit\n")
+    sys.stderr.write("error: run it from the repository root as "
+                     "python -m exercises.answers.audit\n")
     sys.exit(2)
 
 if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
@@ -160,7 +161,8 @@ def main(argv):
           f"fingerprint of 20,000 iterations takes {cost * 1e3:.1f} ms here. The number with "
           f"the fewest candidates needs {smallest} tries: {smallest * cost / fast * 1e3:.1f} ms on "
           f"the fastest laptop modelled (4x per core, 8 cores), {smallest * cost * 1e3:.0f} ms on "
-          f"one core of this machine. For 30 minutes on that laptop one fingerprint would have to cost "
+          f"one core of this machine. For 30 minutes on that laptop one fingerprint would have "
+          f"to cost "
           f"{1800 * fast / smallest:.0f} s here, and a right sheet costs at least one per "
           "exercise: no check can be both. The student copy therefore holds no fingerprint.")
     return 0

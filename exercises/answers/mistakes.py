@@ -111,7 +111,8 @@ def wrong_numbers(name, ex, variant, right):
                 (SIGMA, right["grpo_coef_k"] * sd / pop), (SUM_L, a[i] / sd / sum(n)),
                 (NO_SIGMA, a[i] / (4 * n[i])), (SIGN, -right["grpo_coef_k"]),
                 (OWN_LENGTH, a[i] / sd / (4 * L)), (ONE_OVER_N, a[i] / sd / n[i]),
-                (CENTRE, p["rewards"][i] / sd / (4 * n[i])), (VARIANCE, a[i] / sd ** 2 / (4 * n[i])),
+                (CENTRE, p["rewards"][i] / sd / (4 * n[i])),
+                (VARIANCE, a[i] / sd ** 2 / (4 * n[i])),
                 (LENGTH, a[i] / sd * n[i] / 4)],
             "dr_grpo_coef_k": [
                 (OWN_LENGTH, a[i] / (4 * n[i])), (NO_SIGMA, a[i] / sd / (4 * L)),

@@ -17,12 +17,12 @@ privilege, then starts the child's program. So:
 * when process 1 ends, the kernel kills every process of the namespace: a forked child
   cannot outlive its exercise.
 
-Privileges. Run as root, the child becomes an unused uid of its own (group nogroup). Run as any other user,
-``unshare --user`` maps that user to root inside a user namespace; the setup drops every
-capability before the child starts, so it cannot mount, chroot or undo the read-only
-binds. Where neither works (no ``unshare``, user namespaces switched off, macOS), ``mode()``
-says why and the marker refuses to run code: run it as root or in a Linux container
-(exercises/answers/README.md).
+Privileges. Run as root, the child becomes an unused uid of its own (group nogroup).
+Run as any other user, ``unshare --user`` maps that user to root inside a user
+namespace; the setup drops every capability before the child starts, so it cannot
+mount, chroot or undo the read-only binds. Where neither works (no ``unshare``, user
+namespaces switched off, macOS), ``mode()`` says why and the marker refuses to run code:
+run it as root or in a Linux container (exercises/answers/README.md).
 
 Limits: wall time (the whole process group is killed), address space (RLIMIT_AS), CPU
 time, processes (RLIMIT_NPROC, counted per user namespace, or per uid in root mode),
