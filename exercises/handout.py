@@ -71,6 +71,7 @@ project's own repository, under `results/`.
 TEACHER_SECTION = re.compile(r"<!-- teacher -->.*?<!-- /teacher -->\n?", re.S)
 RESULTS_SKIP = ("needs results/, the lab report's data, which the student copy leaves out")
 MAX_NAME = 200  # characters; a name longer than this is a pasted paragraph
+PROGRESS_FROM = 500  # names: a roster this long takes seconds to draw, so say how far it is
 
 
 class HandoutError(Exception):
@@ -250,7 +251,7 @@ def roster_json(names, progress=sys.stderr):
     students, start, step = {}, time.monotonic(), max(len(names) // 10, 1)
     for i, n in enumerate(names, 1):
         students[n] = pick_tables(n)
-        if len(names) >= 500 and (i % step == 0 or i == len(names)):
+        if len(names) >= PROGRESS_FROM and (i % step == 0 or i == len(names)):
             print(f"drawing tables: {i} of {len(names)} names ({time.monotonic() - start:.0f} s)",
                   file=progress, flush=True)
     return json.dumps({"version": roster.VERSION, "students": students},
