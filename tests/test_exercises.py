@@ -4,8 +4,8 @@ exercises/handout.py holds no answers, fails its checks cleanly, passes its test
 resolves its links. Teacher's copy only: exercises/handout.py leaves this file out of the
 student copy. The marker's sandbox is tested in tests/test_classroom_marker.py."""
 
-import importlib.util
 import json
+import math
 import os
 import subprocess
 import sys
@@ -75,12 +75,13 @@ def test_the_key_is_what_the_library_computes(name):
     assert k["EX1"]["grpo_net"] == pytest.approx(float(c.sum()), rel=1e-4)
     assert k["EX1"]["grpo_coef_k"] == pytest.approx(float(c[i]), rel=1e-4)
     assert k["EX1"]["dr_grpo_coef_k"] == pytest.approx(float(dr[i]), rel=1e-5)
-    import math
-    batch = check.shared_group(p4["lengths"], p4["rewards"], log_s=[math.log(s) for s in p4["s"]])
+    batch = check.shared_group(p4["lengths"], p4["rewards"],
+                               log_s=[math.log(s) for s in p4["s"]])
     for name_, number in (("gspo", "gspo_residual"), ("luspo", "luspo_residual")):
         c = check.coefficients(name_, batch, "sym")[:, 0]
         assert k["EX4"][number] == pytest.approx(float(c.sum().abs() / c.abs().sum()), rel=1e-5)
-    r, s, j = torch.tensor(p4["rewards"]).double(), torch.tensor(p4["s"]).double(), p4["k"] - 1
+    f64 = lambda xs: torch.tensor(xs, dtype=torch.float64)
+    r, s, j = f64(p4["rewards"]), f64(p4["s"]), p4["k"] - 1
     w = loss.adv_orthogonal(s, r - r.mean(), torch.zeros(4, dtype=torch.long))
     assert k["EX4"]["orth_delta_k"] == pytest.approx(float(w[j] - s[j]), rel=1e-9)
     text = toy_tasks.make_task("add", 2, True).solution(p7["problem"])
@@ -250,7 +251,7 @@ DEEP = "STUDENT = 'x'\nEX1 = {'grpo_net': " + "-" * 100000 + "1}\n"
     "STUDENT = 'x'\nEX1 = {'grpo_net': [1, 2]}\n",
     "STUDENT = open('/etc/hostname').read()\n",
     DEEP,
-    "STUDENT = 'x'\nEX1 = " + "(" * 50 + "1" + ")" * 50 + "\n",
+    "STUDENT = 'x'\nEX1 = " + "[" * 150 + "]" * 150 + "\n",
 ])
 def test_a_sheet_is_read_as_data_never_run(tmp_path, body):
     """A sheet that does anything but assign plain values is refused in one line, without a

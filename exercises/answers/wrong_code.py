@@ -161,7 +161,7 @@ def round_robin(group_ids, adv, lengths, M, gen):  # whole groups dealt in label
 
 def global_rng(group_ids, adv, lengths, M, gen):  # ignores the generator it is given
     return reference("query_balanced")(group_ids, adv, lengths, M,
-                                       torch.Generator().manual_seed(int(torch.randint(9, ()))))
+                                       torch.Generator().manual_seed(int(torch.randint(1 << 62, ()))))
 
 
 def group_ids_returned(group_ids, adv, lengths, M, gen):  # labels, not row indices
