@@ -875,9 +875,13 @@ def serve():
     try:
         fn = student_function(ex)
     except BaseException as e:  # a module that does not import: every call says why
-        fn = _raiser(RuntimeError(f"importing it failed: {type(e).__name__}: {e}"))
+        why = clean(f"importing it failed: {type(e).__name__}: {e}")
+        fn, calls = None, [dict(c, kind="failed") for c in calls]
     out = []
     for c in calls:
+        if fn is None:
+            out.append({"error": why, "stub": None})
+            continue
         try:
             r = evaluate(c, fn)
         except BaseException as e:  # SystemExit and friends from the student's code
