@@ -79,7 +79,7 @@ os._exit(0)
 
 HOG = '''hoard = []
 while True:  # fill memory until the limit says no
-    hoard.append(bytearray(64 << 20))
+    hoard.append(bytearray(256 << 20))
 '''
 
 SLEEPER = '''import time
