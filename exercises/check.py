@@ -201,7 +201,8 @@ def evaluate(c, fn):
             res["out2"] = again.detach() if torch.is_tensor(again) else again
         return res
     except Exception as e:  # the student's code raised: say where, in one line
-        return {"error": describe(e), "stub": stub_of(e)}
+        stub = stub_of(e)
+        return {"error": str(e) if stub else describe(e), "stub": stub}
 
 
 def describe(e):
@@ -712,13 +713,17 @@ def judge(ex, what, fn, pairs):
             stub = r.get("stub")
             if stub and stub != f"exercise {ex[2:]}":
                 return f"needs {stub} solved first"
-            return f"not written yet ({r['error'].split(': ', 1)[-1]})" if stub else r["error"]
+            return f"not written yet ({r['error']})" if stub else r["error"]
     try:
         fn(pairs)
         return None
     except AssertionError as e:
         return str(e)
-    except Exception as e:  # an output of a shape no property expected: say so, in one line
+    except Exception as e:  # a stub reached by the library, or an output no property expected
+        stub = stub_of(e)
+        if stub:
+            return (f"needs {stub} solved first" if stub != f"exercise {ex[2:]}"
+                    else f"not written yet ({e})")
         return f"the outputs could not be checked ({type(e).__name__}: {e})"
 
 
