@@ -41,7 +41,8 @@ def test_a_byte_order_mark_crlf_and_spacing_are_normalised_and_said(tmp_path):
     ("Kurt\x1cG\n", 1, "U+001C"), ("A\u2029B\n", 1, "U+2029")])
 def test_a_name_with_a_control_or_separator_character_is_refused_with_its_line(
         tmp_path, data, line, char):
-    with pytest.raises(handout.HandoutError, match=f"line {line}: the name holds .*{re.escape(char)}"):
+    pattern = f"line {line}: the name holds .*{re.escape(char)}"
+    with pytest.raises(handout.HandoutError, match=pattern):
         handout.read_roster(roster_file(tmp_path, data))
 
 

@@ -177,7 +177,7 @@ print(json.dumps(out))
         if kind == "userns" and subprocess.run(sandbox._unshare("userns") + ["true"],
                                                capture_output=True).returncode:
             continue
-        o = sandbox.run(str(probe.parent), ["probe.py"], kind=kind, hide=[ROOT],
+        o = sandbox.run(str(probe.parent), ["-I", "probe.py"], kind=kind, hide=[ROOT],
                         limits=sandbox.Limits(seconds=60))
         assert o.status == "exited" and o.code == 0, (kind, o)
         import json
@@ -195,11 +195,11 @@ def test_a_child_that_prints_too_much_or_hangs_is_stopped(tmp_path):
     copy = tmp_path / "copy"
     copy.mkdir()
     (copy / "loud.py").write_text("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n")
-    o = sandbox.run(str(copy), ["loud.py"], limits=sandbox.Limits(seconds=30, output=1 << 20))
+    o = sandbox.run(str(copy), ["-I", "loud.py"], limits=sandbox.Limits(seconds=30, output=1 << 20))
     assert o.status == "output" and len(o.stdout) == 1 << 20
     (copy / "quiet.py").write_text("import os, time\nos.close(1)\nos.close(2)\ntime.sleep(999)\n")
     start = time.monotonic()
-    o = sandbox.run(str(copy), ["quiet.py"], limits=sandbox.Limits(seconds=2))
+    o = sandbox.run(str(copy), ["-I", "quiet.py"], limits=sandbox.Limits(seconds=2))
     assert o.status == "timeout" and time.monotonic() - start < 15
 
 

@@ -51,7 +51,8 @@ CODE = {"ex2": ("loss.py", "loss.py"), "ex3": ("loss.py", "loss.py"),
 CODE_EXERCISES = tuple(CODE)
 WRITTEN = ("EX1_WHY", "EX3_WHY", "EX4_WHY", "EX6_WHY", "EX7_WHY")
 FILE_LIMIT = 1 << 20  # a submitted file larger than 1 MB is not a solution
-CHILD = "import sys; sys.path.insert(0, '/sandbox'); from exercises import check; check.serve()"
+# -E -s: no PYTHON* variables, no user site; -c puts the working directory (/sandbox) first
+CHILD = ["-E", "-s", "-c", "from exercises import check; check.serve()"]
 UNSEEN = "agrees with the reference on unseen inputs"
 
 
@@ -185,7 +186,7 @@ def run_exercise(base, work, folder, ex, opts, hide):
     shutil.copyfile(src, os.path.join(copy, dst_rel))
     request = json.dumps({"ex": ex, "calls": check.encode_calls(calls)}).encode()
     limits = sandbox.Limits(seconds=opts["timeout"], memory=opts["memory"] << 20)
-    outcome = sandbox.run(copy, ["-c", CHILD], stdin=request, limits=limits, hide=hide)
+    outcome = sandbox.run(copy, CHILD, stdin=request, limits=limits, hide=hide)
     shutil.rmtree(os.path.dirname(copy), ignore_errors=True)
     results, why = read_results(outcome, len(calls), opts)
     if why:

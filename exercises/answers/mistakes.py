@@ -89,58 +89,69 @@ def constant(ex, number, value):
 
 def wrong_numbers(name, ex, variant, right):
     """{number: [(hint, value a mistake gives)]} for one exercise of one student's table."""
-    if ex == "EX1":
-        p, a, n, i, sd, pop = _ex1(name, variant)
-        c = [x / sd / (4 * m) for x, m in zip(a, n)]
-        L = p["L_max"]
-        return {
-            "grpo_residual": [
-                constant(ex, "grpo_residual", 0), constant(ex, "grpo_residual", 1),
-                (LENGTH, residual([x * m for x, m in zip(a, n)])),
-                (AT_MOST_ONE, 1 / right["grpo_residual"]),
-                (SAME, abs(sum(c)) / sum(abs(x) for x in a)),
-                (CENTRE, residual([x / m for x, m in zip(p["rewards"], n)]))],
-            "grpo_net": [
-                (SIGN, -right["grpo_net"]), (ONE_OVER_N, 4 * right["grpo_net"]),
-                (SIGMA, right["grpo_net"] * sd / pop), (NO_SIGMA, right["grpo_net"] * sd),
-                (ONE_OVER_N, 4 * right["grpo_net"] * sd / pop),
-                (CENTRE, sum(r / sd / (4 * m) for r, m in zip(p["rewards"], n))),
-                (LENGTH, sum(x / sd * m / 4 for x, m in zip(a, n))),
-                (VARIANCE, right["grpo_net"] / sd)],
-            "grpo_coef_k": [
-                (SIGMA, right["grpo_coef_k"] * sd / pop), (SUM_L, a[i] / sd / sum(n)),
-                (NO_SIGMA, a[i] / (4 * n[i])), (SIGN, -right["grpo_coef_k"]),
-                (OWN_LENGTH, a[i] / sd / (4 * L)), (ONE_OVER_N, a[i] / sd / n[i]),
-                (CENTRE, p["rewards"][i] / sd / (4 * n[i])),
-                (VARIANCE, a[i] / sd ** 2 / (4 * n[i])),
-                (LENGTH, a[i] / sd * n[i] / 4)],
-            "dr_grpo_coef_k": [
-                (OWN_LENGTH, a[i] / (4 * n[i])), (NO_SIGMA, a[i] / sd / (4 * L)),
-                (ONE_OVER_N, a[i] / L), (L_MAX, a[i] / (4 * max(n))),
-                (SIGN, -right["dr_grpo_coef_k"]), (OWN_LENGTH, a[i] / sd / (4 * n[i])),
-                (SIGMA, a[i] / pop / (4 * L))],
-        }
-    if ex == "EX4":
-        p, a, n, s, j, sa, aa = _ex4(name, variant)
-        return {
-            "gspo_residual": [
-                constant(ex, "gspo_residual", 0), constant(ex, "gspo_residual", 1),
-                (WITH_S, residual([x / m for x, m in zip(a, n)])),
-                (GSPO_L, residual([w * x for w, x in zip(s, a)])),
-                (RATIO, residual([x / w / m for w, x, m in zip(s, a, n)])),
-                (LENGTH, residual([w * x * m for w, x, m in zip(s, a, n)]))],
-            "luspo_residual": [
-                constant(ex, "luspo_residual", 0), constant(ex, "luspo_residual", 1),
-                (LUSPO_L, residual([w * x / m for w, x, m in zip(s, a, n)])),
-                (RATIO, residual([x / w for w, x in zip(s, a)]))],
-            "orth_delta_k": [
-                constant(ex, "orth_delta_k", 0),
-                (NORM2, -sa / math.sqrt(aa) * a[j]), (NORM2, -sa * a[j]),
-                (REMOVE, sa / aa * a[j]), (MIN_REPLACE, min(s) - s[j]),
-                (DELTA, s[j] - sa / aa * a[j]), (PROJECT, -sum(s) / 4),
-                (SIGNS, -sum(w * abs(x) for w, x in zip(s, a)) / aa * a[j]),
-                (SIGNS, -sa / aa * abs(a[j])), (DELTA, -sa / aa * a[j] / s[j])],
-        }
+    return {"EX1": _wrong_ex1, "EX4": _wrong_ex4, "EX7": _wrong_ex7}[ex](name, variant, right)
+
+
+def _wrong_ex1(name, variant, right):
+    ex = "EX1"
+    p, a, n, i, sd, pop = _ex1(name, variant)
+    c = [x / sd / (4 * m) for x, m in zip(a, n)]
+    L = p["L_max"]
+    return {
+        "grpo_residual": [
+            constant(ex, "grpo_residual", 0), constant(ex, "grpo_residual", 1),
+            (LENGTH, residual([x * m for x, m in zip(a, n)])),
+            (AT_MOST_ONE, 1 / right["grpo_residual"]),
+            (SAME, abs(sum(c)) / sum(abs(x) for x in a)),
+            (CENTRE, residual([x / m for x, m in zip(p["rewards"], n)]))],
+        "grpo_net": [
+            (SIGN, -right["grpo_net"]), (ONE_OVER_N, 4 * right["grpo_net"]),
+            (SIGMA, right["grpo_net"] * sd / pop), (NO_SIGMA, right["grpo_net"] * sd),
+            (ONE_OVER_N, 4 * right["grpo_net"] * sd / pop),
+            (CENTRE, sum(r / sd / (4 * m) for r, m in zip(p["rewards"], n))),
+            (LENGTH, sum(x / sd * m / 4 for x, m in zip(a, n))),
+            (VARIANCE, right["grpo_net"] / sd)],
+        "grpo_coef_k": [
+            (SIGMA, right["grpo_coef_k"] * sd / pop), (SUM_L, a[i] / sd / sum(n)),
+            (NO_SIGMA, a[i] / (4 * n[i])), (SIGN, -right["grpo_coef_k"]),
+            (OWN_LENGTH, a[i] / sd / (4 * L)), (ONE_OVER_N, a[i] / sd / n[i]),
+            (CENTRE, p["rewards"][i] / sd / (4 * n[i])),
+            (VARIANCE, a[i] / sd ** 2 / (4 * n[i])),
+            (LENGTH, a[i] / sd * n[i] / 4)],
+        "dr_grpo_coef_k": [
+            (OWN_LENGTH, a[i] / (4 * n[i])), (NO_SIGMA, a[i] / sd / (4 * L)),
+            (ONE_OVER_N, a[i] / L), (L_MAX, a[i] / (4 * max(n))),
+            (SIGN, -right["dr_grpo_coef_k"]), (OWN_LENGTH, a[i] / sd / (4 * n[i])),
+            (SIGMA, a[i] / pop / (4 * L))],
+    }
+
+
+def _wrong_ex4(name, variant, right):
+    ex = "EX4"
+    p, a, n, s, j, sa, aa = _ex4(name, variant)
+    return {
+        "gspo_residual": [
+            constant(ex, "gspo_residual", 0), constant(ex, "gspo_residual", 1),
+            (WITH_S, residual([x / m for x, m in zip(a, n)])),
+            (GSPO_L, residual([w * x for w, x in zip(s, a)])),
+            (RATIO, residual([x / w / m for w, x, m in zip(s, a, n)])),
+            (LENGTH, residual([w * x * m for w, x, m in zip(s, a, n)]))],
+        "luspo_residual": [
+            constant(ex, "luspo_residual", 0), constant(ex, "luspo_residual", 1),
+            (LUSPO_L, residual([w * x / m for w, x, m in zip(s, a, n)])),
+            (RATIO, residual([x / w for w, x in zip(s, a)]))],
+        "orth_delta_k": [
+            constant(ex, "orth_delta_k", 0),
+            (NORM2, -sa / math.sqrt(aa) * a[j]), (NORM2, -sa * a[j]),
+            (REMOVE, sa / aa * a[j]), (MIN_REPLACE, min(s) - s[j]),
+            (DELTA, s[j] - sa / aa * a[j]), (PROJECT, -sum(s) / 4),
+            (SIGNS, -sum(w * abs(x) for w, x in zip(s, a)) / aa * a[j]),
+            (SIGNS, -sa / aa * abs(a[j])), (DELTA, -sa / aa * a[j] / s[j])],
+    }
+
+
+def _wrong_ex7(name, variant, right):
+    ex = "EX7"
     p = problems.ex7(name, variant)
     lo, hi, nn = p["lo"], p["hi"], (p["hi"] - p["lo"] + 1) ** 2
     unordered = [(x, y) for x in range(lo, hi + 1) for y in range(x, hi + 1)]

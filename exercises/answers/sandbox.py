@@ -136,7 +136,7 @@ SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/
 
 
 def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
-    """Run ``python -I argv...`` in a sandboxed copy of ``copy_dir`` (cwd /sandbox, HOME and
+    """Run ``python argv...`` in a sandboxed copy of ``copy_dir`` (cwd /sandbox, HOME and
     TMPDIR /tmp). ``hide``: folders that must stay invisible even if they lie under a bound
     one (the teacher's tree, the submissions, the marker's temporary folder)."""
     limits = limits or Limits()
@@ -152,7 +152,7 @@ def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
         "tmpfs": limits.tmpfs,
         "rlimits": {"AS": limits.memory, "NPROC": limits.processes, "FSIZE": limits.file_size,
                     "CPU": int(limits.seconds) + 5, "NOFILE": 256, "CORE": 0},
-        "argv": [sys.executable, "-I", *argv],
+        "argv": [sys.executable, *argv],
         "env": {"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
     }

@@ -160,8 +160,9 @@ def round_robin(group_ids, adv, lengths, M, gen):  # whole groups dealt in label
 
 
 def global_rng(group_ids, adv, lengths, M, gen):  # ignores the generator it is given
+    seed = int(torch.randint(1 << 62, ()))
     return reference("query_balanced")(group_ids, adv, lengths, M,
-                                       torch.Generator().manual_seed(int(torch.randint(1 << 62, ()))))
+                                       torch.Generator().manual_seed(seed))
 
 
 def group_ids_returned(group_ids, adv, lengths, M, gen):  # labels, not row indices
