@@ -91,6 +91,8 @@ def main(argv):
 if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader (head, less) stopped early: nothing is wrong
+        os._exit(0)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)

@@ -331,6 +331,8 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.default_int_handler)  # now the cleanup below runs
     try:
         sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader (head, less) stopped early: nothing is wrong
+        os._exit(0)
     except KeyboardInterrupt:
         sandbox.kill_all()
         print("error: interrupted; no marks were printed", file=sys.stderr)
