@@ -166,7 +166,7 @@ def skip_results_tests(source):
     nodes = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names]
     for node in sorted(nodes, key=lambda n: -n.lineno):
         top = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-        lines.insert(top, f"@__import__(\"pytest\").mark.skip(reason={RESULTS_SKIP!r})\n")
+        lines.insert(top, f"@__import__(\"pytest\").mark.skip(\n    reason={RESULTS_SKIP!r})\n")
     return "".join(lines)
 
 
