@@ -353,6 +353,9 @@ def main(argv):
         size = sum(len(d) for d, _ in copy.values())
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
         write_all(tmp, copy)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's folder is private; the copy is not
         if os.path.isdir(out_dir):
             os.rmdir(out_dir)  # empty, checked above
         os.rename(tmp, out_dir)
