@@ -332,6 +332,9 @@ def in_copy(copy, *args, timeout=300):
 
 
 def test_the_student_copy_holds_no_key_no_results_and_no_answer(student_copy):
+    umask = os.umask(0)
+    os.umask(umask)
+    assert student_copy.stat().st_mode & 0o777 == 0o777 & ~umask  # not mkdtemp's 0o700
     assert sorted(p.name for p in (student_copy / "results").iterdir()) == ["README.md"]
     assert not (student_copy / "exercises" / "answers").exists()
     assert not list((student_copy / "tests").glob("test_exercises.py"))
