@@ -8,6 +8,7 @@ failed would damage the clone, not the checkout; both are hashed before and afte
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -226,3 +227,33 @@ def test_the_marking_tool_refuses_bad_input_in_one_line(tmp_path, capsys, argv, 
     assert mark.main([a.format(tmp=tmp_path) for a in argv]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+@needs_sandbox
+def test_ctrl_c_while_marking_is_one_line_and_stops_every_sandbox(tmp_path):
+    (tmp_path / "subs" / "a").mkdir(parents=True)
+    write_sheet(tmp_path / "subs" / "a" / "sheet.py", "Ada Lovelace")
+    (tmp_path / "subs" / "a" / "ex6_buggy_loss.py").write_text(
+        f"import time\ntime.sleep(600)  # {TOKEN}\n")
+    (tmp_path / "subs" / "a" / "batching.py").write_text(
+        f"import os, sys\nos.execv(sys.executable, [sys.executable, '-c', "
+        f"'import time; time.sleep(600)', '{TOKEN}'])\n")
+    p = subprocess.Popen([sys.executable, "-m", "exercises.answers.mark", str(tmp_path / "subs"),
+                          "--timeout=300"], cwd=ROOT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(6)  # the sandboxes are running by then
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.strip().splitlines() == [
+        "error: interrupted; no marks were printed"], err
+    time.sleep(0.5)
+    assert orphans() == []
+
+
+def test_ctrl_c_in_the_check_is_one_line():
+    p = subprocess.Popen([sys.executable, "-m", "exercises.check", "ex5"], cwd=ROOT,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.strip().splitlines() == ["interrupted"], err
