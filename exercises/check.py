@@ -881,7 +881,7 @@ def serve():
         fn = student_function(ex)
     except BaseException as e:  # a module that does not import: every call says why
         why = clean(f"importing it failed: {type(e).__name__}" + (f": {e}" if str(e) else ""))
-        fn, calls = None, [dict(c, kind="failed") for c in calls]
+        fn = None
     out = []
     for c in calls:
         if fn is None:
