@@ -43,6 +43,7 @@ from exercises import check, handout
 from exercises.answers import sandbox, wrong_code
 from exercises.answers.key import marks
 from exercises.problems import SheetError, read_sheet
+from exercises.roster import canonical
 
 ROOT = handout.ROOT
 CODE = {"ex2": ("loss.py", "loss.py"), "ex3": ("loss.py", "loss.py"),
@@ -225,7 +226,7 @@ def read_results(outcome, n, opts):
 def mark_one(base, work, folder, opts, hide, pool):
     """(name, number marks, {exercise: [(property, why)]}, written answers present)."""
     sheet = read_sheet(os.path.join(folder, "sheet.py"))
-    name = str(getattr(sheet, "STUDENT", "") or "").strip() or os.path.basename(folder)
+    name = canonical(getattr(sheet, "STUDENT", "") or "") or os.path.basename(folder)
     numbers = marks(name, sheet)
     jobs = {ex: pool.submit(run_exercise, base, work, folder, ex, opts, hide)
             for ex in CODE_EXERCISES}
