@@ -61,7 +61,7 @@ def test_a_long_roster_shows_its_progress(monkeypatch, capsys):
 
 
 def test_ctrl_c_during_a_long_handout_is_one_line_and_leaves_nothing(tmp_path):
-    names = roster_file(tmp_path, "".join(f"s{i:07d}\n" for i in range(3000)))
+    names = roster_file(tmp_path, "".join(f"s{i:07d}\n" for i in range(30000)))
     p = subprocess.Popen([sys.executable, "-m", "exercises.handout", str(tmp_path / "class"),
                           f"--roster={names}", "--allow_dirty"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
