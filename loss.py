@@ -105,11 +105,13 @@ def advantages(rewards, group, scale=True):
 def mixed_fraction(rewards, group):
     """The share of groups whose rewards are not all equal. Only such a *mixed* group has
     a non-zero Â, so only it carries a learning signal."""
-    g, n = groups(group)
+    g, k = groups(group)
     r = rewards.float()
-    lo = torch.full((n,), float("inf"), device=g.device).scatter_reduce(0, g, r, "amin")
-    hi = torch.full((n,), float("-inf"), device=g.device).scatter_reduce(0, g, r, "amax")
-    return 1.0 - int((lo == hi).sum()) / n
+    # a row is in a mixed group when another row of its group has another reward
+    differs = ((g[:, None] == g[None, :]) & (r[:, None] != r[None, :])).any(1)
+    mixed = per_group(differs.float(), g, k) > 0  # per row: is its group mixed?
+    same = torch.zeros(k, dtype=torch.bool, device=g.device).index_put_((g,), ~mixed)
+    return 1.0 - int(same.sum()) / k
 
 
 # ----------------------------------------------------------------------------- the pieces

@@ -1,7 +1,9 @@
 """Exercise 6 (diagnose and fix): a DFPO objective whose shared tokens do not cancel.
 
 Read: THEORY.md sections 2.1 and 2.3, loss.py's docstring and policy_loss.
-Needs exercise 2 (loss.adv_orthogonal) solved first.
+It does not need exercise 2: while the check measures this loss, it puts its own
+Adv-Orthogonal (for its inputs only) in place of loss.adv_orthogonal, so keep
+calling loss.adv_orthogonal(w, adv, group) as below.
 
 ``dfpo_orth_loss`` below is meant to be the ``dfpo_orth`` row of loss.py
 written out on its own, with no clip. Its specification is the gradient it

@@ -16,6 +16,10 @@ import os
 import random
 import sys
 
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+
 
 def rng(student, ex, variant=0):
     """A random stream fixed by (student, exercise, variant)."""
@@ -59,12 +63,12 @@ def ex7(student, variant=0):
 
 
 def tables(student):
-    """{"EX1": variant, "EX4": ..., "EX7": ...} from the class roster, or None when the
+    """{"EX1": draw, "EX4": ..., "EX7": ...} from the class roster, or None when the
     student is not on it (or the copy has none)."""
     from exercises import roster
     r = roster.load()
     entry = (r or {"students": {}})["students"].get(roster.canonical(student))
-    return entry.get("tables") if entry else None
+    return dict(entry) if entry else None
 
 
 def show(student):
@@ -92,7 +96,9 @@ def show(student):
     p = ex7(student, v["EX7"])
     a, b = p["problem"]
     print(f"Exercise 7: the problem {a}+{b}= of --task=add --scratchpad=true, and the plain task")
-    print(f"  (no scratchpad) over every problem a+b= with {p['lo']} <= a, b <= {p['hi']}.")
+    print(f"  (no scratchpad) over every problem a+b= with {p['lo']} <= a <= {p['hi']} and "
+          f"{p['lo']} <= b <= {p['hi']}")
+    print("  (a+b= and b+a= are two problems).")
 
 
 
@@ -103,10 +109,14 @@ def read_sheet(path):
     import ast
     from types import SimpleNamespace
     try:
+        if os.path.getsize(path) > SHEET_BYTES:
+            raise SheetError(f"{path} is larger than a sheet can be ({SHEET_BYTES >> 10} KB)")
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
         raise SheetError(f"{path} is not a readable sheet ({type(e).__name__})") from None
+    except (RecursionError, MemoryError):  # the parser's own stack, not the machine's memory
+        raise SheetError(f"{path} nests an expression too deeply to be read as data") from None
     values = {}
     for node in tree.body:
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant):
@@ -117,7 +127,7 @@ def read_sheet(path):
                              "(NAME = number, text, None or a dict of those)")
         try:
             value = ast.literal_eval(node.value)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             raise SheetError(f"{path}, line {node.lineno}: {node.targets[0].id} is not a "
                              "plain value") from None
         leaves = value.values() if isinstance(value, dict) else [value]
@@ -132,13 +142,16 @@ class SheetError(Exception):
     """A sheet that is not plain data (read_sheet): one line, exit 2."""
 
 
-if __name__ == "__main__":
+SHEET_BYTES = 256 << 10  # a full sheet with long answers is under 20 KB
+
+
+def main():
     try:
         sheet = read_sheet(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sheet.py"))
     except SheetError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    if not str(sheet.STUDENT).strip():
+    if not str(getattr(sheet, "STUDENT", "") or "").strip():
         print(
             "error: write your name or student id in STUDENT in exercises/sheet.py first",
             file=sys.stderr,
@@ -146,7 +159,15 @@ if __name__ == "__main__":
         sys.exit(2)
     from exercises.roster import RosterError
     try:
-        show(sheet.STUDENT)
+        show(str(sheet.STUDENT))
     except RosterError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

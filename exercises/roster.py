@@ -1,22 +1,17 @@
-"""The class roster: for each student, a slow and salted fingerprint of their numbers
-for exercises 1, 4 and 7, never the numbers themselves.
+"""The class roster: for each student, which draw of each table they get.
 
-Why a fingerprint. The check must tell a student whether their numbers are right
-without holding anything that computes or prints them. The teacher's handout
-(``python -m exercises.handout OUT --roster=names.txt``) writes, per student and
-exercise, PBKDF2-SHA256 (salted with the name and the exercise) of the exercise's
-numbers rounded to three significant digits. The check fingerprints what the sheet
-holds and compares. What it can reveal: whether *all* the numbers of one exercise are
-right (one yes or no per exercise, never which number). Guessing one missing number
-means trying thousands of candidates at about 20 ms each; two at once, millions.
+The teacher's handout (``python -m exercises.handout OUT --roster=names.txt``) writes
+exercises/roster.json: {"version": 2, "students": {name: {"EX1": d, "EX4": d, "EX7": d}}},
+where d is the draw of that exercise's table (exercises/problems.py). The teacher picks
+each student's draws so that common mistakes give numbers visibly off the key. The
+roster holds no number and no fingerprint of one: the student copy cannot tell a right
+number from a wrong one (EXERCISES.md says why), so guessing against it gains nothing.
 
-How close counts as right: the same rule as the teacher's key:
-within one unit of the third significant digit, compared on three-digit mantissas
-(0.1234 and 0.124 agree: 123 against 124).
+How close counts as right, on the teacher's side: within one unit of the third
+significant digit, compared on three-digit mantissas (0.1234 and 0.124 agree: 123
+against 124). Counts are whole numbers and must be exact.
 """
 
-import hashlib
-import itertools
 import json
 import math
 import os
@@ -24,13 +19,24 @@ import unicodedata
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PATH = os.path.join(HERE, "roster.json")
-ITERATIONS = 20000  # about 20 ms per fingerprint on a laptop core
+VERSION = 2
+VARIANTS = 1000  # draws a table may have; more in a roster means it is not this project's
+MAX_BYTES = 64 << 20  # a roster of 10,000 names is about 0.6 MB
 
 
 def canonical(name):
-    """A name as the roster, the tables and the fingerprints read it: stripped, and in
-    Unicode's composed form (a keyboard may type "é" as e and an accent: NFC makes them one)."""
-    return unicodedata.normalize("NFC", str(name).strip())
+    """A name as the roster, the tables and the sheet read it: Unicode's composed form
+    (a keyboard may type "é" as e and an accent), runs of spaces as one space, stripped."""
+    return " ".join(unicodedata.normalize("NFC", str(name)).split())
+
+
+def name_problem(name):
+    """None for a name a roster may hold, else why not: control characters, line or
+    paragraph separators and byte-order marks split or hide a name."""
+    for ch in name:
+        if unicodedata.category(ch) in ("Cc", "Zl", "Zp") or ch == "\ufeff":
+            return f"holds the control or separator character U+{ord(ch):04X}"
+    return None
 
 
 class RosterError(Exception):
@@ -66,51 +72,30 @@ def accepted(v):
 
 
 def within(v, key):
-    """The key's rule for one number: True when v counts as the key's value."""
+    """The rule for one number: True when v counts as the key's value."""
     return text(*sig3(key)) in accepted(v)
 
 
-def fingerprint(student, ex, texts, iterations):
-    """PBKDF2-SHA256 of one exercise's three-digit numbers (sorted by name), salted."""
-    message = ";".join(f"{k}={t}" for k, t in sorted(texts.items()))
-    salt = f"{canonical(student)}|{ex}".encode()
-    return hashlib.pbkdf2_hmac("sha256", message.encode(), salt, iterations).hex()[:32]
-
-
-def entry(student, key, tables, iterations=ITERATIONS):
-    """A student's roster entry: which draw of each table they get (``tables``) and the
-    fingerprint of each exercise's numbers on it (``key``: {"EX1": {name: value}, ...})."""
-    out = {ex: fingerprint(student, ex, {k: text(*sig3(v)) for k, v in vals.items()},
-                           iterations) for ex, vals in key.items()}
-    return dict(out, tables=dict(tables))
-
-
-def all_right(student, ex, values, want, iterations):
-    """Whether the sheet's numbers of one exercise are all right: some choice of accepted
-    three-digit values (one per number) has the roster's fingerprint. The exact readings
-    are tried first, so a right sheet costs one fingerprint."""
-    names = sorted(values)
-    choices = [[text(*sig3(values[k]))] + sorted(accepted(values[k]) - {text(*sig3(values[k]))})
-               for k in names]
-    for combo in itertools.product(*choices):
-        if fingerprint(student, ex, dict(zip(names, combo)), iterations) == want:
-            return True
-    return False
-
-
 def load(path=PATH):
-    """The roster as {"iterations": int, "students": {name: {EX: fingerprint}}}, or None
-    when this copy has none."""
+    """The roster as {"version": 2, "students": {name: {EX: draw}}}, or None when this copy
+    has none. Anything else is refused (RosterError), before it is used."""
     if not os.path.exists(path):
         return None
     try:
+        if os.path.getsize(path) > MAX_BYTES:
+            raise RosterError(f"{path} is larger than any class roster ({MAX_BYTES >> 20} MB)")
         with open(path, encoding="utf-8") as f:
             r = json.load(f)
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         raise RosterError(f"{path} is not readable JSON") from None
-    ok = (isinstance(r, dict) and isinstance(r.get("iterations"), int) and r["iterations"] > 0
-          and isinstance(r.get("students"), dict)
-          and all(isinstance(v, dict) for v in r["students"].values()))
-    if not ok:
-        raise RosterError(f"{path} is not a roster of this project")
+    if not (isinstance(r, dict) and set(r) == {"version", "students"} and r["version"] == VERSION
+            and isinstance(r["students"], dict)):
+        raise RosterError(f"{path} is not a roster of this version of the project (version "
+                          f"{VERSION}); ask your teacher for a new copy")
+    for name, entry in r["students"].items():
+        ok = (isinstance(entry, dict) and set(entry) == {"EX1", "EX4", "EX7"}
+              and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v < VARIANTS
+                      for v in entry.values()))
+        if not ok or name != canonical(name) or name_problem(name):
+            raise RosterError(f"{path}: the entry for {name[:40]!r} is not a roster entry")
     return r

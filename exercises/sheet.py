@@ -3,9 +3,9 @@
 Write your name or student id in STUDENT (as on your class's roster), then run
 ``python -m exercises.problems`` to see your own tables. Numbers are computed by
 hand (a calculator is fine) from those tables and THEORY.md: keep at least 4
-significant digits in intermediate results, give 3. ``python -m exercises.check exN``
-tells you whether all of an exercise's numbers are right (not which); the written
-answers are read by your teacher (the check only confirms that you wrote something).
+significant digits in intermediate results, give 3. Counts are whole numbers.
+``python -m exercises.check exN`` says whether your numbers are filled in and in
+range; your teacher marks their values and reads the written answers.
 This file is read as data, never run.
 """
 
@@ -30,7 +30,7 @@ EX3_WHY = """
 EX4 = {
     "gspo_residual": None,   # first-token residual under gspo
     "luspo_residual": None,  # first-token residual under luspo
-    "orth_w_k": None,        # dfpo_orth's w~_k, with w_i = s_i, for the k of your table
+    "orth_delta_k": None,    # w~_k - w_k under dfpo_orth, with w_i = s_i, for your k (signed)
 }
 # luspo drops gspo's 1/L_i. Why does it still not cancel here, and what does dfpo_orth do instead?
 EX4_WHY = """
@@ -41,12 +41,12 @@ EX4_WHY = """
 EX6_WHY = """
 """
 
-# Exercise 7 (your table "Exercise 7").
+# Exercise 7 (your table "Exercise 7"). Counts: whole numbers.
 EX7 = {
     "tokens": None,  # completion tokens of the canonical scratchpad solution, EOS included
     "template": None,  # how many of them are template tokens
-    # template share of all completion tokens of the plain task over your range (3 s.f.)
-    "plain_share": None,
+    # all completion tokens (EOS included) of the plain task over every problem of your range
+    "plain_tokens": None,
 }
 # What does a scratchpad do to the spread of completion lengths in a group, and so to grpo's 1/L_i?
 EX7_WHY = """

@@ -3,11 +3,11 @@
     python -m exercises.answers.key "Ada Lovelace"      # print the key
     python -m exercises.answers.key "Ada Lovelace" path/to/their/sheet.py   # mark a sheet
 
-The numbers come from exercises/answers/truth.py (loss.py, toy_tasks.py, and a
-least-squares projection for dfpo_orth's w~). Marking says, number by number, which
-are right (one unit of the third significant digit either way); the student's own
-check says only whether all of an exercise's numbers are. The written answers are
-yours to grade: exercises/answers/README.md has a rubric for each.
+The numbers come from exercises/answers/truth.py. Marking says, number by number, which
+are right (one unit of the third significant digit either way; counts exactly) and, for a
+wrong number that a catalogued mistake gives (mistakes.py), a hint that names the idea
+without a value: a line you can pass on to the student. The written answers are yours to
+grade: exercises/answers/README.md has a rubric for each.
 """
 
 import os
@@ -17,27 +17,44 @@ import types
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.key\n")
     sys.exit(2)
-from exercises.answers.truth import key, right
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+from exercises.answers import mistakes
+from exercises.answers.truth import key, pick_tables, right
 from exercises.problems import SheetError, read_sheet
+from exercises.roster import canonical
 
 
 def filled_sheet(name, prose="an answer " * 10):
     """A sheet with the right numbers (rounded to 3 significant digits) and placeholder prose."""
     sheet = types.SimpleNamespace(STUDENT=name)
     for ex, values in key(name).items():
-        setattr(sheet, ex, {k: float(f"{v:.3g}") for k, v in values.items()})
+        setattr(sheet, ex, {k: (v if isinstance(v, int) else float(f"{v:.3g}"))
+                            for k, v in values.items()})
     for n in (1, 3, 4, 6, 7):
         setattr(sheet, f"EX{n}_WHY", prose)
     return sheet
 
 
-def marks(name, sheet):
-    """[(exercise, number, the sheet's value, right or not)] for one student's sheet."""
+def hint(name, ex, tables, truth, number, got):
+    """The hint of the first catalogued mistake whose value the student's number matches."""
+    wrong = mistakes.wrong_numbers(name, ex, tables[ex], truth).get(number, [])
+    return next((h for h, v in wrong if right(got, v, number)), None)
+
+
+def marks(name, sheet, tables=None):
+    """[(exercise, number, the sheet's value, right or not, hint or None)] for one sheet."""
+    tables = tables or pick_tables(name)
     out = []
-    for ex, values in key(name).items():
+    for ex, values in key(name, tables).items():
         given = getattr(sheet, ex, None)
         given = given if isinstance(given, dict) else {}
-        out += [(ex, k, given.get(k), right(given.get(k), v)) for k, v in values.items()]
+        for k, v in values.items():
+            got = given.get(k)
+            ok = right(got, v, k)
+            out.append((ex, k, got, ok, None if ok or got is None
+                        else hint(name, ex, tables, values, k, got)))
     return out
 
 
@@ -45,8 +62,12 @@ def main(argv):
     if not argv or len(argv) > 2:
         print("error: usage: python -m exercises.answers.key STUDENT [SHEET.py]", file=sys.stderr)
         return 2
+    name = canonical(argv[0])
+    if not name:
+        print("error: STUDENT is empty", file=sys.stderr)
+        return 2
     if len(argv) == 1:
-        for ex, values in key(argv[0]).items():
+        for ex, values in key(name).items():
             print(ex, "  ".join(f"{k} = {v:.4g}" for k, v in values.items()))
         return 0
     if not os.path.isfile(argv[1]):
@@ -57,14 +78,21 @@ def main(argv):
     except SheetError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if str(getattr(sheet, "STUDENT", "")).strip() != argv[0].strip():
+    if canonical(getattr(sheet, "STUDENT", "") or "") != name:
         print(f"note: the sheet says STUDENT = {getattr(sheet, 'STUDENT', '')!r}", file=sys.stderr)
-    truth, wrong = key(argv[0]), 0
-    for ex, k, got, ok in marks(argv[0], sheet):
-        print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {got}  (key {truth[ex][k]:.4g})")
+    truth, wrong = key(name), 0
+    for ex, k, got, ok, h in marks(name, sheet):
+        print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {got}  (key {truth[ex][k]:.4g})"
+              + (f"  hint: {h}" if h else ""))
         wrong += not ok
-    return 1 if wrong else 0  # as the student's check: 0 only when every number is right
+    return 1 if wrong else 0  # 0 only when every number is right
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader (head, less) stopped early: nothing is wrong
+        os._exit(0)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        sys.exit(130)

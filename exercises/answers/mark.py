@@ -1,158 +1,340 @@
 """Teacher's marking of a folder of submissions: every number and every implemented
 function of every student, right or wrong, in one table.
 
-    python -m exercises.answers.mark SUBMISSIONS [--timeout=120]
+    python -m exercises.answers.mark SUBMISSIONS [--timeout=120] [--jobs=2] [--memory=3072]
 
 SUBMISSIONS holds one folder per student with their ``sheet.py`` and whichever of
-``loss.py``, ``batching.py`` and ``ex6_buggy_loss.py`` they edited. For each
-student:
+``loss.py``, ``batching.py`` and ``ex6_buggy_loss.py`` they edited. For each student:
 
-* the numbers of exercises 1, 4 and 7 are marked one by one from the sheet, read as
-  data (exercises/answers/key.py's rule: one unit of the third significant digit);
-* their code is copied over a fresh student copy of the last commit, and
-  ``python -m exercises.check ex2 ex3 ex5 ex6`` runs there in a subprocess with a
-  time limit, never in this process: a student's code cannot touch the teacher's
-  files or stall the marking;
+* the numbers of exercises 1, 4 and 7 are marked one by one from the sheet, read as data
+  (key.py's rule), with a hint for a wrong number that a catalogued mistake gives;
+* each code exercise (2, 3, 5, 6) runs in its own sandbox (sandbox.py): a throwaway copy
+  of the last commit with the student's file, its own namespaces, no network, limits on
+  time (--timeout, per exercise), memory (--memory, MB), processes and output. The child
+  only runs the student's function on inputs chosen here, among them inputs drawn from a
+  seed chosen at marking time, and returns raw outputs. Every verdict is formed in this
+  process: the properties of exercises/check.py and, for 2 and 3, agreement with the
+  reference answers. Nothing the student's code prints, and no exit status, is a verdict;
 * the written answers are listed as present or missing (they are yours to read).
 
-Prints a Markdown table (one row per student: numbers right, properties that hold),
-then every failing property with its one-line reason.
+Prints a Markdown table (one row per student: numbers right, properties that hold), then
+every failing property with its one-line reason. Exit status 0 when marking finished, 2
+for bad input or a machine that cannot sandbox code (one line), 130 on Ctrl-C.
 """
 
+import json
 import os
+import random
+import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.answers.mark\n")
     sys.exit(2)
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+import torch
+
+from exercises import check, handout
+from exercises.answers import sandbox, wrong_code
 from exercises.answers.key import marks
 from exercises.problems import SheetError, read_sheet
+from exercises.roster import canonical
 
-CODE = {"loss.py": "loss.py", "batching.py": "batching.py",
-        "ex6_buggy_loss.py": "exercises/ex6_buggy_loss.py"}
-CODE_EXERCISES = ("ex2", "ex3", "ex5", "ex6")
+ROOT = handout.ROOT
+CODE = {"ex2": ("loss.py", "loss.py"), "ex3": ("loss.py", "loss.py"),
+        "ex5": ("batching.py", "batching.py"),
+        "ex6": ("ex6_buggy_loss.py", "exercises/ex6_buggy_loss.py")}
+CODE_EXERCISES = tuple(CODE)
 WRITTEN = ("EX1_WHY", "EX3_WHY", "EX4_WHY", "EX6_WHY", "EX7_WHY")
+FILE_LIMIT = 1 << 20  # a submitted file larger than 1 MB is not a solution
+# -E -s: no PYTHON* variables, no user site; -c puts the working directory (/sandbox) first
+CHILD = ["-E", "-s", "-c", "from exercises import check; check.serve()"]
+UNSEEN = "agrees with the reference on unseen inputs"
 
 
 class MarkError(Exception):
     """Bad input to the marking tool: one line, exit 2."""
 
 
+# ----------------------------------------------------------------------------- inputs
+
+def unseen_batch(rng, dtype=torch.float64):
+    """A batch nobody has seen: 2 to 6 groups of 1 to 6 rows, arbitrary labels, rows
+    shuffled; advantages centred, not centred, all zero or small, by group."""
+    sizes = [rng.randint(1, 6) for _ in range(rng.randint(2, 6))]
+    labels = rng.sample(range(-50, 1000), len(sizes))
+    group, adv = [], []
+    for label, size in zip(labels, sizes):
+        kind = rng.choice(["centred", "raw", "zero", "small"])
+        r = [float(rng.randint(0, 1)) for _ in range(size)]
+        a = {"centred": [x - sum(r) / size for x in r], "zero": [0.0] * size,
+             "raw": [rng.gauss(0, 1) for _ in range(size)],
+             "small": [rng.gauss(0, 0.01) for _ in range(size)]}[kind]
+        group += [label] * size
+        adv += a
+    order = list(range(len(group)))
+    rng.shuffle(order)
+    w = [rng.uniform(0.5, 1.5) for _ in group]
+    pick = lambda xs: [xs[i] for i in order]
+    return (torch.tensor(pick(w), dtype=dtype), torch.tensor(pick(adv), dtype=dtype),
+            torch.tensor(pick(group)))
+
+
+def unseen_cases(ex, rng):
+    """The marker's own inputs, from a seed drawn at marking time."""
+    if ex in ("ex2", "ex3"):
+        out = []
+        for i in range(20):
+            dtype = torch.float32 if i % 5 == 4 else torch.float64
+            out.append(check.call(UNSEEN, "once", unseen_batch(rng, dtype),
+                                  f"unseen batch {i + 1} of 20 ({str(dtype)[6:]})"))
+        return out
+    if ex == "ex6":
+        return [ex6_unseen(rng, i) for i in range(3)]
+    return []
+
+
+def ex6_unseen(rng, i):
+    """Two or three groups of 3 to 5 rollouts, interleaved, off-policy, max_len above the
+    longest, with the reference Adv-Orthogonal as a matrix."""
+    parts = []
+    for g in range(rng.randint(2, 3)):
+        size = rng.randint(3, 5)
+        r = [1.0, 0.0] + [float(rng.randint(0, 1)) for _ in range(size - 2)]
+        lengths = [rng.randint(2, 6) for _ in range(size)]
+        log_s = [rng.uniform(-0.15, 0.15) for _ in range(size)]
+        parts.append(check.shared_group(lengths, r, log_s=log_s, seed=rng.randrange(1 << 30)))
+    width = max(p[0].shape[1] for p in parts)
+    pad = lambda x: torch.nn.functional.pad(x, (0, width - x.shape[1]))
+    new = torch.cat([pad(p[0]) for p in parts])
+    old = torch.cat([pad(p[1]) for p in parts])
+    mask = torch.cat([pad(p[2].long()) for p in parts]).bool()
+    r = torch.cat([p[3] for p in parts])
+    labels = rng.sample(range(100), len(parts))
+    group = torch.cat([torch.full((len(p[3]),), label) for p, label in zip(parts, labels)])
+    order = torch.randperm(len(group), generator=torch.Generator().manual_seed(rng.randrange(99)))
+    new, old, mask, r, group = new[order], old[order], mask[order], r[order], group[order]
+    for gid in labels:  # each group's token 0 shared, at one ratio per group
+        m = group == gid
+        new[m, 0] = new[m][0, 0]
+        old[m, 0] = new[m, 0] - rng.uniform(-0.2, 0.2)
+    adv = check.centred(r, group)
+    eye = torch.eye(len(group), dtype=torch.float64)
+    P = torch.stack([wrong_code.reference("adv_orthogonal")(eye[:, j], adv, group)
+                     for j in range(len(group))], dim=1)
+    return check.call("unseen groups", "loss_grad",
+                      (new, old, mask, adv, group, width + rng.randint(1, 4)),
+                      f"unseen batch {i + 1} of 3 ({len(parts)} groups, off-policy)",
+                      projection=P)
+
+
+def agrees(pairs):
+    """Marker only: the same values and dtype as the reference answer, on unseen inputs."""
+    for c, r in pairs:
+        w, adv, group = c["args"]
+        fn = wrong_code.reference({"ex2": "adv_orthogonal", "ex3": "min_replace"}[c["ex"]])
+        want = fn(w.clone(), adv.clone(), group.clone())
+        check.tensor_like(r["out"], w.shape, w.dtype, c["where"])
+        tol = 1e-9 if w.dtype == torch.float64 else 1e-5
+        check.close(r["out"], want, c["where"], tol=tol)
+
+
+MARKER_ONLY = {"ex2": [(UNSEEN, agrees)], "ex3": [(UNSEEN, agrees)], "ex5": [],
+               "ex6": [("unseen groups", check.ex6_check)]}
+
+
+def properties(ex):
+    """The names of the properties the marker reports for an exercise, in order."""
+    return [w for w, fn in check.PROPS[ex] if not isinstance(fn, tuple)] + [
+        w for w, _ in MARKER_ONLY[ex]]
+
+
+# ----------------------------------------------------------------------------- running
+
 def base_copy(where):
-    """A student copy of the last commit (no roster: numbers are marked here)."""
-    out = os.path.join(where, "base")
-    p = subprocess.run([sys.executable, "-m", "exercises.handout", out, "--allow_dirty"],
-                       cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-                           os.path.abspath(__file__)))), capture_output=True, text=True)
-    if p.returncode:
-        raise MarkError(f"could not build the student copy: {p.stderr.strip()}")
+    """The Python files of a student copy of the last commit (no roster, no tests)."""
+    files = handout.contents(handout.committed_files(), {})
+    for rel, (data, _) in files.items():
+        if rel.endswith(".py") and not rel.startswith(("tests/", "docs/")):
+            dst = os.path.join(where, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst, "wb") as f:
+                f.write(data)
+    return where
+
+
+def run_exercise(base, work, folder, ex, opts, hide):
+    """[(property, None or why)] of one student's code for one exercise."""
+    names = properties(ex)
+    src_name, dst_rel = CODE[ex]
+    src = os.path.join(folder, src_name)
+    if not os.path.lexists(src):
+        return [(w, "not handed in") for w in names]
+    if os.path.islink(src) or not os.path.isfile(src) or os.path.getsize(src) > FILE_LIMIT:
+        return [(w, f"{src_name} is not a regular file of at most 1 MB") for w in names]
+    rng = random.Random(secrets.randbits(64))  # unseen inputs: drawn now, never stored
+    calls = (check.ex5_cases(base=rng.randrange(1 << 20) * 1000) if ex == "ex5"
+             else check.CASES[ex]()) + unseen_cases(ex, rng)
+    for c in calls:
+        c["ex"] = ex
+    copy = os.path.join(tempfile.mkdtemp(dir=work), "copy")
+    shutil.copytree(base, copy)
+    shutil.copyfile(src, os.path.join(copy, dst_rel))
+    request = json.dumps({"ex": ex, "calls": check.encode_calls(calls)}).encode()
+    limits = sandbox.Limits(seconds=opts["timeout"], memory=opts["memory"] << 20)
+    outcome = sandbox.run(copy, CHILD, stdin=request, limits=limits, hide=hide)
+    shutil.rmtree(os.path.dirname(copy), ignore_errors=True)
+    results, why = read_results(outcome, len(calls), opts)
+    if why:
+        return [(w, why) for w in names]
+    out = check.verdicts(ex, calls, results, local=False)
+    for what, fn in MARKER_ONLY[ex]:
+        pairs = [(c, r) for c, r in zip(calls, results) if c["prop"] == what]
+        out.append((what, check.judge(ex, what, fn, pairs)))
     return out
 
 
-def run_checks(base, folder, timeout):
-    """[(exercise, property, None or why)] of the student's code, run in a fresh copy."""
-    with tempfile.TemporaryDirectory() as tmp:
-        copy = os.path.join(tmp, "copy")
-        shutil.copytree(base, copy)
-        for name, dst in CODE.items():
-            if os.path.isfile(os.path.join(folder, name)):
-                shutil.copyfile(os.path.join(folder, name), os.path.join(copy, dst))
-        shutil.copyfile(os.path.join(folder, "sheet.py"),
-                        os.path.join(copy, "exercises", "sheet.py"))
-        try:
-            p = subprocess.run([sys.executable, "-m", "exercises.check", *CODE_EXERCISES],
-                               cwd=copy, capture_output=True, text=True, timeout=timeout,
-                               env=dict(os.environ, OMP_NUM_THREADS="1"))
-        except subprocess.TimeoutExpired:
-            return [(ex, "the checks", f"stopped after {timeout} s") for ex in CODE_EXERCISES]
-    out = []
-    for line in p.stdout.splitlines():
-        parts = line.split(None, 2)
-        if len(parts) == 3 and parts[0] in CODE_EXERCISES and parts[1] in ("ok", "FAIL"):
-            what, _, why = parts[2].partition(": ")
-            out.append((parts[0], what, None if parts[1] == "ok" else why or "fails"))
-    if not out:
-        tail = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        out = [(ex, "the checks", f"did not run: {tail}") for ex in CODE_EXERCISES]
-    return out
+def read_results(outcome, n, opts):
+    """(decoded results, None) or (None, why): the child's stdout must be one JSON document
+    with one result per call, in the strict form check.decode_result reads."""
+    if outcome.status == "timeout":
+        return None, f"stopped after {opts['timeout']} s"
+    if outcome.status == "output":
+        return None, f"printed more than {sandbox.Limits().output >> 20} MB"
+    if outcome.status == "error":
+        return None, f"could not run: {check.clean(outcome.stderr.decode(errors='replace'))}"
+    last = (outcome.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+    try:
+        raw = json.loads(outcome.stdout)
+        if not (isinstance(raw, dict) and set(raw) == {"results"}
+                and isinstance(raw["results"], list) and len(raw["results"]) == n):
+            raise ValueError("not one result per input")
+        results = [check.decode_result(r) for r in raw["results"]]
+    except (ValueError, RecursionError, TypeError):
+        if outcome.code != 0:
+            return None, (f"the process ended (status {outcome.code}) before returning its "
+                          f"results: {check.clean(last)}")
+        return None, "the process returned no results in the expected form"
+    return results, None
 
 
-def mark_one(base, folder, timeout):
-    """(name, number marks, check results, written answers present) of one submission."""
+def mark_one(base, work, folder, opts, hide, pool):
+    """(name, number marks, {exercise: [(property, why)]}, written answers present)."""
     sheet = read_sheet(os.path.join(folder, "sheet.py"))
-    name = str(getattr(sheet, "STUDENT", "")).strip() or os.path.basename(folder)
+    name = canonical(getattr(sheet, "STUDENT", "") or "") or os.path.basename(folder)
     numbers = marks(name, sheet)
-    checks = [(ex, what, why) for ex, what, why in run_checks(base, folder, timeout)
-              if what != "written answer (read by your teacher)"]
-    written = {w: len(str(getattr(sheet, w, "") or "").split()) >= 20 for w in WRITTEN}
-    return name, numbers, checks, written
+    jobs = {ex: pool.submit(run_exercise, base, work, folder, ex, opts, hide)
+            for ex in CODE_EXERCISES}
+    written = {w: len(str(getattr(sheet, w, "") or "").split()) >= check.MIN_WORDS
+               for w in WRITTEN}
+    return name, numbers, jobs, written
 
 
 def table(rows):
     head = ["student", "EX1", "EX4", "EX7", *CODE_EXERCISES, "written"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, numbers, checks, written in rows:
-        cells = [name]
+        cells = [check.clean(name, 40).replace("|", "/")]
         for ex in ("EX1", "EX4", "EX7"):
-            got = [ok for e, _, _, ok in numbers if e == ex]
+            got = [ok for e, _, _, ok, _ in numbers if e == ex]
             cells.append(f"{sum(got)}/{len(got)}")
         for ex in CODE_EXERCISES:
-            got = [why is None for e, _, why in checks if e == ex]
+            got = [why is None for _, why in checks[ex]]
             cells.append(f"{sum(got)}/{len(got)}")
         cells.append(f"{sum(written.values())}/{len(written)}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
+def parse(argv):
+    opts, folders = {"timeout": 120, "jobs": 2, "memory": 3072}, []
+    seen = set()
+    for a in argv:
+        key = a.split("=", 1)[0]
+        if key in seen and key.startswith("--"):
+            raise MarkError(f"{key} is given twice")
+        seen.add(key)
+        if key in ("--timeout", "--jobs", "--memory") and "=" in a:
+            value = a.split("=", 1)[1]
+            try:
+                opts[key[2:]] = int(value)
+            except ValueError:
+                raise MarkError(f"{key} takes a whole number, got {value!r}") from None
+            low = {"--timeout": 1, "--jobs": 1, "--memory": 1024}[key]
+            if opts[key[2:]] < low:
+                raise MarkError(f"{key} must be at least {low}, got {opts[key[2:]]}")
+        elif a.startswith("-"):
+            raise MarkError(f"unknown flag {a!r}")
+        else:
+            folders.append(a)
+    if len(folders) != 1 or not os.path.isdir(folders[0]):
+        raise MarkError("usage: python -m exercises.answers.mark SUBMISSIONS [--timeout=S] "
+                        "[--jobs=N] [--memory=MB] (a folder with one folder per student)")
+    return folders[0], opts
+
+
+def submissions(top):
+    subs = sorted(os.path.join(top, d) for d in os.listdir(top)
+                  if os.path.isdir(os.path.join(top, d)) and not d.startswith("."))
+    if not subs:
+        raise MarkError(f"{top} holds no student folder")
+    for s in subs:  # every sheet must read as data before anything runs
+        sheet = os.path.join(s, "sheet.py")
+        if not os.path.isfile(sheet) or os.path.islink(sheet):
+            raise MarkError(f"{s}: no sheet.py (a regular file)")
+        read_sheet(sheet)
+    return subs
+
+
 def main(argv):
-    timeout, folders = 120, []
     try:
-        for a in argv:
-            if a.startswith("--timeout="):
-                try:
-                    timeout = int(a.split("=", 1)[1])
-                except ValueError:
-                    raise MarkError(f"--timeout takes seconds, got {a.split('=', 1)[1]!r}") \
-                        from None
-                if timeout < 1:
-                    raise MarkError(f"--timeout must be at least 1, got {timeout}")
-            elif a.startswith("-"):
-                raise MarkError(f"unknown flag {a!r}")
-            else:
-                folders.append(a)
-        if len(folders) != 1 or not os.path.isdir(folders[0]):
-            raise MarkError("usage: python -m exercises.answers.mark SUBMISSIONS [--timeout=S] "
-                            "(a folder with one folder per student)")
-        subs = sorted(os.path.join(folders[0], d) for d in os.listdir(folders[0])
-                      if os.path.isdir(os.path.join(folders[0], d)))
-        missing = [s for s in subs if not os.path.isfile(os.path.join(s, "sheet.py"))]
-        if not subs or missing:
-            raise MarkError(f"{missing[0] if missing else folders[0]}: no sheet.py" if missing
-                            else f"{folders[0]} holds no student folder")
-        for s in subs:  # every sheet must read as data before anything runs
-            read_sheet(os.path.join(s, "sheet.py"))
-    except (MarkError, SheetError) as e:
+        top, opts = parse(argv)
+        subs = submissions(top)
+        sandbox.mode()
+    except (MarkError, SheetError, sandbox.SandboxError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="mark-") as work:
         try:
-            base = base_copy(tmp)
-        except MarkError as e:
+            base = base_copy(os.path.join(work, "base"))
+        except handout.HandoutError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
-        rows = [mark_one(base, s, timeout) for s in subs]
+        hide = [ROOT, os.path.abspath(top), work]
+        pool = ThreadPoolExecutor(max_workers=opts["jobs"])
+        try:
+            pending = [mark_one(base, work, s, opts, hide, pool) for s in subs]
+            rows = [(name, numbers, {ex: job.result() for ex, job in jobs.items()}, written)
+                    for name, numbers, jobs, written in pending]
+        except KeyboardInterrupt:  # stop every sandbox now, not after its time limit
+            pool.shutdown(wait=False, cancel_futures=True)
+            sandbox.kill_all()
+            raise
+        pool.shutdown()
     print(table(rows))
     for name, numbers, checks, written in rows:
-        bad = [f"{ex} {k} = {got}" for ex, k, got, ok in numbers if not ok]
-        bad += [f"{ex} {what}: {why}" for ex, what, why in checks if why is not None]
+        bad = [f"{ex} {k} = {got}" + (f" (hint: {h})" if h else "")
+               for ex, k, got, ok, h in numbers if not ok]
+        bad += [f"{ex} {what}: {why}" for ex in CODE_EXERCISES for what, why in checks[ex]
+                if why is not None]
         bad += [f"{w} missing" for w, ok in written.items() if not ok]
         if bad:
-            print(f"\n{name}:\n" + "\n".join(f"  {b}" for b in bad))
+            print(f"\n{check.clean(name, 60)}:\n" + "\n".join(f"  {b}" for b in bad))
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # now the cleanup below runs
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader (head, less) stopped early: nothing is wrong
+        os._exit(0)
+    except KeyboardInterrupt:
+        sandbox.kill_all()
+        print("error: interrupted; no marks were printed", file=sys.stderr)
+        os._exit(130)

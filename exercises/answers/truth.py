@@ -2,89 +2,84 @@
 is marked. Left out of the student copy (exercises/handout.py), so that nothing a
 student receives returns the expected numbers.
 
-The numbers come from the library itself (loss.py's autograd through
-``objectives.policy_loss``, toy_tasks.py's token categories) and, for dfpo_orth's w~, from
-a least-squares projection written here, not loss.py's. A number is right when it is
-within one unit of the third significant digit of the key (the sheet asks for three).
+The numbers are closed forms of the objectives' coefficients (THEORY.md 2.1-2.3;
+EXERCISES.md's worked example), and toy_tasks.py's token categories for exercise 7.
+tests/test_exercises.py checks the closed forms against loss.py's autograd. A number is
+right when it is within one unit of the key's third significant digit; a count must be
+exact.
 """
 
+import functools
 import math
 
-import torch
-
-import loss
 import toy_tasks
 from exercises import problems
 from exercises.answers import mistakes
-from exercises.check import coefficients, shared_group
-from exercises.roster import within
-from lab import objectives, residuals
+from exercises.check import COUNTS
+from exercises.roster import VARIANTS, within
+
+
+def centred(rewards):
+    mu = sum(rewards) / len(rewards)
+    return [x - mu for x in rewards]
+
+
+def residual(c):
+    return abs(sum(c)) / sum(abs(x) for x in c)
 
 
 def ex1_truth(name, variant=0):
     p = problems.ex1(name, variant)
-    batch = shared_group(p["lengths"], p["rewards"])
-    c, k = coefficients("grpo", batch, "sym"), p["k"] - 1
-    dr = coefficients("dr_grpo", batch, "sym", max_len=p["L_max"])
-    return {
-        "grpo_residual": residuals.first_token_residual(c, batch[4]),
-        "grpo_net": float(c[:, 0].sum()),
-        "grpo_coef_k": float(c[k, 0]),
-        "dr_grpo_coef_k": float(dr[k, 0]),
-    }
+    a, n, i = centred(p["rewards"]), p["lengths"], p["k"] - 1
+    sd = math.sqrt(sum(x * x for x in a) / (len(a) - 1))  # Bessel-corrected, as verl and TRL
+    c = [x / sd / (len(a) * m) for x, m in zip(a, n)]
+    return {"grpo_residual": residual(c), "grpo_net": sum(c), "grpo_coef_k": c[i],
+            "dr_grpo_coef_k": a[i] / (len(a) * p["L_max"])}
 
 
 def ex4_truth(name, variant=0):
     p = problems.ex4(name, variant)
-    batch = shared_group(
-        p["lengths"], p["rewards"], log_s=[math.log(s) for s in p["s"]]
-    )
-    a = torch.tensor(p["rewards"], dtype=torch.float64)
-    a, w = a - a.mean(), torch.tensor(p["s"], dtype=torch.float64)
-    # w~ = w minus its least-squares part along A: another route than loss.adv_orthogonal
-    proj = w - a * torch.linalg.lstsq(a[:, None], w[:, None]).solution[0, 0]
-    return {
-        "gspo_residual": residuals.first_token_residual(coefficients("gspo", batch, "sym"),
-                                                        batch[4]),
-        "luspo_residual": residuals.first_token_residual(coefficients("luspo", batch, "sym"),
-                                                         batch[4]),
-        "orth_w_k": float(proj[p["k"] - 1]),
-    }
+    a, n, s, j = centred(p["rewards"]), p["lengths"], p["s"], p["k"] - 1
+    along = sum(w * x for w, x in zip(s, a)) / sum(x * x for x in a)
+    return {"gspo_residual": residual([w * x / m for w, x, m in zip(s, a, n)]),
+            "luspo_residual": residual([w * x for w, x in zip(s, a)]),
+            "orth_delta_k": -along * a[j]}
+
+
+@functools.lru_cache(maxsize=4096)
+def plain_tokens(lo, hi):
+    task = toy_tasks.make_task("add", 2, False)
+    return sum(len(task.categories((a, b), task.solution((a, b))))
+               for a in range(lo, hi + 1) for b in range(lo, hi + 1))
 
 
 def ex7_truth(name, variant=0):
     p = problems.ex7(name, variant)
     task = toy_tasks.make_task("add", 2, True)
     cats = task.categories(p["problem"], task.solution(p["problem"]))
-    plain, total, template = toy_tasks.make_task("add", 2, False), 0, 0
-    for a in range(p["lo"], p["hi"] + 1):
-        for b in range(p["lo"], p["hi"] + 1):
-            c = plain.categories((a, b), plain.solution((a, b)))
-            total, template = total + len(c), template + c.count("template")
     return {"tokens": len(cats), "template": cats.count("template"),
-            "plain_share": template / total}
+            "plain_tokens": plain_tokens(p["lo"], p["hi"])}
 
 
 TRUTHS = {"EX1": ex1_truth, "EX4": ex4_truth, "EX7": ex7_truth}
-VARIANTS = 1000  # draws tried per student and exercise before giving up
 
 
 def well_drawn(name, ex, variant):
     """A table a class can be given: every number visibly non-zero, no mistake of the
-    catalogue (mistakes.py) within the tolerance of the key, and the right method with
-    4-digit intermediates within it."""
-    right_values = TRUTHS[ex](name, variant)
-    if any(abs(v) < (0.02 if k.endswith("residual") else 1e-3) for k, v in right_values.items()):
-        return False  # a residual visibly not 0, and no number that rounds to nothing
-    wrong = mistakes.wrong_numbers(name, ex, variant, right_values)
-    if any(right(w, right_values[k]) for k, ws in wrong.items() for w in ws):
+    catalogue (mistakes.py) right by the marking rule, and the right method with 4-digit
+    intermediates right by it."""
+    key = TRUTHS[ex](name, variant)
+    if any(abs(v) < (0.02 if k.endswith("residual") else 1e-3) for k, v in key.items()):
+        return False
+    wrong = mistakes.wrong_numbers(name, ex, variant, key)
+    if any(right(v, key[k], k) for k, ws in wrong.items() for _, v in ws):
         return False
     calc = mistakes.calculator(name, ex, variant)
-    return calc is None or all(right(calc[k], v) for k, v in right_values.items())
+    return calc is None or all(right(calc[k], v, k) for k, v in key.items())
 
 
 def pick_tables(name):
-    """{"EX1": variant, ...}: the first well-drawn variant of each exercise for this name."""
+    """{"EX1": draw, ...}: the first well-drawn draw of each exercise for this name."""
     out = {}
     for ex in TRUTHS:
         out[ex] = next((v for v in range(VARIANTS) if well_drawn(name, ex, v)), None)
@@ -100,7 +95,11 @@ def key(name, tables=None):
     return {ex: truth(name, tables[ex]) for ex, truth in TRUTHS.items()}
 
 
-def right(got, truth):
-    """A number is right within one unit of the key's third significant digit, compared on
-    three-digit mantissas (roster.within: the student's check uses the same rule)."""
-    return isinstance(got, (int, float)) and not isinstance(got, bool) and within(got, truth)
+def right(got, truth, number=None):
+    """The marking rule for one number: a count must be exact; anything else within one
+    unit of the key's third significant digit (roster.within)."""
+    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got):
+        return False
+    if number in COUNTS:
+        return got == truth
+    return within(got, truth)
