@@ -95,6 +95,22 @@ def sft_batches(task, draw, n, rng, device, flawed, steps):
         yield (p, p != PAD), t, t != PAD
 
 
+def sft_log(run, bar, step, losses, printed):
+    """The losses of the steps up to ``step``, read back at once: their lines of
+    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
+    (and before any checkpoint of a diverged model)."""
+    values = torch.stack(losses).tolist()
+    first = step - len(values) + 1
+    for k, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
+                                     f"diverged (try a smaller --sft_lr)")
+        run.out.log({"phase": "sft", "step": first + k, "loss": value})
+    bar.set_postfix(loss=f"{values[-1]:.3f}")
+    if bar.disable and run.master and printed:
+        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
+
+
 def sft(run):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
     cfg, state = run.cfg, run.state
@@ -129,22 +145,6 @@ def sft(run):
         if step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
             run.out.checkpoint(state, opt)
     bar.close()
-
-
-def sft_log(run, bar, step, losses, printed):
-    """The losses of the steps up to ``step``, read back at once: their lines of
-    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
-    (and before any checkpoint of a diverged model)."""
-    values = torch.stack(losses).tolist()
-    first = step - len(values) + 1
-    for k, value in enumerate(values):
-        if not math.isfinite(value):
-            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
-                                     f"diverged (try a smaller --sft_lr)")
-        run.out.log({"phase": "sft", "step": first + k, "loss": value})
-    bar.set_postfix(loss=f"{values[-1]:.3f}")
-    if bar.disable and run.master and printed:
-        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
 
 
 # ----------------------------------------------------------------------------- phase 2: the RL step
