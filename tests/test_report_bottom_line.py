@@ -7,7 +7,6 @@ Numbers are recomputed from the committed per-seed values with an independent pa
 reading is a phrase that must appear in the report, whitespace aside."""
 import importlib.util
 import json
-import math
 import os
 import re
 
@@ -111,7 +110,8 @@ def test_the_opening_s_numbers_are_the_json_s():
     assert f"no extra drift of a style choice (smallest detectable {style['mde']:.2f} nats)" in head
     wrong = t_stats(load("e10_length")["primary"]["length change wrong, grpo - dr_grpo"]
                     ["per_seed"])
-    assert f"No lengthening of wrong answers (smallest detectable {wrong['mde']:.1f} tokens)" in head
+    assert (f"No lengthening of wrong answers (smallest detectable {wrong['mde']:.1f} "
+            f"tokens)") in head
     # E9's warm-start credit gap is negative: restating answers are right less often
     assert load("e9_drift_mechanism")["warm_credit_gap"]["adamw"]["diff"] < 0
     assert "restating answers are right less often (E9)" in head

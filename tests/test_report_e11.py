@@ -160,12 +160,18 @@ def amendment_rows(data):
     return rows
 
 
+ARMS = ("adamw", "adam_b1_0", "sgd_momentum", "sgd", "reversed")
+
+
 def readings(data):
     """Every phrase of the E11 section's corrected readings that carries a number."""
-    S, P = data["seeds"], data["permuted_seeds"]
-    d = {a: column(data, a) for a in ("adamw", "adam_b1_0", "sgd_momentum", "sgd", "reversed")}
+    return (match_readings(data) + factorial_readings(data) + credit_readings(data)
+            + null_readings(data) + secondary_readings(data))
+
+
+def match_readings(data):
+    """The match: the KL ratio's spread at one learning rate, and between a seed's runs."""
     out = []
-    # the match: spread of the KL ratio at one learning rate, and between a seed's two runs
     kl = kl_ratios(data)
     spread = {k: max(x[1] for x in v) / min(x[1] for x in v) for k, v in kl.items()
               if k[0] != "permuted"}
@@ -183,13 +189,19 @@ def readings(data):
     f1 = lambda x: f"{x:.1f}" if x < 10 else f"{x:.0f}"
     out.append(f"The two runs lie {f1(apart['adam_b1_0'][0])}–{f1(apart['adam_b1_0'][1])}× "
                f"(`adam_b1_0`), {f1(apart['sgd'][0])}–{f1(apart['sgd'][1])}× (`sgd`) and "
-               f"{f1(apart['sgd_momentum'][0])}–{f1(apart['sgd_momentum'][1])}× (`sgd_momentum`) "
-               f"apart in KL")
+               f"{f1(apart['sgd_momentum'][0])}–{f1(apart['sgd_momentum'][1])}× "
+               f"(`sgd_momentum`) apart in KL")
     out.append(f"up to {f1(max(apart['sgd_momentum']))}× apart")
     q = [x[3] / x[2] for v in kl.values() for x in v]
     out.append(f"A run's KL ratio in the second 100 steps is {min(q):.2f} to {max(q):.1f} times "
                f"its ratio in the first 100")
-    # the factorial: both corners, the interaction, the ratio
+    return out
+
+
+def factorial_readings(data):
+    """The 2 x 2 design: both corners, the interaction, the ratio and its interval."""
+    d = {a: column(data, a) for a in ARMS}
+    out = []
     mom, norm, both = (diff(d["sgd_momentum"], d["sgd"]), diff(d["adam_b1_0"], d["sgd"]),
                        diff(d["adamw"], d["sgd"]))
     mom2, norm2 = diff(d["adamw"], d["adam_b1_0"]), diff(d["adamw"], d["sgd_momentum"])
@@ -219,14 +231,20 @@ def readings(data):
     out.append(f"The ratio's 95 % interval is {lo:.2f}–{hi:.2f}")
     out.append(f"Alone it adds {pm(s['mom'])} nats to SGD's drift; AdamW adds {pm(s['both'])}")
     out.append(f"adds a smaller part, {pm(s['norm'])} nats, clear of zero")
-    # reversed credit
-    runs = by_seed(data)
+    return out
+
+
+def credit_readings(data):
+    """Primary 4 and the secondary reversed - adamw."""
+    S, d, runs = data["seeds"], {a: column(data, a) for a in ARMS}, by_seed(data)
+    out = []
     c = data["secondary"]["warm restate credit, reversed - adamw"]["per_seed"]
     gate = t_stats(data["warm_credit_reversed"]["per_seed"])
     e9_teacher = mean([r - x for r, x in zip(data["warm_credit_reversed"]["per_seed"], c)])
     rev, rev_adamw = t_stats(d["reversed"]), t_stats(diff(d["reversed"], d["adamw"]))
     out += [f"restate credit on seeds 10–19 is {pm(gate, 1, 100)} points",
-            f"it is {num(100 * e9_teacher, 1)} points (reversed − adamw {pm(t_stats(c), 1, 100)})",
+            f"it is {num(100 * e9_teacher, 1)} points (reversed − adamw "
+            f"{pm(t_stats(c), 1, 100)})",
             f"`reversed` drifted {pm(rev)} nats, towards restating in "
             f"{sum(x < 0 for x in d['reversed'])} of {len(S)} seeds",
             f"Its interval, [{num(rev['m'] - rev['h'])}, {num(rev['m'] + rev['h'])}], contains 0: "
@@ -236,7 +254,13 @@ def readings(data):
             f"The secondary `reversed` − `adamw`, {pm(rev_adamw)} nats"]
     assert rev["m"] - rev["h"] < 0 < rev["m"] + rev["h"]
     assert all(runs[s]["reversed"][0]["p_f"] != runs[s]["adamw"][0]["p_f"] for s in S)
-    # the null control, from its runs
+    return out
+
+
+def null_readings(data):
+    """Primary 5 and what the permuted runs themselves show."""
+    P, runs, kl = data["permuted_seeds"], by_seed(data), kl_ratios(data)
+    out = []
     perm = t_stats(column(data, "permuted", seeds=P))
     tost = max(t_tail((perm["m"] + data["margin"]) / perm["se"], perm["n"] - 1),
                t_tail((data["margin"] - perm["m"]) / perm["se"], perm["n"] - 1))
@@ -249,8 +273,8 @@ def readings(data):
             f"(two one-sided tests, p = {tost:.2g}, Holm {holm['p_holm']:.2g})",
             f"at lr*/2, {min(x[1] for x in low):.2f}–{max(x[1] for x in low):.2f}× AdamW's KL "
             f"({sum(x[4] for x in low)} of {len(low)} runs collapsed)",
-            f"at 2 lr*, {min(x[1] for x in high):.1f}–{max(x[1] for x in high):.1f}× AdamW's KL. "
-            f"All {len(high)} runs collapsed, to 0–"
+            f"at 2 lr*, {min(x[1] for x in high):.1f}–{max(x[1] for x in high):.1f}× AdamW's "
+            f"KL. All {len(high)} runs collapsed, to 0–"
             f"{100 * max(r['acc'] for r in high_runs):.1f} % final accuracy",
             f"Its 95 % interval, ({num(perm['m'] - perm['h'])}, {num(perm['m'] + perm['h'])}), "
             f"also excludes 0 (two-sided p = {perm['p']:.2g}",
@@ -264,7 +288,12 @@ def readings(data):
                f"the lr*/2 run alone, at {min(ok_low):.2f}–{max(ok_low):.2f}× AdamW's KL")
     out.append(f"({pm(reg)} nats at lr*/2)")
     out.append(f"at 2 lr* drifted {pm(t_stats([drift(r) for r in high_runs]))} nats")
-    # the second moment and the accuracy secondaries
+    return out
+
+
+def secondary_readings(data):
+    """The second-moment coupling and the accuracy secondaries, under both rules."""
+    out = []
     cw = t_stats(column(data, "adamw", coupling))
     cb, cb_reg = (t_stats(column(data, "adam_b1_0", coupling)),
                   t_stats(column(data, "adam_b1_0", coupling, "low")))

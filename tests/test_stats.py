@@ -296,7 +296,8 @@ def test_the_bottom_line_repeats_only_numbers_the_json_holds():
     heads = [m.start() for m in re.finditer(r"^## ", text, re.M)]
     opening = text[:heads[1]]
     power = {"⁻" + "⁰¹²³⁴⁵⁶⁷⁸⁹"[k]: k for k in range(10)}
-    found = re.findall(r"([+\u2212]?\d+\.(\d+)) ± (\d+\.\d+)(?: · 10(⁻[⁰¹²³⁴⁵⁶⁷⁸⁹]))?", opening)
+    number = r"([+\u2212]?\d+\.(\d+)) ± (\d+\.\d+)(?: · 10(⁻[⁰¹²³⁴⁵⁶⁷⁸⁹]))?"
+    found = re.findall(number, opening)
     assert len(found) >= 1, found
     for a, decimals, b, exp in found:
         k, scale = len(decimals), 10.0 ** power[exp] if exp else 1.0
