@@ -107,11 +107,12 @@ def test_the_opening_s_numbers_are_the_json_s():
             f"detectable {d['mde'] * 1e5:.1f} · 10⁻⁵)") in head
     style = t_stats(load("chain_style")["primary"]["signed restate drift, grpo - dr_grpo"]
                     ["per_seed"])
-    assert f"no extra drift of a style choice (smallest detectable {style['mde']:.2f} nats)" in head
+    assert (f"no difference detected in the *drift* (change of log-odds) of a choice the "
+            f"verifier ignores (smallest detectable {style['mde']:.2f} nats)") in head
     wrong = t_stats(load("e10_length")["primary"]["length change wrong, grpo - dr_grpo"]
                     ["per_seed"])
-    assert (f"No lengthening of wrong answers (smallest detectable {wrong['mde']:.1f} "
-            f"tokens)") in head
+    assert (f"No lengthening of wrong answers detected (smallest detectable "
+            f"{wrong['mde']:.1f} tokens)") in head
     # E9's warm-start credit gap is negative: restating answers are right less often
     assert load("e9_drift_mechanism")["warm_credit_gap"]["adamw"]["diff"] < 0
     assert "restating answers are right less often (E9)" in head
