@@ -136,7 +136,7 @@ def test_the_demo_ledger_s_reading_is_the_json_s():
             f"detectable {e(d['mde'])}") in s
     assert d["m"] - d["h"] > -margin and d["m"] + d["h"] < margin  # the margin verdict
     assert (f"that margin is {margin / arm['grpo']['m']:.1f} times `grpo`'s whole movement of "
-            f"the shared tokens (+{e(arm['grpo']['m'])} nats per step)") in s
+            f"the group-shared tokens (+{e(arm['grpo']['m'])} nats per step)") in s
     assert d["mde"] > arm["grpo"]["m"]
     assert f"The smallest detectable effect, {e(d['mde'])}, also exceeds that movement" in s
     assert f"bounds the difference by {margin * demo['rl_steps']:.2f} nats over the 100" in s
