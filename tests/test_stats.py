@@ -217,41 +217,41 @@ def test_holm_by_hand():
 
 def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     """The results report's table of counts is the script's, row by row, and one p
-    is recomputed by hand from its per-seed values."""
+    is recomputed by hand from its per-seed values. A primary registered as an equivalence
+    test (tost_margin) is counted with the margin verdicts, never as clear of zero; the
+    margin verdicts are those the experiments' JSON record (E1, E2, the demo ledger) and
+    E11's equivalence test."""
+    import json
     from lab.experiments import multiplicity
     data = multiplicity.main([f"--out={tmp_path}"])
     text = open(os.path.join(ROOT, "results", "README.md")).read()
     table = text[text.index("## Multiple comparisons"):text.index("## The testbed")]
-    rows = {c[0].strip("` ").lower(): (int(c[1]), int(c[2]), int(c[3]), int(c[4].split()[0]))
+    lead = lambda cell: 0 if cell.strip() == "—" else int(cell.split(":")[0].split()[0])
+    rows = {c[0].strip("` ").lower(): (int(c[1]), int(c[2]), int(c[3]), int(c[4].split()[0]),
+                                       lead(c[5]))
             for c in (line.strip("|").split("|") for line in table.splitlines())
-            if len(c) == 5 and c[1].strip().isdigit()}
-    mine = {
-        e.split("_")[0] if e.startswith("e") and e[1].isdigit() else e: f
-        for e, f in data["families"].items()
-    }
-    for name, f in mine.items():
-        survive = sum(r["survives_holm"] for r in f["primary"].values())
-        assert rows.pop(name) == (
-            len(f["primary"]),
-            len(f["secondary"]),
-            len(f["post_hoc"]),
-            survive,
-        ), name
-    total = tuple(
-        sum(v)
-        for v in zip(
-            *[
-                (
-                    len(f["primary"]),
-                    len(f["secondary"]),
-                    len(f["post_hoc"]),
-                    sum(r["survives_holm"] for r in f["primary"].values()),
-                )
-                for f in mine.values()
-            ]
-        )
-    )
+            if len(c) == 6 and c[1].strip().isdigit()}
+
+    def margins(exp, fam):
+        committed = json.load(open(os.path.join(ROOT, "results", f"{exp}.json")))
+        agree = [v for v in (committed.get("verdict") or {}).values() if v.startswith("agree")]
+        agree += [c["equivalence"] for c in committed["primary"].values()
+                  if str(c.get("equivalence", "")).startswith("agree")]
+        tost = [n for n, c in committed["primary"].items() if c.get("tost_margin") is not None
+                and fam["primary"][n]["p_holm"] < 0.05]
+        return len(agree) + len(tost), {n for n, c in committed["primary"].items()
+                                         if c.get("tost_margin") is not None}
+
+    counts = {}
+    for e, f in data["families"].items():
+        name = e.split("_")[0] if e.startswith("e") and e[1].isdigit() else e
+        passed, equivalence = margins(e, f)
+        clear = sum(r["survives_holm"] for n, r in f["primary"].items() if n not in equivalence)
+        counts[name] = (len(f["primary"]), len(f["secondary"]), len(f["post_hoc"]), clear, passed)
+        assert rows.pop(name) == counts[name], name
+    total = tuple(sum(v) for v in zip(*counts.values()))
     assert rows.pop("all") == total and not rows
+    assert counts["e11"][3:] == (3, 1) and counts["demo_ledger"][3:] == (0, 1)
     # the README repeats the two totals: they are the script's too
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert f"; {total[0]} primary contrasts in all" in readme
@@ -278,9 +278,10 @@ def test_pearson_by_hand():
     assert stats.pearson([1, 1, 1], [1, 2, 3]) is None
 
 
-def test_what_we_found_repeats_only_numbers_the_json_holds():
-    """Every 'a ± b' of results/README.md's summary table is a contrast of a committed JSON
-    (primary or secondary), printed to the digits shown."""
+def test_the_bottom_line_repeats_only_numbers_the_json_holds():
+    """Every 'a ± b' of results/README.md's opening (before its second section) is a
+    contrast of a committed JSON (primary or secondary), printed to the digits shown, in
+    units of 10^-k where it says so."""
     import glob
     import json
     import re
@@ -292,13 +293,16 @@ def test_what_we_found_repeats_only_numbers_the_json_holds():
                 if isinstance(c, dict) and c.get("diff") is not None and c.get("half") is not None:
                     pairs.add((c["diff"], c["half"]))
     text = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
-    table = text[text.index("## What we found"):text.index("## How the experiments are run")]
-    found = re.findall(r"([+\u2212]?\d+\.(\d+)) ± (\d+\.\d+)(?! ·)", table)
-    assert len(found) >= 15, found
-    for a, decimals, b in found:
-        k = len(decimals)
-        shown = lambda x: f"{x:.{k}f}".replace("-", "\u2212")
-        assert any(shown(d).lstrip("+") == a.lstrip("+") and f"{h:.{k}f}" == b
+    heads = [m.start() for m in re.finditer(r"^## ", text, re.M)]
+    opening = text[:heads[1]]
+    power = {"⁻" + "⁰¹²³⁴⁵⁶⁷⁸⁹"[k]: k for k in range(10)}
+    number = r"([+\u2212]?\d+\.(\d+)) ± (\d+\.\d+)(?: · 10(⁻[⁰¹²³⁴⁵⁶⁷⁸⁹]))?"
+    found = re.findall(number, opening)
+    assert len(found) >= 1, found
+    for a, decimals, b, exp in found:
+        k, scale = len(decimals), 10.0 ** power[exp] if exp else 1.0
+        shown = lambda x: f"{x * scale:.{k}f}".replace("-", "\u2212")
+        assert any(shown(d).lstrip("+") == a.lstrip("+") and f"{h * scale:.{k}f}" == b
                    for d, h in pairs), (a, b)
 
 

@@ -1,0 +1,199 @@
+"""The lab report's bottom line and its corrected readings outside E11 (results/README.md):
+the opening's length and sentences, each number it quotes, the demo ledger's reading of its
+lenient margin, the seeds per experiment, the p that enters Holm, and E10's secondaries' p.
+
+Numbers are recomputed from the committed per-seed values with an independent paired t
+(quantiles from a printed table, tails by Simpson's rule in tests/test_report_e11.py); each
+reading is a phrase that must appear in the report, whitespace aside."""
+import importlib.util
+import json
+import os
+import re
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+README = os.path.join(ROOT, "results", "README.md")
+_spec = importlib.util.spec_from_file_location(
+    "report_e11", os.path.join(ROOT, "tests", "test_report_e11.py"))
+E11 = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(E11)
+t_stats, t_tail, num = E11.t_stats, E11.t_tail, E11.num
+
+
+def load(name):
+    return json.load(open(os.path.join(ROOT, "results", f"{name}.json")))
+
+
+def text():
+    return open(README, encoding="utf-8").read()
+
+
+def flat(s):
+    return " ".join(s.split())
+
+
+def opening(s):
+    """Everything before the second '## ' heading: the title and the bottom line."""
+    heads = [m.start() for m in re.finditer(r"^## ", s, re.M)]
+    return s[:heads[1]]
+
+
+WORD = r"[A-Za-z0-9À-ÿ][\w'’.\-/]*"  # a word, as the prose measure counts it
+
+
+def sentences(s):
+    """Sentences of the prose outside code and tables, split as the prose measure splits
+    them (a sentence ends at . ! or ? before a capital, a blank line or a list item)."""
+    prose = "\n".join(line for line in s.splitlines()
+                      if not line.lstrip().startswith(("|", "#", "<!--")))
+    prose = re.sub(r"`[^`]*`", "x", prose)
+    prose = re.sub(r"\b(e\.g|i\.e|cf|vs|etc|Dr|al)\.", r"\1", prose)
+    parts = re.split(r"(?<=[.!?])\s+(?=[A-Z\[`*(])|\n\s*\n|\n\s*[-*] ", prose)
+    return [p for p in parts if len(re.findall(WORD, p)) >= 3], prose
+
+
+def slug(heading):
+    """GitHub's anchor of a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def interval_has_zero(c):
+    return c["diff"] - c["half"] < 0 < c["diff"] + c["half"]
+
+
+def test_the_opening_is_short_and_in_short_sentences():
+    head = opening(text())
+    assert len(re.findall(WORD, head)) <= 350
+    sents, prose = sentences(head)
+    assert len(re.findall(WORD, prose)) / len(sents) <= 18
+
+
+def test_every_link_of_the_opening_lands_on_a_heading():
+    s = text()
+    anchors = {slug(h) for h in re.findall(r"^#+ (.*)$", s, re.M)}
+    links = re.findall(r"\]\(#([^)]+)\)", opening(s))
+    assert len(links) >= 14
+    for link in links:
+        assert link in anchors, link
+
+
+def test_the_opening_s_numbers_are_the_json_s():
+    head = flat(opening(text()))
+    # [P2]: E1 and E2 agree within their margins, E3-E5 clear of 0 the predicted way, E6 null
+    for name in ("e1_flips", "e2_coupling"):
+        assert all(v.startswith("agree") for v in load(name)["verdict"].values()), name
+    for name in ("e3_masked", "e4_categories", "e5_value"):
+        for c in load(name)["primary"].values():
+            assert not interval_has_zero(c) and (c["diff"] > 0) == (c["predicted"] == "> 0")
+    assert all(interval_has_zero(c) for c in load("e6_group_size")["primary"].values())
+    assert "five of six (E1–E5)" in head
+    assert all(interval_has_zero(c) for c in load("e7_schedulers")["primary"].values())
+    # [P1]: every contrast that isolates a break of exchangeability is null
+    nulls = [("demo_ledger", "shared_dlogp_mean, grpo - dr_grpo"),
+             ("chain_style", "signed restate drift, grpo - dr_grpo"),
+             ("e9_drift_mechanism", "drift grpo - adamw"),
+             ("e8_objectives", "style_drift_restate dr_grpo - grpo"),
+             ("e10_length", "length change wrong, grpo - dr_grpo"),
+             ("e10_length", "length change right, grpo - dr_grpo")]
+    for name, key in nulls:
+        assert interval_has_zero(load(name)["primary"][key]), (name, key)
+    demo = load("demo_ledger")
+    weights = sum(r["ledger_weights"] for r in demo["runs"]["grpo"]) / len(demo["seeds"])
+    d = t_stats([g["shared_dlogp_mean"] - r["shared_dlogp_mean"]
+                 for g, r in zip(demo["runs"]["grpo"], demo["runs"]["dr_grpo"])])
+    assert f"left {100 * weights:.1f} % of the shared tokens' coefficients uncancelled" in head
+    assert (f"{num(d['m'] * 1e5, 1)} ± {d['h'] * 1e5:.1f} · 10⁻⁵ nats per step (smallest "
+            f"detectable {d['mde'] * 1e5:.1f} · 10⁻⁵)") in head
+    style = t_stats(load("chain_style")["primary"]["signed restate drift, grpo - dr_grpo"]
+                    ["per_seed"])
+    assert (f"no difference detected in the *drift* (change of log-odds) of a choice the "
+            f"verifier ignores (smallest detectable {style['mde']:.2f} nats)") in head
+    wrong = t_stats(load("e10_length")["primary"]["length change wrong, grpo - dr_grpo"]
+                    ["per_seed"])
+    assert (f"No lengthening of wrong answers detected (smallest detectable "
+            f"{wrong['mde']:.1f} tokens)") in head
+    # E9's warm-start credit gap is negative: restating answers are right less often
+    assert load("e9_drift_mechanism")["warm_credit_gap"]["adamw"]["diff"] < 0
+    assert "restating answers are right less often (E9)" in head
+    # E11: "most" holds at the lower end of the ratio's interval
+    e11 = load("e11_optimizer")
+    d11 = {a: E11.column(e11, a) for a in ("adamw", "sgd_momentum", "sgd")}
+    lo, _ = E11.fieller(E11.diff(d11["sgd_momentum"], d11["sgd"]),
+                        E11.diff(d11["adamw"], d11["sgd"]))
+    assert lo > 0.5 and "momentum carries most of AdamW's excess drift over SGD (E11)" in head
+
+
+def test_the_demo_ledger_s_reading_is_the_json_s():
+    demo, s = load("demo_ledger"), flat(text())
+    runs = demo["runs"]
+    arm = {a: t_stats([r["shared_dlogp_mean"] for r in runs[a]]) for a in ("grpo", "dr_grpo")}
+    d = t_stats([g["shared_dlogp_mean"] - r["shared_dlogp_mean"]
+                 for g, r in zip(runs["grpo"], runs["dr_grpo"])])
+    e = lambda x: f"{x:.1e}".replace("e-0", "e-")
+    margin = demo["margin"]
+    assert (f"`grpo` − `dr_grpo` = +{e(d['m'])} ± {e(d['h'])} nats per RL step (smallest "
+            f"detectable {e(d['mde'])}") in s
+    assert d["m"] - d["h"] > -margin and d["m"] + d["h"] < margin  # the margin verdict
+    assert (f"that margin is {margin / arm['grpo']['m']:.1f} times `grpo`'s whole movement of "
+            f"the group-shared tokens (+{e(arm['grpo']['m'])} nats per step)") in s
+    assert d["mde"] > arm["grpo"]["m"]
+    assert f"The smallest detectable effect, {e(d['mde'])}, also exceeds that movement" in s
+    assert f"bounds the difference by {margin * demo['rl_steps']:.2f} nats over the 100" in s
+    assert demo["rl_steps"] == 100
+    weights = sum(r["ledger_weights"] for r in runs["grpo"]) / len(runs["grpo"])
+    assert max(r["ledger_weights"] for r in runs["dr_grpo"]) < 1e-6  # 0 up to float error
+    assert f"The {100 * weights:.1f} % that 1/L_i leaves uncancelled is 0 under `dr_grpo`" in s
+    assert (f"the tokens move by +{e(arm['dr_grpo']['m'])} ± {e(arm['dr_grpo']['h'])} nats per "
+            f"step") in s
+    for quoted in re.findall(r"[^.]*equivalent to none[^.]*\.", s, re.I):
+        assert "lenient" in quoted, quoted  # wherever the equivalence is quoted
+
+
+def test_seeds_per_experiment_as_the_report_says():
+    """Ten seeds per contrast, twenty for E11's null control (the scoreboard has none)."""
+    s = flat(text())
+    assert ("Each contrast is taken over ten seeds (twenty for E11's null control; the "
+            "scoreboard is synthetic)") in s
+    for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
+        if not path.endswith(".json") or path == "multiplicity.json":
+            continue
+        data = json.load(open(os.path.join(ROOT, "results", path)))
+        for key, c in (data.get("primary") or {}).items():
+            want = 20 if key == "drift permuted vs 0 (equivalence)" else 10
+            assert c["n"] == want, (path, key)
+
+
+def test_which_p_enters_holm():
+    """E11's primary 5 enters with its equivalence test's p, the demo ledger with its
+    two-sided p; both as the report says."""
+    s, demo, e11 = flat(text()), load("demo_ledger"), load("e11_optimizer")
+    c = demo["primary"]["shared_dlogp_mean, grpo - dr_grpo"]
+    d = t_stats(c["per_seed"])
+    assert "tost_margin" not in c and f"The demo ledger's is {d['p']:.2f}, in a family of one" in s
+    h = e11["holm"]["drift permuted vs 0 (equivalence)"]
+    assert e11["primary"]["drift permuted vs 0 (equivalence)"]["tost_margin"] == 0.85
+    assert f"so its p enters: {h['p']:.2g}" in s
+    mult = load("multiplicity")["families"]
+    assert mult["e11_optimizer"]["primary"]["drift permuted vs 0 (equivalence)"]["p"] == h["p"]
+    assert mult["demo_ledger"]["primary"]["shared_dlogp_mean, grpo - dr_grpo"]["p"] == (
+        pytest.approx(d["p"], rel=1e-3))
+    clear = [(e, n, r["p_holm"]) for e, f in mult.items() for n, r in f["primary"].items()
+             if r["p"] is not None and r["p"] < 0.05 and "equivalence" not in n]
+    assert all(p < 0.05 for _, _, p in clear)
+    e, n, p = max(clear, key=lambda x: x[2])
+    assert e == "e4_categories" and n.startswith("sgd")
+    assert f"the largest adjusted p among them is {p:.3f}, E4's SGD arm" in s
+
+
+def test_e10_secondaries_p_as_printed():
+    """Each secondary's p in E10's table is its two-sided paired-t p, to two decimals."""
+    s = text()
+    table = s[s.index("| contrast (paired by seed) | kind |"):].split("\n\n")[0]
+    rows = [r for r in table.splitlines() if "| secondary |" in r]
+    data = load("e10_length")
+    assert len(rows) == len(data["secondary"]) == 7
+    for row, c in zip(rows, data["secondary"].values()):
+        x = t_stats(c["per_seed"])
+        assert row.split("|")[6].strip() == f"{x['p']:.2f}", row
+    assert "| 0.0068 | 0.78 |" in s
