@@ -193,8 +193,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
             logp.retain_grad()  # keep d loss / d log pi from the backward: the coefficients
             value, stats, loss_at = part_loss(cfg, parts.plain, hidden, batch, mb[p], logp, adv,
                                               shared(p))
-            if not torch.isfinite(value):  # stop before a NaN reaches the weights
-                raise FloatingPointError("loss is not finite")
+            stats["finite"] = torch.isfinite(value)  # read with the step's numbers, below
             term = parts.term(value)  # this part's share of the step's loss
             parts.backward(term)
         coef[p] = parts.coefficients(logp.grad)  # c_{i,t} = -d loss / d log pi(y_{i,t})
@@ -205,11 +204,13 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
         for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
             v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
             acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
+    out = dist_utils.step_means(acc, len(mb), coef.device)
+    if out.pop("finite") < 1:  # stop before a NaN reaches the weights
+        raise FloatingPointError("loss is not finite")
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
-    out = dist_utils.step_means(acc, len(mb), coef.device)
     if inst:  # how far the step's copies of each shared token were from cancelling
         out.update(inst.step(coef, batch, adv, mb))
     return out, coef

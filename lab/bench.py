@@ -42,6 +42,10 @@
   a sampler with a per-row KV cache can reach. Skipped with a note
   when transformers is not installed (it is not a dependency:
   ``pip install transformers``).
+* ``syncs``: host reads (``.item()`` and its kin, ``nonzero`` and boolean indexing,
+  copies to the CPU), each a wait of the host for a GPU, per SFT step and in one RL step
+  with the lab's instruments on and off, counted at the dispatcher (lab/syncs.py: an
+  upper bound, the same on any device); on CUDA also the waits the driver reports.
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -58,7 +62,9 @@ the share of all cores that *other* processes used during the measurement
 Usage: python -m lab.bench [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]
 """
 
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import random
@@ -79,12 +85,14 @@ from plumbing.errors import CliError, fail
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
-from lab import estimators, objectives, residuals
+from lab import estimators, objectives, residuals, syncs
 
 FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
-        "mm": 2048, "repeats": 5, "recompute_repeats": 3}
+        "mm": 2048, "repeats": 5, "recompute_repeats": 3, "sync_flags": []}
 QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
-         "mm": 256, "repeats": 1, "recompute_repeats": 1}
+         "mm": 256, "repeats": 1, "recompute_repeats": 1,
+         "sync_flags": ["--n_layer=1", "--n_head=2", "--n_embd=32", "--prompts_per_step=4",
+                        "--group_size=4", "--eval_size=8"]}
 
 
 def timed(fn, device):
@@ -454,6 +462,21 @@ def bench_ddp(P, device, size, quick):
             "threads_per_process": torch.get_num_threads()}
 
 
+def bench_syncs(P, device):
+    """Host reads (each a GPU wait) per SFT step and per RL step (lab/syncs.py), with the
+    instruments on and off, on the demo's task and model."""
+    with contextlib.redirect_stdout(io.StringIO()):  # the runs' own printed lines
+        counts = syncs.count_run(["--sft_steps=40", "--ckpt_every=40"] + P["sync_flags"], device)
+    sft = counts.pop("sft")
+    rec = {"name": "syncs", "sft_reads_per_step": sft["reads"] / sft["steps"],
+           "sft_steps": sft["steps"]}
+    for key, c in counts.items():
+        rec[f"{key}_reads"] = c["reads"]
+        if c["driver_waits"] is not None:
+            rec[f"{key}_driver_waits"] = c["driver_waits"]
+    return rec
+
+
 def parse(argv):
     """--quick, --ddp, --device, --out: checked before any measurement (CliError, one line)."""
     opts = {"quick": False, "device": "auto", "out": "", "ddp": None, "ddp_worker": False}
@@ -526,6 +549,7 @@ def main(argv):
         rec = ({"name": "ddp", "skipped": "2 processes need 2 GPUs (one per process)"} if one_gpu
                else bench_ddp(P, device, P["sizes"][0], opts["quick"]))
         emit(dict(rec, model=f"{n_layer}x{n_embd}", n_head=n_head), device, out)
+    emit(bench_syncs(P, device), device, out)
     emit({"name": "memory"}, device, out)
     if out:
         out.close()
