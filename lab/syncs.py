@@ -57,11 +57,17 @@ def host():
 def to_host(*tensors):
     """Copies of the tensors on the host, in one read (each read makes a GPU wait). The
     values go through float64, exact for the token ids, masks and float32 numbers here."""
-    flat = torch.cat([t.detach().reshape(-1).double() for t in tensors]).cpu()
+    # what to copy: the device's tensors (on a CPU run all of them, so that the count of a
+    # CPU run shows the read a GPU run makes)
+    away = [t for t in tensors if t.device.type != "cpu"] or list(tensors)
+    flat = torch.cat([t.detach().reshape(-1).double() for t in away]).cpu()
     out, start = [], 0
     for t in tensors:
-        out.append(flat[start:start + t.numel()].reshape(t.shape).to(t.dtype))
-        start += t.numel()
+        if any(t is a for a in away):
+            out.append(flat[start:start + t.numel()].reshape(t.shape).to(t.dtype))
+            start += t.numel()
+        else:  # already on the host
+            out.append(t)
     return out[0] if len(out) == 1 else tuple(out)
 
 

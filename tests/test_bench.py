@@ -19,7 +19,7 @@ from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
 from lab import bench  # noqa: E402
 
-NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "memory"}
+NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "syncs", "memory"}
 
 
 def test_quick_bench_prints_json_lines(tmp_path):
@@ -43,6 +43,9 @@ def test_quick_bench_prints_json_lines(tmp_path):
     shares = [by["rl_step"][k] for k in ("sample_share", "reward_share", "fwd_bwd_share",
                                          "optimizer_share")]
     assert abs(sum(shares) - 1) < 1e-3
+    s = by["syncs"]  # the host's reads: fewer than one per SFT step, a few per RL step
+    assert s["sft_reads_per_step"] < 1 and 0 < s["rl_step_instruments_off_reads"] <= \
+        s["rl_step_instruments_on_reads"]
     assert out_file.read_text().strip().splitlines() == lines
 
 
