@@ -386,7 +386,7 @@ def test_the_student_copy_passes_its_tests_and_its_link_check(student_copy):
     proc = in_copy(student_copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                    "tests/test_loss.py", "tests/test_batching.py", "tests/test_structure.py",
                    "tests/test_stats.py::test_multiplicity_over_the_committed_results",
-                   "tests/test_stats.py::test_what_we_found_repeats_only_numbers_the_json_holds",
+                   "tests/test_stats.py::test_the_bottom_line_repeats_only_numbers_the_json_holds",
                    "tests/test_handout.py::test_md_links_finder_is_not_vacuous",
                    "tests/test_handout.py::test_every_relative_link_in_every_markdown_file_"
                    "resolves_inside_the_repository", timeout=600)
