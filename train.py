@@ -120,9 +120,9 @@ def sft(run):
         state.restore(opt, run.rank)
     n_sft = dist_utils.share(cfg.sft_batch)  # this process's share of the batch
     bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
-    losses = []  # not read back until a line is printed or a checkpoint written: one wait
+    losses, first = [], state.step + 1  # losses: read back when a line or checkpoint is due
     for step in bar:
-        if (step - 1) % cfg.ckpt_every == 0 or step == state.step + 1:
+        if (step - 1) % cfg.ckpt_every == 0 or step == first:
             # the batches up to the next checkpoint, which saves the random streams after them
             upto = min(cfg.sft_steps, ((step - 1) // cfg.ckpt_every + 1) * cfg.ckpt_every)
             batches = sft_batches(run.task, state.draw, n_sft, state.sol_rng, run.device,

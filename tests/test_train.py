@@ -274,3 +274,13 @@ def test_engine_switches_run(tmp_path, flags):
 def test_engine_switches_refuse_what_cannot_apply(flags, msg):
     with pytest.raises(CliError, match=msg):
         parse_args(flags)
+
+
+def test_sft_draws_each_step_once_in_chunks_up_to_each_checkpoint(tmp_path, monkeypatch):
+    """SFT makes its batches in bulk, up to the next checkpoint: every step's problems are
+    drawn once, so the random streams a checkpoint saves are those after its step."""
+    calls = []
+    real = train.sft_texts
+    monkeypatch.setattr(train, "sft_texts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    run_main(tmp_path, "--sft_steps=7", "--ckpt_every=3", "--rl_steps=0")
+    assert len(calls) == 7
