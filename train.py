@@ -302,6 +302,13 @@ def reference_model(run):
     return ref.eval().requires_grad_(False)
 
 
+LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mean reward of "
+          "the step's\n  samples; mixed: the share of groups with right and wrong rollouts "
+          "(only they carry\n  a signal)")
+LEGEND_LAB = ("; cancelled: the share of the step's shared-token coefficients that\n"
+              "  cancelled (the cancellation ledger, at the end)")
+
+
 def evaluate_warm_start(run, opt):
     """RL step 0: the warm start's accuracy (and the lab's diagnostics), before any update."""
     cfg, state = run.cfg, run.state
@@ -317,6 +324,7 @@ def evaluate_warm_start(run, opt):
         run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
         state.sums.update(acc0=acc0, acc=acc0)
         print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
+        print(LEGEND + (LEGEND_LAB if run.inst else ""))
     if cfg.rl_steps == 0:
         run.out.checkpoint(state, opt)
 
@@ -364,9 +372,9 @@ def summarise(run):
     run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     run.out.close()
     print(summary_line(summary, cfg))
-    if run.inst:
-        print("\n".join(run.inst.lines(summary)))
-    print(f"plot the curves: python -m lab.plot {cfg.out_dir}")
+    for line in run.inst.lines(summary) if run.inst else []:  # the cancellation ledger
+        print(line)
+    print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
     return summary
 
 

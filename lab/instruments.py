@@ -134,7 +134,7 @@ class Instruments:
     def cancelled_text(rec):
         """The evaluation line's share of the shared tokens' coefficients that cancelled."""
         done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
-        return f"  shared tokens cancelled {done}"
+        return f"  cancelled {done}"
 
     # ------------------------------------------------------------------ the run
 

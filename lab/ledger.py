@@ -41,7 +41,7 @@ import torch
 import batching
 import loss
 from lab import estimators, objectives, residuals
-from plumbing.config import validate
+from plumbing.config import parse_args, validate
 from plumbing.console import MIXED_HINT_FLAGS
 from plumbing.errors import CliError
 
@@ -125,55 +125,45 @@ def ledger_shares(sums):
 LEDGER_ZERO = 1e-6  # a share at most this is float error (float32 coefficients: ~1e-8 here)
 
 
-def ledger_verdict(shares):
-    """(the largest part other than credit, or None, and one sentence). None when what did
-    not cancel, 1 - cancelled, exceeds credit by no more than float error: then the parts
-    other than credit are absent or offset each other."""
+def largest_cause(shares):
+    """The largest part other than credit, or None when what did not cancel, 1 - cancelled,
+    exceeds credit by no more than float error (the other parts are absent or offset)."""
     defects = {p: shares[p] for p in LEDGER_PARTS if p != "credit"}
     worst = max(defects, key=defects.get)
     beyond_credit = 1.0 - shares["cancelled"] - shares["credit"]
     if defects[worst] <= LEDGER_ZERO or beyond_credit <= LEDGER_ZERO:
-        return None, ("beyond the credit the rewards give, nothing was left uncancelled (up to "
-                      "float error): whatever else moved the shared tokens came through other "
-                      "tokens' gradients")
-    pct = lambda x: f"{100 * x:.3g} %"
-    return worst, (f"the largest cause other than credit: {LEDGER_PARTS[worst]} "
-                   f"({pct(defects[worst])} of the mass, against {pct(shares['credit'])} "
-                   f"for credit)")
+        return None
+    return worst
 
 
 def ledger_remedies(part, cfg):
-    """Candidate changes that remove ``part`` of the ledger, best first, as (flags, words);
-    none is what cfg already uses. The caller keeps the first its flag checks accept."""
+    """Changes of flags that remove ``part`` of the ledger and bring no other part that the run
+    does not have already, best first, as (flags, words). Only where that holds whatever the
+    data: under reuse (several mini-batches or epochs) an objective's weights, the ratios and
+    the split of a group interact, and no single change is safe, so none is offered for the
+    weights there. tests/test_ledger.py runs every remedy and reads the ledger it leaves."""
     obj, out = objectives.OBJECTIVES[cfg.loss], []
+    on_policy = cfg.minibatches == 1 and cfg.epochs == 1
     whole = batching.keeps_groups_whole(cfg.batching) or cfg.minibatches == 1
-    fewer = {k: 1 for k in ("epochs", "minibatches") if getattr(cfg, k) > 1}
-    if part == "weights":
-        if "on-policy" in obj.cancels and cfg.agg != "auto":
-            out.append(({"agg": "auto"}, "the objective's own aggregation, equal weights"))
-        if "on-policy" in obj.cancels and cfg.beta > 0:
-            out.append(({"beta": 0.0}, "no KL penalty: it pushes every copy the same way"))
-        for name in ("dr_grpo", "dapo", "cispo"):
+    if part == "weights" and on_policy:
+        # the KL penalty pushes every copy the same way: the ledger books it as weights
+        no_kl = {"beta": 0.0} if cfg.beta > 0 else {}
+        if "on-policy" in obj.cancels:
+            out.append(({"agg": "auto", **no_kl}, "the objective's own equal weights"))
+        for name in ("dr_grpo", "dapo"):
             if name != cfg.loss:
-                out.append(({"loss": name, "agg": "auto"}, "an objective with equal weights"))
-    elif part == "ratios":
-        transform = next(n for n, o in objectives.OBJECTIVES.items() if o.group_transform)
-        if obj.group_transform is None:  # one weight per group, if each step holds whole groups
-            flags = {"loss": transform} if whole else {"loss": transform, "batching": "query"}
-            out.append((flags, "a DFPO transform: one weight per group"))
-        if fewer:
-            out.append((fewer, "no reuse: every step on-policy"))
+                out.append(({"loss": name, "agg": "auto", **no_kl}, "an objective with equal "
+                            "weights"))
+    elif part == "ratios":  # every step on-policy: no ratio, and no group split over steps
+        out.append(({"minibatches": 1, "epochs": 1}, "no reuse: every step on-policy"))
     elif part == "split":
+        if not whole and cfg.epochs == 1:
+            out.append(({"batching": "query"}, "a scheduler that keeps groups whole"))
         if whole and cfg.epochs > 1:  # groups stay whole: the epochs' nets differ in sign
             out.append(({"epochs": 1}, "one epoch: each copy is applied in one step"))
-        for name in batching.WHOLE_GROUPS:
-            if name != cfg.batching and not whole:
-                out.append(({"batching": name}, "a scheduler that keeps groups whole"))
-        if cfg.minibatches > 1:
-            out.append(({"minibatches": 1}, "one step per epoch"))
-    else:
-        for name, e in estimators.ESTIMATORS.items():
-            if e.centred and name != cfg.adv:
+    elif part == "uncentred":
+        for name in (objectives.OBJECTIVES[cfg.loss].adv, "dr_grpo", "grpo"):
+            if estimators.ESTIMATORS[name].centred and name != cfg.adv:
                 out.append(({"adv": name}, "a centred estimator"))
     return [(f, w) for f, w in out if any(getattr(cfg, k) != v for k, v in f.items())]
 
@@ -187,10 +177,9 @@ LEDGER_BLIND = {
 
 
 def ledger_caveats(cfg):
-    """One clause per switch of LEDGER_BLIND the run has on ('' if none)."""
-    on = [w for k, w in LEDGER_BLIND.items()
-          if getattr(cfg, k) != (1.0 if k == "top_entropy_quantile" else 0.0)]
-    return "; ".join(on)
+    """One clause per switch of LEDGER_BLIND the run has on."""
+    return [w for k, w in LEDGER_BLIND.items()
+            if getattr(cfg, k) != (1.0 if k == "top_entropy_quantile" else 0.0)]
 
 
 # ----------------------------------------------------------------------------- the run's last lines
@@ -198,14 +187,30 @@ def ledger_caveats(cfg):
 # lab/experiments/demo_ledger.py over seeds 0-9 (results/demo_ledger.json; a test checks these):
 # shared_dlogp_mean, grpo - dr_grpo: mean, 95 % t half-width, smallest detectable, margin
 DEMO_SHARED_DLOGP = (6.7e-6, 3.0e-5, 4.1e-5, 1e-4)
+# the flags of that comparison's runs besides --loss (a run with others is another comparison)
+DEMO_FLAGS = ("task", "digits", "scratchpad", "n_layer", "n_head", "n_embd", "sft_steps",
+              "sft_batch", "sft_lr", "sft_flawed", "rl_steps", "prompts_per_step", "group_size",
+              "temperature", "top_k", "lr", "optimizer", "grad_clip", "adv", "agg", "clip",
+              "clip_low", "clip_high", "dual_clip", "beta", "entropy_coef",
+              "top_entropy_quantile", "off_policy_mask_threshold", "batching", "minibatches",
+              "epochs", "micro_batch", "norm", "permute_rewards")
+
+
+def is_demo(cfg):
+    """Is this run one of the committed comparison's (the demo, any seed, grpo or dr_grpo)?"""
+    demo = parse_args([f"--loss={cfg.loss}"], check=False) if cfg.loss in (
+        "grpo", "dr_grpo") else None
+    return demo is not None and all(getattr(cfg, k) == getattr(demo, k) for k in DEMO_FLAGS)
 
 
 def demo_finding():
-    """What the demo's ten seeds found about shared_dlogp, in one sentence."""
+    """The committed comparison of grpo and dr_grpo on the demo, as a cited result."""
     d, h, mde, margin = DEMO_SHARED_DLOGP
-    return (f"over seeds 0-9 of the demo, grpo and dr_grpo moved them alike: difference "
-            f"{d:+.1e} +- {h:.1e}, equivalent to none within +-{margin:.0e} (smallest detectable "
-            f"{mde:.1e}; results/README.md)")
+    return ["committed result, seeds 0-9 of this demo (results/README.md, the demo's ledger):",
+            f"  grpo - dr_grpo (equal weights, no division by sigma) in that change: {d:+.1e}",
+            f"  +- {h:.1e} nats per RL step: no difference detected (smallest detectable "
+            f"{mde:.1e})", f"  and inside a lenient +-{margin:.0e} margin: --loss=dr_grpo did "
+            "not measurably change those tokens here"]
 
 
 def percent(share):
@@ -214,39 +219,64 @@ def percent(share):
 
 
 def remedy(part, cfg):
-    """The first of ledger_remedies that this run's flag checks accept, as words
-    with its flags; '' when none is accepted."""
-    for flags, words in ledger_remedies(part, cfg):
+    """The flags of the first of ledger_remedies that this run's flag checks accept; '' when
+    none is accepted."""
+    for flags, _ in ledger_remedies(part, cfg):
         try:
             validate(replace(cfg, **flags))
         except CliError:
             continue
-        changed = {k: v for k, v in flags.items() if getattr(cfg, k) != v}  # what to type
-        return f"try {words} (" + " ".join(f"--{k}={v}" for k, v in changed.items()) + ")"
+        return " ".join(f"--{k}={v}" for k, v in flags.items() if getattr(cfg, k) != v)
     return ""
 
 
+# the rows of the ledger's table: a part and its words (at most 44 characters)
+ROWS = {"credit": "left by credit, what the rewards ask for",
+        "weights": "left by unequal weights of the objective",
+        "ratios": "left by ratios and clips of reused data",
+        "split": "left by copies in different steps",
+        "uncentred": "left by advantages not centred in a group"}
+
+
 def ledger_lines(summary, cfg):
-    """The run's cancellation ledger in a few true sentences (ledger.py, THEORY.md 2.5)."""
+    """The run's cancellation ledger as a small table, its verdict, and the change of the
+    group-shared tokens (THEORY.md 2.5). Every line is at most 100 characters."""
     n, shares = summary["ledger_steps"], {k: summary[f"ledger_{k}"]
                                           for k in ("cancelled", *LEDGER_PARTS)}
-    over = "the RL steps" if n == cfg.rl_steps else f"the last {n} RL steps (since the resume)"
+    first = cfg.rl_steps - n + 1
+    head = f"cancellation ledger of RL steps {first}-{cfg.rl_steps} (THEORY.md 2.5)"
     if not summary["ledger_mixed_steps"]:
-        return [f"cancellation ledger over {over}: no group was mixed, so no rollout carried an "
-                "advantage against another's: nothing to cancel. " + MIXED_HINT_FLAGS]
+        return [head + ": no group was mixed, so nothing could cancel",
+                "hint: " + MIXED_HINT_FLAGS.strip()]
     if summary["ledger_mass"] == 0:
-        return [f"cancellation ledger over {over}: the tokens that rollouts of a group share "
-                "after the same history received no coefficient at all: nothing to cancel"]
-    parts = ", ".join(f"{LEDGER_PARTS[p].split(' (')[0]} {percent(shares[p])}"
-                      for p in LEDGER_PARTS)
-    part, verdict = ledger_verdict(shares)
-    fix = remedy(part, cfg) if part else ""
-    caveat = ledger_caveats(cfg)
-    return [f"cancellation ledger over {over}: of the coefficients on tokens that several "
-            f"rollouts of a group share after the same history, {percent(shares['cancelled'])} "
-            f"cancelled inside the optimizer steps; the rest by cause (parts can offset each "
-            f"other): {parts}",
-            verdict + (f"; {fix}" if fix else "") + (f" (note: {caveat})" if caveat else ""),
-            f"shared tokens before a mixed group diverges: log-prob change "
-            f"{summary['shared_dlogp_mean']:+.1e} nats per RL step on average (steps with no "
-            f"such token count as 0)" + (f"; {demo_finding()}" if cfg.task == "add" else "")]
+        return [head + ": the shared tokens got no coefficient, so nothing could cancel"]
+    out = [head,
+           "a shared token: one that several rollouts of a group write after the same history;",
+           "of its copies' coefficients, summed over the steps:",
+           f"  {'cancelled inside an optimizer step':44s} {percent(shares['cancelled']):>8s}"]
+    for p, words in ROWS.items():
+        fix = remedy(p, cfg) if p != "credit" and shares[p] > LEDGER_ZERO else ""
+        out.append(f"  {words:44s} {percent(shares[p]):>8s}" + (f"   {fix} removes it"
+                                                               if fix else ""))
+    out.append("  (the parts can offset each other: they need not add up to 100 %)")
+    out += verdict_lines(shares, cfg)
+    out += [f"group-shared tokens (every rollout of a mixed group writes them before it diverges):",
+            f"  mean log-prob change {summary['shared_dlogp_mean']:+.1e} nats per RL step"]
+    if is_demo(cfg) and cfg.loss == "grpo":
+        out += demo_finding()
+    return out
+
+
+def verdict_lines(shares, cfg):
+    """The largest cause besides credit, what would remove it, and the caveats."""
+    part = largest_cause(shares)
+    note = [f"note: {c}" for c in ledger_caveats(cfg)]
+    if part is None:
+        return ["verdict: beyond the rewards' credit nothing was left uncancelled (up to float "
+                "error)"] + note
+    fix = remedy(part, cfg)
+    words = ROWS[part].replace("left by ", "")
+    lines = [f"verdict: the largest cause besides credit is {words}"[:100]]
+    lines.append(f"  ({percent(shares[part])}); {fix} would remove it" if fix else
+                 f"  ({percent(shares[part])}); no single flag removes it under this run's reuse")
+    return lines + note

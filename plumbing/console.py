@@ -21,41 +21,28 @@ def progress(steps, desc, master=True, total=None):
                 disable=not master or not sys.stderr.isatty())
 
 
-MIXED_HINT_BELOW, MIXED_START_STEPS = (
-    0.2,
-    10,
-)  # the hint's threshold; the summary's mean over first steps
+MIXED_HINT_BELOW = 0.2  # the hint's threshold
+MIXED_START_STEPS = 10  # the summary's mixed fraction: its mean over RL steps 1-10
 
-
-MIXED_HINT_FLAGS = ("strengthen the warm start (more --sft_steps, a --sft_flawed near 0.7) "
-                    "or sample more per prompt (--group_size=16, --temperature=1.2)")
+MIXED_HINT_FLAGS = ("  strengthen the warm start (more --sft_steps, a --sft_flawed near 0.7)\n"
+                    "  or sample more per prompt (--group_size=16, --temperature=1.2)")
 
 
 def weak_start_hint(mixed, cfg):
-    """One line when too few groups are mixed for RL to learn (only a group with both
-    right and wrong rollouts has a non-zero advantage); '' otherwise."""
-    return (
-        ""
-        if mixed >= MIXED_HINT_BELOW
-        else (
-            f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few carry "
-            "a learning signal; "
-            + MIXED_HINT_FLAGS
-        )
-    )
+    """A hint when too few groups are mixed for RL to learn (only a group with both right
+    and wrong rollouts has a non-zero advantage); '' otherwise."""
+    if mixed >= MIXED_HINT_BELOW:
+        return ""
+    return (f"hint: only {100 * mixed:.0f} % of groups are mixed at the start of RL, so few "
+            f"carry a signal:\n{MIXED_HINT_FLAGS}")
 
 
 def summary_line(summary, cfg):
-    """The last line of a run, with no NaN in it (no RL step: no mixed fraction)."""
-    acc0, acc, mixed = (
-        summary["warm_start_acc"],
-        summary["final_acc"],
-        summary.get("mixed_at_start"),
-    )
-    mixed_txt = (
-        f"mixed groups in the first RL steps {mixed:.2f}"
-        if mixed is not None
-        else "no RL steps run"
-    )
-    return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points); "
-            f"{mixed_txt}; {summary['seconds']:.0f}s; outputs in {cfg.out_dir}/")
+    """The run's result in two lines, with no NaN in them (no RL step: no mixed fraction)."""
+    acc0, acc, mixed = summary["warm_start_acc"], summary["final_acc"], \
+        summary.get("mixed_at_start")
+    first = min(MIXED_START_STEPS, cfg.rl_steps)
+    mixed_txt = (f"mixed groups in RL steps 1-{first}: {mixed:.2f} on average"
+                 if mixed is not None else "no RL steps run")
+    return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points) "
+            f"in {summary['seconds']:.0f} s\n{mixed_txt}")

@@ -26,6 +26,7 @@ import fcntl
 import json
 import os
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field, fields, replace
 
@@ -234,7 +235,10 @@ def start_writing(cfg, found, resolved, saved):
         checkpoint.atomic_write_text(
             json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json")
         )
-    print("config: " + " ".join(f"{k}={v}" for k, v in resolved.items()))
+    # every flag as it resolved, wrapped at 100 characters (config.json holds the same)
+    print(textwrap.fill(" ".join(f"{k}={v}" for k, v in resolved.items()), width=100,
+                        initial_indent="config: ", subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False))
     if cfg.resume:
         metrics = os.path.join(cfg.out_dir, "metrics.jsonl")
         os.truncate(metrics, saved["metrics_bytes"]) if saved else open(metrics, "w").close()

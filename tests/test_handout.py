@@ -230,7 +230,8 @@ def test_experiment_help_has_one_flag_per_line():
 def test_weak_start_hint_names_the_flags():
     cfg = Config()
     hint = train.weak_start_hint(0.06, cfg)
-    assert hint.startswith("hint: only 6 % of groups are mixed") and "\n" not in hint
+    assert hint.startswith("hint: only 6 % of groups are mixed")
+    assert all(len(line) <= 100 for line in hint.splitlines())
     for flag in ("--sft_steps", "--sft_flawed", "--group_size", "--temperature"):
         assert flag in hint
     assert train.weak_start_hint(0.2, cfg) == "" and train.weak_start_hint(0.75, cfg) == ""
@@ -241,14 +242,15 @@ def test_summary_line_never_prints_nan():
     base = {"warm_start_acc": 0.5, "final_acc": 0.5, "seconds": 3.0}
     line = train.summary_line(base, cfg)
     assert "nan" not in line.lower() and "no RL steps run" in line
-    assert "mixed groups in the first RL steps 0.75" in train.summary_line(
+    assert "mixed groups in RL steps 1-10: 0.75 on average" in train.summary_line(
         dict(base, mixed_at_start=0.75), cfg
     )
 
 
 def closing(summary, cfg):
-    """The run's last lines: the summary line, then the ledger's (lab/ledger.py)."""
-    return [train.summary_line(summary, cfg)] + ledger.ledger_lines(summary, cfg)
+    """The run's last lines: the summary, then the ledger's (lab/ledger.py), one per line."""
+    return "\n".join([train.summary_line(summary, cfg)] +
+                     ledger.ledger_lines(summary, cfg)).splitlines()
 
 
 def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
@@ -257,21 +259,34 @@ def test_summary_closes_with_the_ledger_its_largest_part_and_its_remedy():
             "ledger_mixed_steps": 90,
             "ledger_cancelled": 0.6, "ledger_credit": 0.3, "ledger_weights": 0.05,
             "ledger_ratios": 0.0, "ledger_split": 0.0, "ledger_uncentred": 0.0}
-    lines = closing(base, Config(loss="grpo"))
-    assert (
-        "60 % cancelled" in lines[1] and "unequal weights from the objective itself 5 %" in lines[1]
-    )
-    assert lines[2].startswith("the largest cause other than credit: unequal weights")
-    assert "--loss=dr_grpo" in lines[2]
-    assert "-1.0e-04 nats" in lines[3]
-    lines = closing(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo"))
-    assert (
-        lines[2].startswith("beyond the credit the rewards give, nothing") and "--" not in lines[2]
-    )
-    lines = closing(dict(base, ledger_mixed_steps=0), Config(loss="grpo"))
-    assert "no group was mixed" in lines[1] and "--sft_steps" in lines[1]
-    lines = closing(dict(base, ledger_steps=40), Config(loss="grpo"))
-    assert "the last 40 RL steps (since the resume)" in lines[1]
+    cfg = Config(loss="grpo", rl_steps=100)
+    lines = closing(base, cfg)
+    assert all(len(line) <= 100 for line in lines)
+    row = lambda words: next(line for line in lines if words in line)
+    assert row("cancelled inside an optimizer step").split()[-2:] == ["60", "%"]
+    weights = row("left by unequal weights of the objective")
+    assert "5 %" in weights and weights.endswith("--loss=dr_grpo removes it")
+    verdict = lines.index(row("verdict: "))
+    assert lines[verdict] == "verdict: the largest cause besides credit is unequal weights of " \
+                             "the objective"
+    assert lines[verdict + 1] == "  (5 %); --loss=dr_grpo would remove it"
+    assert "mean log-prob change -1.0e-04 nats per RL step" in "\n".join(lines)
+    # the committed comparison is quoted for the demo's own configuration only
+    assert any("committed result" in line for line in lines) == ledger.is_demo(cfg)
+    assert not any("committed result" in line for line in closing(
+        base, Config(loss="grpo", rl_steps=100, lr=3e-4)))
+    lines = closing(dict(base, ledger_weights=3e-9), Config(loss="dr_grpo", rl_steps=100))
+    assert row("verdict: ") == ("verdict: beyond the rewards' credit nothing was left "
+                                "uncancelled (up to float error)")
+    assert not any(line.startswith("  left by") and "removes it" in line for line in lines)
+    lines = closing(dict(base, ledger_mixed_steps=0), cfg)
+    assert "no group was mixed" in lines[2] and "--sft_steps" in lines[3]
+    lines = closing(dict(base, ledger_steps=40), cfg)
+    assert "cancellation ledger of RL steps 61-100" in lines[2]
+    # under reuse no single flag is offered for the weights: it could bring a split group
+    lines = closing(base, Config(loss="grpo", rl_steps=100, minibatches=2, epochs=2))
+    assert not any(line.startswith("  left by") and "removes it" in line for line in lines)
+    assert "no single flag removes it under this run's reuse" in "\n".join(lines)
 
 
 def test_summary_exch_residual_mean_is_the_mean_of_the_logged_steps(tmp_path, monkeypatch):

@@ -189,6 +189,7 @@ REGIMES = [
     (["--loss=dr_grpo", "--epochs=2", "--minibatches=2", "--batching=query", "--clip=higher"],
      None),
     (["--loss=dfpo_min", "--epochs=2", "--minibatches=2", "--batching=query"], None),
+    (["--loss=dfpo_orth", "--epochs=2", "--minibatches=2"], None),  # shuffled: groups split
     (["--loss=sapo", "--epochs=2"], None),
     (["--loss=grpo", "--batching=sign", "--minibatches=2"], "split"),
     (["--loss=dr_grpo", "--batching=sign", "--minibatches=2"], "split"),
@@ -214,8 +215,11 @@ def flags_of(sentence):
     return dict(re.findall(r"--(\w+)=([\w.-]+)", sentence))
 
 
-def verdict_line(text):
-    return [l for l in text.splitlines() if l.startswith(("the largest cause", "beyond the"))][0]
+def verdict_lines(text):
+    """The verdict's lines: its first line and the one after it."""
+    lines = text.splitlines()
+    i = next(i for i, l in enumerate(lines) if l.startswith("verdict: "))
+    return lines[i], lines[i + 1] if i + 1 < len(lines) else ""
 
 
 def run_regime(tmp_path, warm_start, monkeypatch, flags, name="o"):
@@ -247,7 +251,7 @@ def test_verdict_matches_the_ledger(tmp_path, warm_start, monkeypatch, capsys, f
     cfg, summary, shares = run_regime(tmp_path, warm_start, monkeypatch, flags)
     text = capsys.readouterr().out
     if summary["ledger_mass"] == 0:  # dfpo_orth with Â >= 0 zeroes every coefficient
-        assert "received no coefficient at all: nothing to cancel" in text
+        assert "the shared tokens got no coefficient, so nothing could cancel" in text
         return
     for k, v in shares.items():  # the summary's shares are the brute force's
         assert summary[f"ledger_{k}"] == pytest.approx(v, rel=1e-6, abs=1e-9), k
@@ -258,21 +262,33 @@ def test_verdict_matches_the_ledger(tmp_path, warm_start, monkeypatch, capsys, f
     expected = worst if defects[worst] > zero and beyond > zero else "none"
     if known is not None:
         assert expected == known, shares
-    line = verdict_line(text)
+    first, second = verdict_lines(text)
     if expected == "none":
-        assert line.startswith("beyond the credit the rewards give, nothing was left")
+        assert first.startswith("verdict: beyond the rewards' credit nothing was left")
         return
-    assert line.startswith(f"the largest cause other than credit: "
-                           f"{ledger.LEDGER_PARTS[expected]} (")
-    fix = {k: v for k, v in re.findall(r"--(\w+)=([\w.-]+)", line.split("; try ")[-1])}
-    assert fix, line  # every part the matrix meets has a remedy here
-    assert any(str(getattr(cfg, k)) != v for k, v in fix.items()), fix
-    typed = {k: type(getattr(cfg, k))(v) for k, v in fix.items()}
-    validate(replace(cfg, **typed))  # the flag checks accept the run with the remedy
-    if known is not None:  # the remedy removes the part it names
+    assert first == f"verdict: the largest cause besides credit is " \
+                    f"{ledger.ROWS[expected].replace('left by ', '')}"[:100]
+    assert all(len(l) <= 100 for l in text.splitlines() if str(tmp_path) not in l)
+    fixes = [flags_of(l) for l in text.splitlines() if "removes it" in l]  # the table's column
+    fix = flags_of(second) if "would remove it" in second else {}
+    if fix:
+        assert fix in fixes  # the verdict's remedy is the table's for that row
+    on_policy = cfg.minibatches == 1 and cfg.epochs == 1
+    if expected == "weights" and not on_policy:
+        assert "no single flag removes it under this run's reuse" in second
+    rows = [(next(k for k, words in ledger.ROWS.items() if words in line), flags_of(line))
+            for line in text.splitlines() if line.endswith("removes it")]
+    for part, fix in rows:
+        assert any(str(getattr(cfg, k)) != v for k, v in fix.items()), fix
+        typed = {k: type(getattr(cfg, k))(v) for k, v in fix.items()}
+        validate(replace(cfg, **typed))  # the flag checks accept the run with the remedy
+        # run with the remedy: it removes its part and brings no part the run did not have
         _, _, after = run_regime(tmp_path, warm_start, monkeypatch,
-                                 flags + [f"--{k}={v}" for k, v in fix.items()], "fixed")
-        assert after[expected] <= zero, (fix, after)
+                                 flags + [f"--{k}={v}" for k, v in fix.items()], "fixed_" + part)
+        assert after[part] <= zero, (fix, after)
+        for other in PARTS:
+            if other not in ("credit", part) and shares[other] <= zero:
+                assert after[other] <= zero, (fix, other, after)
 
 
 def test_no_mixed_group_says_nothing_to_cancel(tmp_path, capsys):
@@ -281,7 +297,7 @@ def test_no_mixed_group_says_nothing_to_cancel(tmp_path, capsys):
     summary = train.main(cfg)
     text = capsys.readouterr().out
     assert summary["ledger_mass"] == 0
-    assert "nothing to cancel" in text and "--sft_steps" in text
+    assert "nothing could cancel" in text and "--sft_steps" in text
     assert "most of what" not in text and "every shared token" not in text
 
 
