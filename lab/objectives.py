@@ -261,7 +261,7 @@ BUT_CLIP = EVERY_REGIME - {"clip binds"}
 ON_POLICY = frozenset({"on-policy"})
 NONE = frozenset()
 
-# The objectives: the GRPO family, DFPO, and the engines' (each row of README's table)
+# The objectives: the GRPO family, DFPO, and the engines' (each row of the docs' table)
 register(Objective("grpo", ppo_token_term, agg="seq-mean-token-mean", coefficient="Â_i / (N L_i)",
     verdict="no: 1/L_i", cancels=NONE, why="1/L_i", dual_clip=True, lesson=loss.grpo))
 register(Objective("dr_grpo", ppo_token_term, agg="seq-mean-token-sum-norm",

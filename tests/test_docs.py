@@ -37,7 +37,7 @@ def test_objective_table_parser_is_not_vacuous():
 
 
 # Every copy of a table that the records generate: (file, block name, generator).
-GENERATED = [("README.md", "objectives", lambda: objectives.table()),
+GENERATED = [("docs/REFERENCE.md", "objectives", lambda: objectives.table()),
              ("THEORY.md", "estimators", lambda: estimators.table())]
 
 
@@ -52,7 +52,7 @@ def test_the_estimator_table_has_every_estimator_once():
 
 
 def test_every_copy_of_a_generated_table_is_what_the_records_give():
-    """README.md and THEORY.md hold the tables the records generate, row by row
+    """docs/REFERENCE.md and THEORY.md hold the tables the records generate, row by row
     and cell by cell.
     Regenerate them with: python tests/test_docs.py"""
     for path, name, make in GENERATED:
@@ -62,7 +62,7 @@ def test_every_copy_of_a_generated_table_is_what_the_records_give():
 def test_no_other_doc_repeats_the_objective_columns():
     """THEORY.md and docs/ cite sources and engines, but do not restate the
     advantage/coefficient/verdict of every objective: a second copy would drift."""
-    for path in ("THEORY.md", "docs/REFERENCE.md", "results/README.md", "EXERCISES.md"):
+    for path in ("THEORY.md", "README.md", "results/README.md", "EXERCISES.md"):
         text = read(path)
         assert "<!-- objectives -->" not in text, path
         heads = re.findall(r"^(\|[^\n]*\|)\n\|[-| :]+\|$", text, re.M)  # table header rows
@@ -71,8 +71,26 @@ def test_no_other_doc_repeats_the_objective_columns():
         ], path
 
 
-def test_readme_is_short():
-    assert len(read("README.md").splitlines()) <= 300
+def prose(text):
+    """The README's prose: its lines outside code blocks, tables, headings and comments."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    return [line for line in text.splitlines() if line.strip() and not line.startswith(
+        ("|", "#", "<!--", "!["))]
+
+
+def test_readme_is_short_and_plain():
+    """A student reads it in ten minutes: at most 1,200 words of prose, a first paragraph of
+    at most 80 words, sentences of 18 words or fewer on average, the picture in the first
+    screen (by line 40)."""
+    text = read("README.md")
+    words = " ".join(prose(text)).split()
+    assert len(words) <= 1200, len(words)
+    first = text.split("\n\n")[1]
+    assert len(first.split()) <= 80
+    sentences = [s for s in re.split(r"(?<=[.!?:])\s+", " ".join(prose(text))) if s.split()]
+    assert len(words) / len(sentences) <= 18, len(words) / len(sentences)
+    picture = next(i for i, line in enumerate(text.splitlines(), 1) if line.startswith("!["))
+    assert picture <= 40
 
 
 # -------------------------------------------------------------------- docs/REFERENCE.md: every flag
