@@ -2,9 +2,9 @@
 
 * ``matmul_peak``: GFLOP/s of a square ``torch.mm`` (2048 x 2048), this
   machine's reference peak for the MFU below.
-* ``sampler``: tokens/s of ``sampler.sample`` with the KV cache and with full
-  recompute (``use_cache=False``), same model, prompts and seed, and their
-  ratio. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the EOS
+* ``sampler``: tokens/s of ``sampler.sample`` with the KV cache, with full
+  recompute (``use_cache=False``) and with the fixed-shape decoder (``static=True``, a
+  CUDA graph on a GPU), same model, prompts and seed, and their ratios. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the EOS
   logit is pinned to -1e4 (``no_eos``), so no row stops early and N * T token
   slots are generated on both paths.
 * ``update``: one ``train.rl_update`` (forward + backward of the GRPO loss,
@@ -184,17 +184,22 @@ def bench_sampler(model, P, device):
     prompts = [toy_tasks.encode(task.prompt(task.sample(rng))) for _ in range(P["prompts"])]
     G, T, N = P["group"], P["new_tokens"], P["prompts"] * P["group"]
 
-    def run(use_cache):
+    def run(use_cache, static=False):
         gen = torch.Generator(device=device).manual_seed(0)
         with train.amp(Config(), device):  # as train.rollouts samples
-            return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache)
+            return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache,
+                          static=static)
     kv = median_time(lambda: run(True), P["repeats"], device)
     full = median_time(lambda: run(False), P["recompute_repeats"], device)
-    a, b = run(True), run(False)
+    # the fixed-shape decoder (a CUDA graph on a GPU, train.py's --static_decode)
+    static = median_time(lambda: run(True, True), P["repeats"], device)
+    a, b, c = run(True), run(False), run(True, True)
     assert a.tokens.shape == (N, T) and bool(a.mask.all()), "a row stopped early"
     return {"name": "sampler", "rollouts": N, "new_tokens": T, "kv_s": kv, "full_s": full,
-            "kv_tok_s": N * T / kv, "full_tok_s": N * T / full, "kv_speedup": full / kv,
-            "same_tokens": bool(torch.equal(a.tokens, b.tokens))}, a
+            "static_s": static, "kv_tok_s": N * T / kv, "full_tok_s": N * T / full,
+            "kv_speedup": full / kv, "static_speedup": full / static,
+            "same_tokens": bool(torch.equal(a.tokens, b.tokens)),
+            "static_same_tokens": bool(torch.equal(c.tokens, b.tokens))}, a
 
 
 def bench_hf(model, P, device, size):

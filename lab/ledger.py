@@ -209,8 +209,8 @@ def demo_finding():
     return ["committed result, seeds 0-9 of this demo (results/README.md, the demo's ledger):",
             f"  grpo - dr_grpo (equal weights, no division by sigma) in that change: {d:+.1e}",
             f"  +- {h:.1e} nats per RL step: no difference detected (smallest detectable "
-            f"{mde:.1e})", f"  and inside a lenient +-{margin:.0e} margin: --loss=dr_grpo did "
-            "not measurably change those tokens here"]
+            f"{mde:.1e})", f"  and inside a lenient +-{margin:.0e} margin: here --loss=dr_grpo "
+            "did not", "  measurably change those tokens"]
 
 
 def percent(share):

@@ -116,6 +116,8 @@ class Config:
     device: str = _f("auto", "auto | cpu | cuda")
     bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
     compile: bool = _f(False, "torch.compile the model's forward pass")
+    static_decode: str = _f("auto", "decode with fixed shapes, replayed as a CUDA graph: auto (on "
+                            "with cuda) | true | false (sampler.StaticDecoder)")
     out_dir: str = _f("out", "where config.json, metrics.jsonl and checkpoints go")
     resume: bool = _f(False, "continue the run in --out_dir from its last checkpoint (ckpt.pt)")
     overwrite: bool = _f(False, "replace the run in --out_dir (its files are deleted)")
@@ -208,6 +210,7 @@ GROUPS = {
         "device",
         "bf16",
         "compile",
+        "static_decode",
         "out_dir",
         "init_from",
         "resume",
@@ -402,6 +405,8 @@ def check_names(cfg):
             lookup()
         except ValueError as e:
             raise CliError(str(e)) from None
+    if cfg.static_decode not in ("auto", "true", "false"):
+        raise CliError(f"--static_decode takes auto, true or false, got {cfg.static_decode!r}")
     if cfg.bf16 not in ("auto", "true", "false"):
         raise CliError(f"--bf16 takes auto, true or false, got {cfg.bf16!r}")
     if cfg.device not in ("auto", "cpu", "cuda"):

@@ -314,3 +314,15 @@ def test_the_summary_quotes_the_demo_finding_as_the_json_has_it():
                                                       f"{c['mde']:.1e}")
     assert margin == data["margin"] and c["equivalence"].startswith("agree")
     assert data["seeds"] == list(range(10)) and not data["quick"]
+
+
+def test_the_demos_closing_lines_fit_100_characters():
+    """The demo's own configuration quotes the committed comparison; every line fits."""
+    cfg = parse_args(["--out_dir=out"], check=False)
+    summary = {"ledger_steps": 100, "ledger_mass": 2.0, "shared_dlogp_mean": -2e-6,
+               "ledger_mixed_steps": 100, "ledger_cancelled": 0.68, "ledger_credit": 0.31,
+               "ledger_weights": 0.014, "ledger_ratios": 1e-8, "ledger_split": 0.0,
+               "ledger_uncentred": 6e-9}
+    lines = "\n".join(ledger.ledger_lines(summary, cfg)).splitlines()
+    assert ledger.is_demo(cfg) and any(line.startswith("committed result") for line in lines)
+    assert all(len(line) <= 100 for line in lines), [line for line in lines if len(line) > 100]
