@@ -15,7 +15,8 @@ import torch
 
 import toy_tasks
 from plumbing.config import _f, parse_args
-from plumbing.errors import CliError, fail
+from plumbing import errors
+from plumbing.errors import CliError
 from sampler import sample
 from plumbing.checkpoint import load_checkpoint
 
@@ -105,11 +106,8 @@ def main(cfg):
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2."""
-    try:
-        main(parse_args(argv, SampleConfig, doc=__doc__, check=False))
-    except CliError as e:
-        fail(str(e))
+    """The command line: bad input and Ctrl-C get one 'error: ...' line and exit status 2."""
+    errors.cli(lambda: main(parse_args(argv, SampleConfig, doc=__doc__, check=False)))
 
 
 if __name__ == "__main__":

@@ -287,6 +287,8 @@ def parse_args(argv, cls=Config, doc="", check=True):
         key, eq, raw = a[2:].partition("=")
         if key not in known:
             raise CliError(f"unknown flag --{key} (see --help)")
+        if key in values:  # else the last one would win without a word
+            raise CliError(f"--{key} is given twice; give it once")
         typ = known[key].type
         if not eq:
             if typ is bool:
@@ -352,8 +354,9 @@ def check_numbers(cfg):
 
 
 def check_out_file(path, flag, exts):
-    """A file we may write: a name with one of ``exts`` in an existing, writable
-    folder, not itself a folder. Creates nothing."""
+    """A file we may write: a name with one of ``exts`` in an existing folder where a
+    file can be created (probed with a temp file that vanishes at once), not itself a
+    folder or a special file. Creates nothing."""
     if not path:
         raise CliError(f"{flag} is empty")
     if os.path.isdir(path):
@@ -369,8 +372,14 @@ def check_out_file(path, flag, exts):
             f"{flag}={path}: its folder {d} does not exist"
             + (" (it is a file)" if os.path.exists(d) else "")
         )
-    if not os.access(d, os.W_OK):
-        raise CliError(f"{flag}={path}: cannot write in {d}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, a socket
+        raise CliError(f"{flag}={path} is not a regular file")
+    try:  # a file can be created there (os.access says yes to root, also in /proc)
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        raise CliError(f"{flag}={path}: cannot write in {d} "
+                       f"({e.strerror or type(e).__name__})") from None
 
 
 FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
