@@ -41,7 +41,8 @@ import toy_tasks
 from lab import probes  # one update, its Deltas and coefficients
 from plumbing import errors
 from plumbing.checkpoint import atomic_savefig, load_checkpoint
-from plumbing.config import FIGURE_TYPES, Config, _f, check_numbers, check_out_file, parse_args
+from plumbing.config import (FIGURE_TYPES, Config, _f, check_numbers, check_out_file, once,
+                             parse_args)
 from plumbing.errors import CliError
 from sampler import rollouts
 from lab import estimators, objectives, residuals
@@ -243,7 +244,7 @@ def main(cfg):
 def cli(argv):
     """The command line: bad input, a failed write and Ctrl-C get one 'error: ...' line
     and exit status 2."""
-    return errors.cli(lambda: main(parse_args(argv, SeeConfig, doc=__doc__, check=False)))
+    return errors.cli(lambda: main(parse_args(once(argv), SeeConfig, doc=__doc__, check=False)))
 
 
 if __name__ == "__main__":

@@ -254,12 +254,25 @@ def usage(cls, doc="", groups=None, examples="", defaults=None):
     return "\n".join(lines)
 
 
+def once(argv):
+    """argv, checked that it gives no flag twice (CliError): on a command line the last one
+    would win without a word. (A list built in code may override a flag by appending it.)"""
+    seen = set()
+    for a in argv:
+        key = a[2:].partition("=")[0] if a.startswith("--") else None
+        if key in seen:
+            raise CliError(f"--{key} is given twice; give it once")
+        seen.add(key)
+    return argv
+
+
 def given_flags(argv, cls=Config):
     """{name: value} of the flags written on the command line (``--resume`` compares
-    exactly these with the saved run, whatever their defaults)."""
+    exactly these with the saved run, whatever their defaults); a flag given twice is
+    refused (``once``)."""
     known = {f.name: f.type for f in fields(cls)}
     out = {}
-    for a in argv:
+    for a in once(argv):
         key, eq, raw = a[2:].partition("=")
         if a.startswith("--") and key in known:
             out[key] = _convert(key, known[key], raw if eq else "true")
@@ -287,8 +300,6 @@ def parse_args(argv, cls=Config, doc="", check=True):
         key, eq, raw = a[2:].partition("=")
         if key not in known:
             raise CliError(f"unknown flag --{key} (see --help)")
-        if key in values:  # else the last one would win without a word
-            raise CliError(f"--{key} is given twice; give it once")
         typ = known[key].type
         if not eq:
             if typ is bool:

@@ -83,9 +83,8 @@ def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=())
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
     as "2,4,8" are lists of counts, task names exist, and --out is a writable folder.
     With ``redraw=(name, plot)``, --replot redraws the figure from the JSON and
-    exits, as --help prints and exits. The shared flags in ``unused`` (and --replot
-    without ``redraw``) do nothing in this script: giving one is refused, not silently
-    ignored; so is a flag given twice.
+    exits, as --help prints and exits. The shared flags in ``unused`` do nothing in
+    this script: giving one is refused, not silently ignored; so is a flag given twice.
 
     Where it writes: a run whose flags all keep their defaults, but for those in HOW
     and the script's ``modes`` (such as --calibrate), is the full run: its --out is
@@ -93,7 +92,6 @@ def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=())
     step count...) is partial: its --out is out/partial/, and results/ is refused.
     ``name``: the experiment's, for that line (default: redraw's)."""
     name = name or (redraw[0] if redraw else "this experiment")
-    unused = tuple(unused) + (() if redraw else ("replot",))
     opts, given = values(argv, extra, doc, unused)
     defaults, _ = values([], extra, doc, unused)
     changed = [k for k in sorted(given) if k not in HOW + tuple(modes)

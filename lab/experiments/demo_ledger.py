@@ -65,7 +65,7 @@ def one_run(o, seed, arm, rl_steps):
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__, unused=("jobs", "threads"), name="demo_ledger")
+    o = common.parse(argv, EXTRA, __doc__, unused=("jobs", "threads", "replot"), name="demo_ledger")
     rl_steps = min(o["rl_steps"], 20) if o["quick"] else o["rl_steps"]
     t0 = time.time()
     runs = {a: [one_run(o, seed, a, rl_steps) for seed in o["seeds"]] for a in ARMS}

@@ -95,7 +95,7 @@ def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
     o = common.parse(argv, {"results": ("results", "folder of the experiments' JSON files")},
-                     __doc__, unused=("quick", "seeds", "jobs", "threads", "device"),
+                     __doc__, unused=("quick", "seeds", "jobs", "threads", "replot", "device"),
                      name="multiplicity")
     folder = (
         o["results"] if os.path.isabs(o["results"]) else os.path.join(common.ROOT, o["results"])

@@ -389,7 +389,7 @@ def main(argv):
     the report), in the order they happen."""
     # synthetic and in seconds: one process, no figure to redraw without recomputing
     o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__,
-                     unused=("jobs", "threads", "device"), name="scoreboard")
+                     unused=("jobs", "threads", "replot", "device"), name="scoreboard")
     out_dir = o["out"]
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
