@@ -101,7 +101,7 @@ def resumed_config(cfg, given=None):
                 theirs = objectives.own_estimator(saved.get("loss", Config.loss))
             if mine != theirs:
                 raise CliError(f"--resume continues the run as configured in {path}, where "
-                               f"{name}={theirs}; drop --{name}={mine}")
+                               f"{name}={flag_text(theirs)}; drop --{name}={flag_text(mine)}")
         if name in saved:
             values[name] = saved[name]
         elif name != "adv":  # adv: left at auto, resolved from the saved objective
@@ -109,6 +109,11 @@ def resumed_config(cfg, given=None):
     new = Config(**values)  # flags the run predates: their defaults (adv: auto, resolved)
     validate_config(new)
     return new
+
+
+def flag_text(v):
+    """A flag's value as it is typed: true and false for a bool."""
+    return str(v).lower() if isinstance(v, bool) else v
 
 
 def init_from_checks(cfg, model, ck):
@@ -214,8 +219,9 @@ def check_saved_config(cfg, theirs, out_dir):
             mine, old = (objectives.own_estimator(cfg.loss) if v == "auto" else v
                          for v in (mine, old))
         if mine != old:
-            raise CliError(f"--resume: {out_dir}/config.json says {f.name}={mine}, but ckpt.pt "
-                           f"was written with {f.name}={old}; put config.json back as it was")
+            raise CliError(f"--resume: {out_dir}/config.json says {f.name}={flag_text(mine)}, "
+                           f"but ckpt.pt was written with {f.name}={flag_text(old)}; put "
+                           f"config.json back as it was")
 
 
 def check_saved_optimizer(cfg, saved, out_dir):
