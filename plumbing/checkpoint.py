@@ -9,7 +9,10 @@ What it teaches
    any instant) sees either the old checkpoint or the new one, never half of
    one. The folder is fsync-ed as well, so that the rename itself survives a
    power cut. On any failure the temp file is removed; temp files that a
-   killed process left behind are cleared when the next run starts.
+   killed process left behind are cleared when the next run starts. Every
+   file the project writes goes this way (config.json, the experiments' JSON,
+   figures: ``atomic_savefig``), and a full disk is one OSError naming the
+   file and the bytes it needs (``no_space``): the earlier file stays whole.
 
 2. **What a resumable state holds.** The weights alone restart a *different*
    run. To continue a run so that it is the same, to the bit, as one that
@@ -35,6 +38,8 @@ What it teaches
    moments against the parameters' shapes) and turns each violation into one
    line (config.CliError) naming the field, so that a corrupt or foreign file
    never ends in a traceback, and a resume it refuses has changed nothing.
+   ``check_optimizer`` compares a saved optimizer state with the optimizer
+   the run would load it into (rundir.py calls it on --resume).
 """
 
 import errno

@@ -10,8 +10,10 @@ A run finished yesterday must survive anything typed today. Three rules:
    so a killed run never leaves a stale lock, and taking it writes nothing. A
    second writer (a fresh run, --resume or --overwrite) is refused with one
    line naming the holder's pid (read from /proc/locks).
-2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint,
-   the resume state and the lock while the folder is untouched. Only then
+2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint
+   (against config.json: every flag it was written with, and its optimizer
+   state against --optimizer), the resume state and the lock while the folder
+   is untouched. Only then
    does ``start_writing`` delete an old run (--overwrite) or cut metrics.jsonl
    back to the checkpoint (--resume). --overwrite refuses to delete a file the
    run is about to read (--init_from inside the folder).

@@ -116,12 +116,17 @@ def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=())
     if opts["replot"] and redraw:
         replot(redraw[0], opts["out"], redraw[1])
         sys.exit(0)
-    if committed:  # the one line a run that changes committed files prints
-        print(f"full run of {name}: it updates the committed results/ (a run with a flag "
-              f"that changes its design writes out/partial/)")
+    if committed:
+        announce(name)
     os.makedirs(opts["out"], exist_ok=True)
     provenance(DEVICE)  # the commit and machine this run starts from, recorded in its JSON
     return opts
+
+
+def announce(name):
+    """The one line a run that changes committed files prints, before it starts."""
+    print(f"full run of {name}: it updates the committed results/ (a run with a flag that "
+          f"changes its design writes out/partial/)")
 
 
 def values(argv, extra, doc, unused):

@@ -104,6 +104,11 @@ def main(argv):
         raise common.CliError(f"--results={o['results']}: no such folder")
     # the report goes beside the JSON it reads, unless --out says where
     out_dir = o["out"] if any(a.startswith("--out=") for a in argv) else folder
+    if common.in_results(out_dir) and not common.in_results(o["out"]):  # beside results/...
+        if os.path.realpath(folder) != os.path.realpath(common.RESULTS):
+            raise common.CliError(f"--results={o['results']} is inside results/, which only "
+                                  f"the full run writes: give --out=DIR for its report")
+        common.announce("multiplicity")  # ...which it read: that is the full run
     t0 = time.time()
     report = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
