@@ -184,14 +184,20 @@ def test_ctrl_c_anywhere_is_one_line(tmp_path, capsys, monkeypatch, name, argv, 
 
 def test_a_pool_worker_leaves_ctrl_c_to_the_parent(monkeypatch):
     """Ctrl-C reaches every process of the terminal: the workers ignore it (else each prints
-    a KeyboardInterrupt traceback), and the parent says 'interrupted' once."""
+    a KeyboardInterrupt traceback), and the parent says 'interrupted' once; and a worker's
+    progress bars hold no multiprocessing semaphore, which the resource tracker would report
+    as leaked when the pool ends the worker."""
+    from tqdm import tqdm
     monkeypatch.setattr(common, "DEVICE", common.DEVICE)
-    old = signal.getsignal(signal.SIGINT)
+    old, lock = signal.getsignal(signal.SIGINT), tqdm.get_lock()
     try:
         common._init_worker(0, "cpu")
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert "multiprocessing" not in type(tqdm.get_lock()).__module__
+        assert not getattr(tqdm.get_lock(), "mp_lock", None)
     finally:
         signal.signal(signal.SIGINT, old)
+        tqdm.set_lock(lock)
 
 
 # ----------------------------------------------------------------------------- bad paths, flags

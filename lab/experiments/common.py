@@ -27,9 +27,11 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 
 import torch
+from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -425,6 +427,9 @@ def _init_worker(threads, device="cpu"):
     # Ctrl-C reaches every process of the terminal: the parent says "interrupted" once
     # and ends the pool; a worker's own KeyboardInterrupt would print a traceback each
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore, which a worker the pool ends never
+    # releases: the resource tracker would warn of it at exit; a worker's bars need no more
+    tqdm.set_lock(threading.RLock())
     if threads:
         torch.set_num_threads(threads)
 
