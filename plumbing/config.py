@@ -258,8 +258,7 @@ def once(argv):
     """argv, checked that it gives no flag twice (CliError): on a command line the last one
     would win without a word. (A list built in code may override a flag by appending it.)"""
     seen = set()
-    for a in argv:
-        key = a[2:].partition("=")[0] if a.startswith("--") else None
+    for key in (a[2:].partition("=")[0] for a in argv if a.startswith("--")):
         if key in seen:
             raise CliError(f"--{key} is given twice; give it once")
         seen.add(key)

@@ -13,10 +13,10 @@ A run finished yesterday must survive anything typed today. Three rules:
 2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint
    (against config.json: every flag it was written with, and its optimizer
    state against --optimizer), the resume state and the lock while the folder
-   is untouched. Only then
-   does ``start_writing`` delete an old run (--overwrite) or cut metrics.jsonl
-   back to the checkpoint (--resume). --overwrite refuses to delete a file the
-   run is about to read (--init_from inside the folder).
+   is untouched. Only then does ``start_writing`` delete an old run
+   (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume).
+   --overwrite refuses to delete a file the run is about to read (--init_from
+   inside the folder).
 3. **Resume continues the same run.** ``resumed_config`` takes the saved
    config (a flag that contradicts it is an error), and the checkpoint's resume
    state (checkpoint.py) must match the number of processes: each rank's
