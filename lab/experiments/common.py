@@ -251,8 +251,7 @@ def help_text(doc, extra=None, unused=()):
     flags the script does not use)."""
     rows = [("--quick", "one seed, fewer steps: a partial run (out/partial/)"),
             ("--seeds=0,1,2", "comma-separated seeds of the full run"),
-            ("--out=DIR", "where the JSON, PNG and warm starts go (default: results/ for "
-                          "the full run, out/partial/ for a run with a flag that changes it)"),
+            ("--out=DIR", "default results/; out/partial/ when a flag changes the run"),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
             ("--device=cpu", "cpu | cuda | auto: where train.py's runs go (probes: CPU)"),
