@@ -14,8 +14,9 @@ from dataclasses import dataclass
 import torch
 
 import toy_tasks
-from plumbing.config import _f, parse_args
-from plumbing.errors import CliError, fail
+from plumbing.config import _f, once, parse_args
+from plumbing import errors
+from plumbing.errors import CliError
 from sampler import sample
 from plumbing.checkpoint import load_checkpoint
 
@@ -105,11 +106,8 @@ def main(cfg):
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2."""
-    try:
-        main(parse_args(argv, SampleConfig, doc=__doc__, check=False))
-    except CliError as e:
-        fail(str(e))
+    """The command line: bad input and Ctrl-C get one 'error: ...' line and exit status 2."""
+    errors.cli(lambda: main(parse_args(once(argv), SampleConfig, doc=__doc__, check=False)))
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ import loss
 import toy_tasks
 import train
 from plumbing.config import Config, check_out_dir
-from plumbing.errors import CliError, fail
+from plumbing import checkpoint, errors
+from plumbing.errors import CliError
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
@@ -486,6 +487,7 @@ def parse(argv):
     """--quick, --ddp, --device, --out: checked before any measurement (CliError, one line)."""
     opts = {"quick": False, "device": "auto", "out": "", "ddp": None, "ddp_worker": False}
     usage = "usage: python -m lab.bench [--quick] [--ddp] [--device=cpu|cuda|auto] [--out=FILE]"
+    given = set()
     for a in argv:
         if a in ("-h", "--help"):
             print(
@@ -501,6 +503,9 @@ def parse(argv):
         key, eq, val = a[2:].partition("=")
         if not a.startswith("--") or key not in opts:
             raise CliError(f"unknown argument {a!r}; {usage}")
+        if key in given:  # else the last one would win without a word
+            raise CliError(f"--{key} is given twice; give it once")
+        given.add(key)
         if key in ("quick", "ddp", "ddp_worker"):
             if val.lower() not in (("true", "1", "yes", "false", "0", "no") if eq else ("",)):
                 raise CliError(f"--{key} takes true or false, got {val!r}")
@@ -519,6 +524,8 @@ def parse(argv):
     if opts["out"]:
         if os.path.isdir(opts["out"]):
             raise CliError(f"--out={opts['out']} is a folder; give a file name")
+        if os.path.exists(opts["out"]) and not os.path.isfile(opts["out"]):
+            raise CliError(f"--out={opts['out']} is not a regular file")
         check_out_dir(os.path.dirname(opts["out"]) or ".", "--out")
         if not os.path.isdir(os.path.dirname(opts["out"]) or "."):
             raise CliError(f"--out={opts['out']}: its folder does not exist")
@@ -536,7 +543,9 @@ def main(argv):
                 "--ddp"
             )
         return ddp_worker(P, device, P["sizes"][0])
-    out = open(opts["out"], "w") if opts["out"] else None
+    # the lines are kept in memory and written at the end, atomically: a run that stops
+    # (Ctrl-C, a full disk) leaves an earlier --out whole
+    out = io.StringIO() if opts["out"] else None
     peak = matmul_peak(P, device)
     emit(peak, device, out)
     for n_layer, n_embd, n_head in P["sizes"]:
@@ -557,17 +566,13 @@ def main(argv):
     emit(bench_syncs(P, device), device, out)
     emit({"name": "memory"}, device, out)
     if out:
-        out.close()
+        checkpoint.atomic_write_text(out.getvalue(), opts["out"])
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2."""
-    try:
-        main(argv)
-    except CliError as e:
-        fail(str(e))
-    except OSError as e:
-        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
+    """The command line: bad input, a failed write and Ctrl-C get one 'error: ...' line
+    and exit status 2."""
+    errors.cli(main, argv)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,9 @@ import json
 import os
 import sys
 
+from plumbing import checkpoint, errors
 from plumbing.config import FIGURE_TYPES, check_out_file
-from plumbing.errors import CliError, fail
+from plumbing.errors import CliError
 
 SMOOTH = 10  # RL steps in the running mean drawn over per-step quantities
 
@@ -82,6 +83,8 @@ def parse(argv):
     dirs, out = [], None
     for a in argv:
         if a.startswith("--out="):
+            if out is not None:  # else the last one would win without a word
+                raise CliError("--out is given twice; give it once")
             out = a[len("--out="):]
             if not out:
                 raise CliError("--out needs a file name: --out=FILE.png")
@@ -214,7 +217,7 @@ def draw(runs, path):
     fig.suptitle("Training curves. Faint: per step; solid: running mean of "
                  f"{SMOOTH} RL steps (25 SFT steps); dotted: warm-start accuracy", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.025 * ((len(labels) + 2) // 3), 1, 0.97))
-    fig.savefig(path, dpi=110)
+    checkpoint.atomic_savefig(fig, path, dpi=110)  # a full disk keeps the earlier figure
     plt.close(fig)
 
 
@@ -227,11 +230,9 @@ def main(argv):
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2."""
-    try:
-        return main(argv)
-    except CliError as e:
-        fail(str(e))
+    """The command line: bad input, a failed write and Ctrl-C get one 'error: ...' line
+    and exit status 2."""
+    return errors.cli(main, argv)
 
 
 if __name__ == "__main__":

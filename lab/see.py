@@ -39,9 +39,11 @@ from dataclasses import dataclass
 import torch
 import toy_tasks
 from lab import probes  # one update, its Deltas and coefficients
-from plumbing.checkpoint import load_checkpoint
-from plumbing.config import FIGURE_TYPES, Config, _f, check_numbers, check_out_file, parse_args
-from plumbing.errors import CliError, fail
+from plumbing import errors
+from plumbing.checkpoint import atomic_savefig, load_checkpoint
+from plumbing.config import (FIGURE_TYPES, Config, _f, check_numbers, check_out_file, once,
+                             parse_args)
+from plumbing.errors import CliError
 from sampler import rollouts
 from lab import estimators, objectives, residuals
 
@@ -234,17 +236,15 @@ def main(cfg):
         print("(matplotlib is not installed: no figure; pip install -r requirements-plots.txt)")
         return
     fig = draw(plt, batch, k, task, panels, cfg)
-    fig.savefig(cfg.out, dpi=100, bbox_inches="tight")
+    atomic_savefig(fig, cfg.out, dpi=100, bbox_inches="tight")  # a full disk keeps the old one
     plt.close(fig)
     print(f"wrote {cfg.out}")
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2."""
-    try:
-        return main(parse_args(argv, SeeConfig, doc=__doc__, check=False))
-    except CliError as e:
-        fail(str(e))
+    """The command line: bad input, a failed write and Ctrl-C get one 'error: ...' line
+    and exit status 2."""
+    return errors.cli(lambda: main(parse_args(once(argv), SeeConfig, doc=__doc__, check=False)))
 
 
 if __name__ == "__main__":

@@ -9,7 +9,10 @@ What it teaches
    any instant) sees either the old checkpoint or the new one, never half of
    one. The folder is fsync-ed as well, so that the rename itself survives a
    power cut. On any failure the temp file is removed; temp files that a
-   killed process left behind are cleared when the next run starts.
+   killed process left behind are cleared when the next run starts. Every
+   file the project writes goes this way (config.json, the experiments' JSON,
+   figures: ``atomic_savefig``), and a full disk is one OSError naming the
+   file and the bytes it needs (``no_space``): the earlier file stays whole.
 
 2. **What a resumable state holds.** The weights alone restart a *different*
    run. To continue a run so that it is the same, to the bit, as one that
@@ -35,11 +38,16 @@ What it teaches
    moments against the parameters' shapes) and turns each violation into one
    line (config.CliError) naming the field, so that a corrupt or foreign file
    never ends in a traceback, and a resume it refuses has changed nothing.
+   ``check_optimizer`` compares a saved optimizer state with the optimizer
+   the run would load it into (rundir.py calls it on --resume).
 """
 
+import errno
+import io
 import os
 import random
 import re
+import shutil
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -50,14 +58,17 @@ from plumbing.errors import CliError
 from model import GPT, GPTConfig
 
 KINDS = ("warm_start", "sft", "rl")
-TEMP = re.compile(r".+\.pt\.tmp(\d+)$")  # the temp files of atomic_save
+# the temp files of the atomic writes: checkpoints, JSON records and figures
+TEMP = re.compile(r".+\.(pt|json|png|pdf|svg|jpg|jpeg)\.tmp(\d+)$")
 
 
 # ----------------------------------------------------------------------------- atomic writes
 
 def _atomic_write(path, mode, write):
     """Call write(f) on a temp file next to ``path``, flush and fsync it, os.replace
-    it onto ``path``, then fsync the folder; the temp file never outlives a failure."""
+    it onto ``path``, then fsync the folder; the temp file never outlives a failure.
+    A full disk is one OSError naming ``path`` and the space it needs (no_space):
+    the earlier file is left as it was."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, mode) as f:
@@ -65,9 +76,12 @@ def _atomic_write(path, mode, write):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with _quiet():
             os.remove(tmp)
+        # torch.save reports a failed write as a RuntimeError of its own, without the cause
+        if isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path, mode, write):
+            raise no_space(path, _size(mode, write)) from None
         raise
     with _quiet():  # the rename is durable once the folder's entry is
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
@@ -77,14 +91,64 @@ def _atomic_write(path, mode, write):
             os.close(fd)
 
 
+def _size(mode, write):
+    """Bytes that write(f) writes, measured in memory (None if it fails there too)."""
+    buf = io.BytesIO() if "b" in mode else io.StringIO()
+    try:
+        write(buf)
+    except Exception:
+        return None
+    data = buf.getvalue()
+    return len(data if isinstance(data, bytes) else data.encode())
+
+
+def _free(path):
+    try:
+        return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
+    except OSError:
+        return 0
+
+
+def _disk_full(e, path, mode, write):
+    if isinstance(e, OSError):
+        return e.errno in (errno.ENOSPC, errno.EDQUOT)
+    need = _size(mode, write)  # a RuntimeError of torch.save: full if its bytes do not fit
+    return need is not None and need > _free(path)
+
+
+def size_text(n):
+    return f"{n} bytes" if n < 10 ** 4 else f"{n / 2 ** 20:.2f} MiB"
+
+
+def no_space(path, need=None):
+    """The OSError of a full disk: it names the path and, when known, the space needed."""
+    free = _free(path)
+    why = "No space left on device" + (
+        f" (it needs {size_text(need)}, {size_text(free)} free)" if need is not None else "")
+    return OSError(errno.ENOSPC, why, path)
+
+
 def atomic_save(obj, path):
     """torch.save ``obj`` to ``path`` atomically: temp file, flush, fsync, os.replace."""
     _atomic_write(path, "wb", lambda f: torch.save(obj, f))
 
 
 def atomic_write_text(text, path):
-    """The same for a small text file (config.json)."""
+    """The same for a small text file (config.json, an experiment's JSON)."""
     _atomic_write(path, "w", lambda f: f.write(text))
+
+
+def atomic_write_bytes(data, path):
+    """The same for bytes (a figure, drawn into memory first)."""
+    _atomic_write(path, "wb", lambda f: f.write(data))
+
+
+def atomic_savefig(fig, path, **savefig):
+    """A matplotlib figure's fig.savefig(path), atomically: drawn into memory, then
+    written as above. A failed write (a full disk) leaves the earlier figure whole."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", **savefig)
+    atomic_write_bytes(buf.getvalue(), path)
 
 
 def clear_stale_temps(folder):
@@ -93,8 +157,8 @@ def clear_stale_temps(folder):
     if not os.path.isdir(folder):
         return gone
     for name in sorted(os.listdir(folder)):
-        m = TEMP.match(name) or re.match(r".+\.json\.tmp(\d+)$", name)
-        if m and not _alive(int(m.group(1))):
+        m = TEMP.match(name)
+        if m and not _alive(int(m.group(2))):
             with _quiet():
                 os.remove(os.path.join(folder, name))
                 gone.append(name)
@@ -296,6 +360,35 @@ def _validate_optimizer(opt, model_cfg):
             if isinstance(v, torch.Tensor) and v.dim() and v.shape != shapes[i]:
                 raise ValueError(f"resume optimizer state[{i}][{k!r}] has shape {tuple(v.shape)}, "
                                  f"not the parameter's {tuple(shapes[i])}")
+
+
+def check_optimizer(saved, build, what):
+    """A saved optimizer state_dict against the optimizer ``build(params)`` makes (``what``
+    names it): the same hyperparameters in every param group (the learning rate aside:
+    the run's config is compared with it), no key that optimizer lacks, and per parameter
+    the state it keeps (AdamW: a step count and two moments; SGD with momentum: a buffer;
+    plain SGD: nothing). Raises ValueError naming the first difference. Without this check
+    another optimizer loads the state silently and fails at its first step (KeyError)."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    fresh = build([p])
+    p.grad = torch.zeros(1)
+    fresh.step()  # one step of a one-number parameter: the state this optimizer keeps
+    ref = fresh.state_dict()
+    want = {k: v for k, v in ref["param_groups"][0].items() if k not in ("params", "lr")}
+    for g in saved["param_groups"]:
+        for k, v in g.items():
+            if k in ("params", "lr"):
+                continue
+            if k not in want:
+                raise ValueError(f"its optimizer state has {k}={v!r}, which {what} does not have")
+            if v != want[k]:
+                raise ValueError(f"its optimizer state has {k}={v!r}, where {what} has "
+                                 f"{want[k]!r}")
+    keys = set(ref["state"].get(0, {}))
+    for i, st in saved["state"].items():
+        if set(st) != keys:
+            raise ValueError(f"its optimizer state[{i}] holds {sorted(st) or 'nothing'}, "
+                             f"where {what} keeps {sorted(keys) or 'nothing'}")
 
 
 def load_checkpoint(path, device="cpu"):

@@ -257,12 +257,24 @@ def usage(cls, doc="", groups=None, examples="", defaults=None):
     return "\n".join(lines)
 
 
+def once(argv):
+    """argv, checked that it gives no flag twice (CliError): on a command line the last one
+    would win without a word. (A list built in code may override a flag by appending it.)"""
+    seen = set()
+    for key in (a[2:].partition("=")[0] for a in argv if a.startswith("--")):
+        if key in seen:
+            raise CliError(f"--{key} is given twice; give it once")
+        seen.add(key)
+    return argv
+
+
 def given_flags(argv, cls=Config):
     """{name: value} of the flags written on the command line (``--resume`` compares
-    exactly these with the saved run, whatever their defaults)."""
+    exactly these with the saved run, whatever their defaults); a flag given twice is
+    refused (``once``)."""
     known = {f.name: f.type for f in fields(cls)}
     out = {}
-    for a in argv:
+    for a in once(argv):
         key, eq, raw = a[2:].partition("=")
         if a.startswith("--") and key in known:
             out[key] = _convert(key, known[key], raw if eq else "true")
@@ -355,8 +367,9 @@ def check_numbers(cfg):
 
 
 def check_out_file(path, flag, exts):
-    """A file we may write: a name with one of ``exts`` in an existing, writable
-    folder, not itself a folder. Creates nothing."""
+    """A file we may write: a name with one of ``exts`` in an existing folder where a
+    file can be created (probed with a temp file that vanishes at once), not itself a
+    folder or a special file. Creates nothing."""
     if not path:
         raise CliError(f"{flag} is empty")
     if os.path.isdir(path):
@@ -372,8 +385,14 @@ def check_out_file(path, flag, exts):
             f"{flag}={path}: its folder {d} does not exist"
             + (" (it is a file)" if os.path.exists(d) else "")
         )
-    if not os.access(d, os.W_OK):
-        raise CliError(f"{flag}={path}: cannot write in {d}")
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, a socket
+        raise CliError(f"{flag}={path} is not a regular file")
+    try:  # a file can be created there (os.access says yes to root, also in /proc)
+        with tempfile.TemporaryFile(dir=d):
+            pass
+    except OSError as e:
+        raise CliError(f"{flag}={path}: cannot write in {d} "
+                       f"({e.strerror or type(e).__name__})") from None
 
 
 FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")

@@ -1,7 +1,9 @@
 """errors.py: a user error is one line and exit status 2, never a traceback.
 
 Every check that can refuse input raises CliError; the entry points catch it
-and call ``fail``, which prints ``error: ...`` on stderr."""
+and call ``fail``, which prints ``error: ...`` on stderr. ``cli(main, ...)`` is
+that catch, shared by the entry points: bad input, a diverged run, a failed
+write (a full disk, a folder that vanished) and Ctrl-C each end in one line."""
 
 import sys
 
@@ -13,3 +15,21 @@ class CliError(Exception):
 def fail(msg, code=2):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(code)
+
+
+def os_line(e):
+    """One line for an OSError: what went wrong, then the path it happened on."""
+    return f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": ")
+
+
+def cli(main, *args):
+    """main(*args), with every failure a user can cause or meet turned into one
+    'error: ...' line and exit status 2."""
+    try:
+        return main(*args)
+    except (CliError, FloatingPointError) as e:
+        fail(str(e))
+    except OSError as e:
+        fail(os_line(e))
+    except KeyboardInterrupt:
+        fail("interrupted")

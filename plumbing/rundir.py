@@ -10,11 +10,13 @@ A run finished yesterday must survive anything typed today. Three rules:
    so a killed run never leaves a stale lock, and taking it writes nothing. A
    second writer (a fresh run, --resume or --overwrite) is refused with one
    line naming the holder's pid (read from /proc/locks).
-2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint,
-   the resume state and the lock while the folder is untouched. Only then
-   does ``start_writing`` delete an old run (--overwrite) or cut metrics.jsonl
-   back to the checkpoint (--resume). --overwrite refuses to delete a file the
-   run is about to read (--init_from inside the folder).
+2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint
+   (against config.json: every flag it was written with, and its optimizer
+   state against --optimizer), the resume state and the lock while the folder
+   is untouched. Only then does ``start_writing`` delete an old run
+   (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume).
+   --overwrite refuses to delete a file the run is about to read (--init_from
+   inside the folder).
 3. **Resume continues the same run.** ``resumed_config`` takes the saved
    config (a flag that contradicts it is an error), and the checkpoint's resume
    state (checkpoint.py) must match the number of processes: each rank's
@@ -22,6 +24,7 @@ A run finished yesterday must survive anything typed today. Three rules:
    continue them and is refused.
 """
 
+import errno
 import fcntl
 import json
 import os
@@ -30,7 +33,10 @@ import textwrap
 import time
 from dataclasses import dataclass, field, fields, replace
 
+import torch
+
 from lab import objectives
+from model import rl_optimizer
 from plumbing import checkpoint, dist_utils
 from plumbing.config import Config, default_of
 from plumbing.config import validate as validate_config
@@ -98,7 +104,7 @@ def resumed_config(cfg, given=None):
                 theirs = objectives.own_estimator(saved.get("loss", Config.loss))
             if mine != theirs:
                 raise CliError(f"--resume continues the run as configured in {path}, where "
-                               f"{name}={theirs}; drop --{name}={mine}")
+                               f"{name}={flag_text(theirs)}; drop --{name}={flag_text(mine)}")
         if name in saved:
             values[name] = saved[name]
         elif name != "adv":  # adv: left at auto, resolved from the saved objective
@@ -106,6 +112,11 @@ def resumed_config(cfg, given=None):
     new = Config(**values)  # flags the run predates: their defaults (adv: auto, resolved)
     validate_config(new)
     return new
+
+
+def flag_text(v):
+    """A flag's value as it is typed: true and false for a bool."""
+    return str(v).lower() if isinstance(v, bool) else v
 
 
 def init_from_checks(cfg, model, ck):
@@ -149,6 +160,10 @@ def open_run(cfg, world=1, given=None):
     if cfg.resume:  # the saved config names the device the run was on ("cpu" or "cuda")
         cfg = resumed_config(cfg, given)
     device = dist_utils.resolve_device(cfg.device)
+    if cfg.resume and "ckpt.pt" not in found and finished(cfg.out_dir):
+        raise CliError(f"--resume: {cfg.out_dir} holds a finished run whose ckpt.pt is missing; "
+                       f"resuming would start it again over its metrics.jsonl: put ckpt.pt "
+                       f"back, or start again with --overwrite")
     if not (cfg.resume and "ckpt.pt" in found):
         return cfg, device, found, None, None
     model, ck = checkpoint.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
@@ -170,16 +185,65 @@ def open_run(cfg, world=1, given=None):
             + (f"torchrun --nproc_per_node={saved['world']}" if saved["world"] > 1
                else "one process")
         )
+    check_saved_config(cfg, ck["config"], cfg.out_dir)
+    check_saved_optimizer(cfg, saved, cfg.out_dir)
     if cfg.beta and saved["phase"] == "rl":  # --beta's reference must load before anything changes
-        checkpoint.load_checkpoint(
-            cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt"), device
-        )
+        ref = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
+        if checkpoint.load_checkpoint(ref, device)[0].cfg != model.cfg:
+            raise CliError(f"--resume: --beta's reference {ref} is a model of other sizes than "
+                           f"{cfg.out_dir}/ckpt.pt")
     path = os.path.join(cfg.out_dir, "metrics.jsonl")
     have = os.path.getsize(path) if os.path.exists(path) else 0
     if have < saved["metrics_bytes"]:
         raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
                        f"checkpoint says ({saved['metrics_bytes']})")
     return cfg, device, found, model, saved
+
+
+def finished(out_dir):
+    """Whether the run's metrics.jsonl holds its summary line (the run reached its end)."""
+    try:
+        with open(os.path.join(out_dir, "metrics.jsonl"), "rb") as f:
+            return any(b'"phase": "summary"' in line for line in f)
+    except OSError:
+        return False
+
+
+def check_saved_config(cfg, theirs, out_dir):
+    """config.json (``cfg``, as resumed_config read it) against the config its ckpt.pt was
+    written with (``theirs``), every flag but those a resume may change and --device (the
+    checkpoint keeps it as given: "auto"): a config.json edited by hand would continue
+    the run under flags it was not trained with."""
+    for f in fields(Config):
+        if f.name in KEEP or f.name == "device":
+            continue
+        mine, old = getattr(cfg, f.name), theirs.get(f.name, default_of(f.name, cfg.task))
+        if f.name == "adv":  # "auto" is the objective's own estimator
+            mine, old = (objectives.own_estimator(cfg.loss) if v == "auto" else v
+                         for v in (mine, old))
+        if mine != old:
+            raise CliError(f"--resume: {out_dir}/config.json says {f.name}={flag_text(mine)}, "
+                           f"but ckpt.pt was written with {f.name}={flag_text(old)}; put "
+                           f"config.json back as it was")
+
+
+def check_saved_optimizer(cfg, saved, out_dir):
+    """The checkpoint's optimizer state against the optimizer the run would load it into:
+    --optimizer at --lr in RL, SFT's AdamW at --sft_lr (as train.sft builds it) in SFT."""
+    if saved["phase"] == "rl":
+        lr, what = cfg.lr, f"--optimizer={cfg.optimizer}"
+        build = lambda p: rl_optimizer(p, cfg.optimizer, cfg.lr)
+    else:
+        lr, what = cfg.sft_lr, "SFT's AdamW"
+        build = lambda p: torch.optim.AdamW(p, lr=cfg.sft_lr, weight_decay=0.0)
+    try:
+        checkpoint.check_optimizer(saved["optimizer"], build, what)
+    except ValueError as e:
+        raise CliError(f"--resume: {out_dir}/ckpt.pt does not fit {what}: {e}") from None
+    old = saved["optimizer"]["param_groups"][0]["lr"]
+    if old != lr:
+        raise CliError(f"--resume: {out_dir}/ckpt.pt's optimizer runs at lr {old:g}, the "
+                       f"run's config at {lr:g}; put config.json back as it was")
 
 
 def lock_run(cfg, found):
@@ -256,8 +320,13 @@ class RunDir:
 
     def log(self, d):
         if self.master:
-            self.metrics.write(json.dumps(d) + "\n")
-            self.metrics.flush()
+            try:
+                self.metrics.write(json.dumps(d) + "\n")
+                self.metrics.flush()
+            except OSError as e:  # a full disk: say which file (the write's error does not)
+                path = os.path.join(self.cfg.out_dir, "metrics.jsonl")
+                raise (checkpoint.no_space(path) if e.errno == errno.ENOSPC
+                       else OSError(e.errno, e.strerror, path)) from None
 
     def checkpoint(self, state, opt, name="ckpt.pt"):
         """ckpt.pt with the resume state after ``state.step`` of ``state.phase``.

@@ -1,6 +1,7 @@
 import os
 import sys
 
+import pytest
 import torch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -67,3 +68,62 @@ def pytest_sessionfinish(session, exitstatus):
             f"FAILED: the tests changed committed files under results/: {', '.join(changed[:5])}",
             red=True)
         session.exitstatus = 1
+
+
+# The hostile-input tests check, around each case, that every committed file (and every
+# file under results/, ignored ones included) is byte-identical: sha256, hashed again
+# only for a file whose inode, size or modification time changed (a rewrite changes one).
+_SHA = {}
+_TRACKED = []
+
+
+def committed_digest():
+    import hashlib
+    import subprocess
+    if not _TRACKED:
+        try:
+            out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True,
+                                 check=True).stdout.decode()
+            _TRACKED.extend(p for p in out.split("\0") if p)
+        except (OSError, subprocess.CalledProcessError):
+            _TRACKED.append("README.md")  # not a git checkout: results/ alone, walked below
+    files = set(_TRACKED)
+    for folder, _, names in os.walk(os.path.join(ROOT, "results")):
+        files.update(os.path.relpath(os.path.join(folder, n), ROOT) for n in names)
+    digest = {}
+    for rel in sorted(files):
+        path = os.path.join(ROOT, rel)
+        try:
+            st = os.stat(path)
+        except OSError:
+            digest[rel] = None
+            continue
+        key = (rel, st.st_ino, st.st_size, st.st_mtime_ns)
+        if key not in _SHA:
+            _SHA[key] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        digest[rel] = _SHA[key]
+    return digest
+
+
+@pytest.fixture
+def unchanged():
+    """Every committed file byte-identical after the test (committed_digest)."""
+    before = committed_digest()
+    yield
+    after = committed_digest()
+    assert after == before, sorted(k for k in set(before) | set(after)
+                                   if before.get(k) != after.get(k))[:5]
+
+
+@pytest.fixture(scope="module")
+def full_disk(tmp_path_factory):
+    """A 2 MiB tmpfs (root only), unmounted afterwards; the test is skipped where no
+    file system can be mounted."""
+    import subprocess
+    d = tmp_path_factory.mktemp("full")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(d)],
+                      capture_output=True).returncode:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield d
+    subprocess.run(["umount", "-l", str(d)], capture_output=True)
+

@@ -26,7 +26,7 @@ predicts < 0 (grpo drifts towards restating). Secondary: the same for the
 ``sep`` points (predicted about 0), |restate drift| grpo minus dr_grpo
 (predicted > 0), final accuracy grpo minus dr_grpo (no prediction).
 
-    python -m lab.experiments.chain_style --quick     # one seed, 60 RL steps (out/quick/)
+    python -m lab.experiments.chain_style --quick     # one seed, 60 RL steps (out/partial/)
     python -m lab.experiments.chain_style             # seeds 0-9 (results/)
     python -m lab.experiments.chain_style --replot    # redraw results/chain_style.png from its JSON
 """
@@ -57,7 +57,8 @@ EXTRA = {"seeds": ("0,1,2,3,4,5,6,7,8,9", "seeds of the full run"),
 def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
-    o = common.parse(argv, EXTRA, __doc__, redraw=("chain_style", plot))  # --replot: redraw, exit
+    # --replot: redraw, exit
+    o = common.parse(argv, EXTRA, __doc__, redraw=("chain_style", plot), unused=("jobs",))
     rl_steps = min(o["rl_steps"], 60) if o["quick"] else o["rl_steps"]
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
     batch = ["--prompts_per_step=4", "--group_size=4", "--eval_size=16"] if o["small"] else []

@@ -3,8 +3,12 @@
 * ``parse(argv)``: ``--quick``, ``--seeds``, ``--out``, ``--threads``, ``--jobs``,
   ``--replot`` and the experiment's own ``--key=value`` flags, all checked before
   any work; ``cli(main)`` turns bad input into one ``error:`` line, exit status 2.
-  Full runs write to ``results/`` (committed), ``--quick`` to ``out/quick/``.
-* ``warm_start(...)`` and ``run(...)``: train.py's own code, in-process.
+  Only the full run (no flag that changes the design) writes ``results/``
+  (committed), and says so; any other run writes ``out/partial/``.
+* ``warm_start(...)`` and ``run(...)``: train.py's own code, in-process; a run that
+  stops half-way leaves no folder behind.
+* ``load_record``, ``save_record``: cached records, written atomically; a damaged one
+  is set aside (NAME.bad) and computed again.
 * ``save``, ``replot``, ``errbars``, ``caption``, ``ci_note``, ``contrast_panel``: the JSON and an
   honest figure (bars cut at 0 are said to be cut); statistics: stats.py.
 * ``pool(fn, items, jobs)``: independent seeds or runs in ``--jobs`` one-thread
@@ -21,10 +25,13 @@ import json
 import math
 import multiprocessing
 import os
+import signal
 import sys
+import threading
 import time
 
 import torch
+from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -32,6 +39,7 @@ from lab import objectives
 from plumbing import checkpoint
 from plumbing import config
 from plumbing import dist_utils
+from plumbing import rundir
 from plumbing.console import progress
 import toy_tasks
 import train
@@ -49,6 +57,7 @@ from lab.experiments.stats import (
     verdict,
 )
 from plumbing.config import Config, check_out_dir, parse_args
+from plumbing import errors
 from plumbing.errors import CliError, fail
 from lab.experiments.output import (
     caption,
@@ -65,14 +74,66 @@ from lab.experiments.output import (
     table,
 )  # noqa: E402,F401
 
-def parse(argv, extra=None, doc="", redraw=None, unused=()):
+# The flags that say how a run goes, not what it measures: a run given only these (or
+# none) is the experiment's full, registered run, and writes results/.
+HOW = ("out", "threads", "jobs", "device", "replot")
+
+
+def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=()):
     """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
     before any work (CliError, one line): counts are >= 1 (--threads >= 0: 0 keeps
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
     as "2,4,8" are lists of counts, task names exist, and --out is a writable folder.
     With ``redraw=(name, plot)``, --replot redraws the figure from the JSON and
     exits, as --help prints and exits. The shared flags in ``unused`` do nothing in
-    this script: giving one is refused, not silently ignored.
+    this script: giving one is refused, not silently ignored; so is a flag given twice.
+
+    Where it writes: a run whose flags all keep their defaults, but for those in HOW
+    and the script's ``modes`` (such as --calibrate), is the full run: its --out is
+    results/, and it says so in one line. Any other run (--quick, --small, --seeds, a
+    step count...) is partial: its --out is out/partial/, and results/ is refused.
+    ``name``: the experiment's, for that line (default: redraw's)."""
+    name = name or (redraw[0] if redraw else "this experiment")
+    opts, given = values(argv, extra, doc, unused)
+    defaults, _ = values([], extra, doc, unused)
+    changed = [k for k in sorted(given) if k not in HOW + tuple(modes)
+               and opts[k] != defaults[k]]
+    if opts["quick"]:
+        opts["seeds"] = opts["seeds"][:1]
+    global DEVICE  # (a value train.py does not take was refused by config.validate above)
+    DEVICE = dist_utils.resolve_device(opts["device"])  # refuses cuda where there is none
+    if "out" in given and not opts["out"]:
+        raise CliError("--out is empty; leave it out for the default folder")
+    if not opts["out"]:
+        opts["out"] = default_out(bool(changed))
+    check_out_dir(opts["out"], "--out")
+    committed = in_results(opts["out"])
+    if changed and committed:
+        raise CliError(f"--out={opts['out']} is in results/, which only the full run writes; "
+                       f"{', '.join('--' + k for k in changed)} "
+                       f"make{'s' if len(changed) == 1 else ''} this run partial: leave "
+                       f"--out out (out/partial/) or name another folder")
+    if opts["threads"]:
+        torch.set_num_threads(opts["threads"])
+    if opts["replot"] and redraw:
+        replot(redraw[0], opts["out"], redraw[1])
+        sys.exit(0)
+    if committed:
+        announce(name)
+    os.makedirs(opts["out"], exist_ok=True)
+    provenance(DEVICE)  # the commit and machine this run starts from, recorded in its JSON
+    return opts
+
+
+def announce(name):
+    """The one line a run that changes committed files prints, before it starts."""
+    print(f"full run of {name}: it updates the committed results/ (a run with a flag that "
+          f"changes its design writes out/partial/)")
+
+
+def values(argv, extra, doc, unused):
+    """(the flags' values, the names given) of parse, checked, before anything is done
+    with them.
 
     Long because: every flag an experiment shares is parsed and checked in one place, before
     anything runs."""
@@ -90,6 +151,8 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
             raise CliError(f"unknown flag {a!r} (see --help)")
         if key in unused:
             raise CliError(f"--{key} does nothing in this script (see --help)")
+        if key in given:  # else the last one would win without a word
+            raise CliError(f"--{key} is given twice; give it once")
         given.add(key)
         default = opts[key]
         if isinstance(default, bool):
@@ -163,39 +226,32 @@ def parse(argv, extra=None, doc="", redraw=None, unused=()):
     config.validate(
         Config(**train_flags)
     )  # the flags the runs pass to train.py, checked by its rules
-    if opts["quick"]:
-        opts["seeds"] = opts["seeds"][:1]
-    global DEVICE  # (a value train.py does not take was refused by config.validate above)
-    DEVICE = dist_utils.resolve_device(opts["device"])  # refuses cuda where there is none
-    if "out" in given and not opts["out"]:
-        raise CliError("--out is empty; leave it out for the default folder")
-    if not opts["out"]:
-        opts["out"] = default_out(opts["quick"])
-    check_out_dir(opts["out"], "--out")
-    if opts["threads"]:
-        torch.set_num_threads(opts["threads"])
-    if opts["replot"] and redraw:
-        replot(redraw[0], opts["out"], redraw[1])
-        sys.exit(0)
-    if not opts["replot"]:
-        os.makedirs(opts["out"], exist_ok=True)
-    provenance(DEVICE)  # the commit and machine this run starts from, recorded in its JSON
-    return opts
+    return opts, given
 
 
-def default_out(quick):
-    """results/ for full runs (their files are committed); a scratch folder,
-    out/quick/, for --quick, so a quick run never overwrites a committed result."""
-    return os.path.join(ROOT, "out", "quick") if quick else os.path.join(ROOT, "results")
+RESULTS = os.path.join(ROOT, "results")
+
+
+def in_results(path):
+    """Whether ``path`` is the committed results/ folder or inside it (links followed)."""
+    real, results = os.path.realpath(path), os.path.realpath(RESULTS)
+    return real == results or real.startswith(results + os.sep)
+
+
+def default_out(partial):
+    """results/ for the full run (its files are committed); the scratch folder
+    out/partial/ (ignored by git) for any other, so that a partial run never
+    overwrites a committed result. Partial runs of every experiment share it: their
+    warm starts and caches are named by every flag that defines them."""
+    return os.path.join(ROOT, "out", "partial") if partial else RESULTS
 
 
 def help_text(doc, extra=None, unused=()):
     """An experiment's --help: its docstring, then one flag per line (not the shared
     flags the script does not use)."""
-    rows = [("--quick", "one seed, fewer steps; writes to out/quick/ unless --out is given"),
+    rows = [("--quick", "one seed, fewer steps: a partial run (out/partial/)"),
             ("--seeds=0,1,2", "comma-separated seeds of the full run"),
-            ("--out=DIR", "where the JSON, PNG and warm starts go (default results/"
-                          + (")" if "quick" in unused else ", or out/quick/ with --quick)")),
+            ("--out=DIR", "default results/; out/partial/ when a flag changes the run"),
             ("--threads=N", "torch threads per worker (0: torch's default)"),
             ("--jobs=2", "worker processes: seeds (or runs) in parallel, one per core"),
             ("--device=cpu", "cpu | cuda | auto: where train.py's runs go (probes: CPU)"),
@@ -232,15 +288,41 @@ def float_list(key, raw):
 
 def cli(main):
     """Run an experiment's main(argv) from the command line: bad input (the project's
-    CliError) and a diverged run get one 'error: ...' line and exit status 2."""
+    CliError), a diverged run, a failed write (a full disk) and Ctrl-C get one
+    'error: ...' line and exit status 2."""
+    return errors.cli(main, sys.argv[1:])
+
+
+def load_record(path, keys=()):
+    """The JSON record a finished run cached at ``path`` (an object holding ``keys``), or
+    None if there is none. One that does not parse (cut, or not this experiment's) is set
+    aside and None returned: the caller computes it again."""
+    if not os.path.exists(path):
+        return None
     try:
-        return main(sys.argv[1:])
-    except CliError as e:
-        fail(str(e))
-    except FloatingPointError as e:
-        fail(str(e))
-    except KeyboardInterrupt:
-        fail("interrupted")
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+    except (ValueError, RecursionError):  # cut off, not UTF-8, not JSON
+        return set_aside(path, "is not readable JSON")
+    missing = [k for k in keys if k not in rec] if isinstance(rec, dict) else ["an object"]
+    if missing:
+        return set_aside(path, f"is not a record of this experiment (no {missing[0]!r})")
+    return rec
+
+
+def save_record(path, rec):
+    """Write a record atomically (a record on disk is a finished run, never half of one)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    checkpoint.atomic_write_text(json.dumps(clean(rec)), path)
+
+
+def set_aside(path, why):
+    """Rename a damaged cache file to NAME.bad (kept to look at, never read again) and say
+    so in one line; returns None."""
+    os.replace(path, path + ".bad")
+    print(f"warning: {path} {why}: set aside as {os.path.basename(path)}.bad; computing it "
+          f"again", file=sys.stderr)
+    return None
 
 
 @contextlib.contextmanager
@@ -262,29 +344,35 @@ DEVICE = "cpu"  # --device: where train.py's runs go; set by parse, and in every
 
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
     """Path of an SFT warm start for this task and seed, trained once and reused (a GPU's
-    warm starts are kept apart: its rounding differs)."""
+    warm starts are kept apart: its rounding differs). One that does not load (cut by
+    something outside the run) is set aside and trained again."""
     tag = f"{task}{digits}{'s' if scratchpad else ''}_sft{sft_steps}_seed{seed}"
     tag += "".join(f"_{k}{v}" for k, v in sorted(flags.items()))
     tag += "" if DEVICE == "cpu" else f"_{DEVICE}"
     d = os.path.join(out, "ckpt", tag)
     path = os.path.join(d, "warm_start.pt")
-    if not os.path.exists(path):
-        unused = config.TASK_FLAGS_UNUSED.get(task, ())
-        args = [
-            f"--task={task}",
-            f"--sft_steps={sft_steps}",
-            "--rl_steps=0",
-            f"--seed={seed}",
-            f"--out_dir={d}",
-            f"--device={DEVICE}",
-            "--overwrite",
-        ] + [f"--{k}={v}" for k, v in flags.items()]
-        args += [
-            f"--{k}={v}"
-            for k, v in (("digits", digits), ("scratchpad", scratchpad))
-            if k not in unused
-        ]
-        train.main(parse_args(args))
+    if os.path.exists(path):
+        try:
+            checkpoint.load_checkpoint(path)
+            return path
+        except CliError as e:
+            set_aside(path, str(e).replace(f"checkpoint {path!r} is ", "is "))
+    unused = config.TASK_FLAGS_UNUSED.get(task, ())
+    args = [
+        f"--task={task}",
+        f"--sft_steps={sft_steps}",
+        "--rl_steps=0",
+        f"--seed={seed}",
+        f"--out_dir={d}",
+        f"--device={DEVICE}",
+        "--overwrite",
+    ] + [f"--{k}={v}" for k, v in flags.items()]
+    args += [
+        f"--{k}={v}"
+        for k, v in (("digits", digits), ("scratchpad", scratchpad))
+        if k not in unused
+    ]
+    whole(lambda: train.main(parse_args(args)), d)
     return path
 
 
@@ -292,8 +380,42 @@ def run(flags, out_dir):
     """One train.py run in-process (it replaces an earlier run in out_dir); returns its
     metrics lines."""
     cfg = parse_args(list(flags) + [f"--out_dir={out_dir}", f"--device={DEVICE}", "--overwrite"])
-    train.main(cfg)
+    whole(lambda: train.main(cfg), out_dir)
     return [json.loads(line) for line in open(os.path.join(out_dir, "metrics.jsonl"))]
+
+
+def metrics_lines(path):
+    """The records of a run's metrics.jsonl, or None if a line does not parse."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (ValueError, RecursionError):
+        return None
+
+
+def whole(train_run, out_dir):
+    """train_run(), which writes a run into out_dir. A run that stops before its end (a full
+    disk, Ctrl-C, a divergence) takes its files and the folders it created with it: a
+    folder holds a finished run or none. A refusal (CliError) touches nothing: nothing was
+    written yet, and the folder may be another writer's."""
+    new = []  # out_dir and the parents this run creates, deepest first
+    d = os.path.abspath(out_dir)
+    while not os.path.exists(d):
+        new.append(d)
+        d = os.path.dirname(d)
+    try:
+        train_run()
+    except CliError:
+        raise
+    except BaseException:
+        for f in rundir.RUN_FILES:
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(out_dir, f))
+        checkpoint.clear_stale_temps(out_dir)
+        for d in new:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise
 
 
 # ----------------------------------------------------------------------------- parallel work
@@ -301,6 +423,12 @@ def run(flags, out_dir):
 def _init_worker(threads, device="cpu"):
     global DEVICE
     DEVICE = device
+    # Ctrl-C reaches every process of the terminal: the parent says "interrupted" once
+    # and ends the pool; a worker's own KeyboardInterrupt would print a traceback each
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm's default lock is a multiprocessing semaphore, which a worker the pool ends never
+    # releases: the resource tracker would warn of it at exit; a worker's bars need no more
+    tqdm.set_lock(threading.RLock())
     if threads:
         torch.set_num_threads(threads)
 
@@ -401,14 +529,17 @@ def rl_states(opts, seed, steps, lr=None):
     folder = os.path.join(os.path.dirname(warm_path(opts, seed)),
                           f"grpo_rl_B{cfg.prompts_per_step}_G{cfg.group_size}_lr{cfg.lr:g}")
     paths = {s: os.path.join(folder, f"step{s}.pt") for s in steps}
+    for p in paths.values():  # a file cut by something outside the run is set aside
+        if os.path.exists(p) and not loads(p):
+            set_aside(p, "does not load")
     if all(os.path.exists(p) for p in paths.values()):
         return paths
     os.makedirs(folder, exist_ok=True)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.99), weight_decay=0.0)
     for step in range(max(steps) + 1):
         if step in paths:
-            checkpoint._atomic_write(paths[step], "wb", lambda f: torch.save(
-                {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, f))
+            checkpoint.atomic_save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                                    "step": step}, paths[step])
         if step == max(steps):
             break
         model.train()
@@ -416,6 +547,15 @@ def rl_states(opts, seed, steps, lr=None):
         batch.max_len = task.max_new_tokens
         train.rl_update(model, opt, batch, cfg, gen)
     return paths
+
+
+def loads(path):
+    """Whether an rl_states file loads: a dict with the model and the optimizer."""
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # cut, empty, or not torch's
+        return False
+    return isinstance(state, dict) and {"model", "optimizer"} <= set(state)
 
 
 def load_state(opts, seed, path, dtype=torch.float32, lr=None):

@@ -27,7 +27,7 @@ Seen before this was fixed: while the ledger was built, a few short runs from se
 start (6 RL steps, other settings) printed ``shared_dlogp`` values between -3.3e-4 and +2.8e-4;
 no 100-step run of either arm had been made.
 
-    python -m lab.experiments.demo_ledger --quick     # one seed, 20 RL steps (out/quick/)
+    python -m lab.experiments.demo_ledger --quick     # one seed, 20 RL steps (out/partial/)
     python -m lab.experiments.demo_ledger             # seeds 0-9 (results/)
 """
 import os
@@ -65,7 +65,7 @@ def one_run(o, seed, arm, rl_steps):
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__, unused=("jobs", "threads", "replot"))
+    o = common.parse(argv, EXTRA, __doc__, unused=("jobs", "threads", "replot"), name="demo_ledger")
     rl_steps = min(o["rl_steps"], 20) if o["quick"] else o["rl_steps"]
     t0 = time.time()
     runs = {a: [one_run(o, seed, a, rl_steps) for seed in o["seeds"]] for a in ARMS}

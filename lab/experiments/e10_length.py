@@ -87,11 +87,10 @@ Seeds: the evaluation seeds are 0-9. ``--quick`` runs seed 100 only (smoke tests
 and any look before the full run use seeds >= 100). Each run's record is cached in
 <out>/runs/e10/ with its flags: an interrupted run continues where it stopped.
 
-    python -m lab.experiments.e10_length --quick     # seed 100, 40 RL steps (out/quick/)
+    python -m lab.experiments.e10_length --quick     # seed 100, 40 RL steps (out/partial/)
     python -m lab.experiments.e10_length             # seeds 0-9 (results/)
     python -m lab.experiments.e10_length --replot    # redraw results/e10_length.png
 """
-import json
 import os
 import sys
 import time
@@ -159,8 +158,9 @@ def check_stats(o, seed, ckpt, tag, prompts=256, group_size=8):
     temperature 1 from its own sampling stream: how many check, the accuracy with and
     without a check, and how often the checks change the reward. Cached beside the runs."""
     cache = os.path.join(o["out"], "runs", "e10", f"checks_{tag}_s{seed}.json")
-    if os.path.exists(cache):
-        return json.load(open(cache))
+    rec = common.load_record(cache, ("share_checked", "gap"))
+    if rec is not None:
+        return rec
     task, b = common.sample_checkpoint(ckpt, "chain_check", seed, 7000 + seed,
                                        8 if o["small"] else prompts, group_size)
     rows = []
@@ -179,10 +179,7 @@ def check_stats(o, seed, ckpt, tag, prompts=256, group_size=8):
            "changed_to_right": sum(c and r > u for c, r, u in rows)}
     out["gap"] = (None if None in (out["acc_checked"], out["acc_not"])
                   else out["acc_checked"] - out["acc_not"])
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    with open(cache + ".tmp", "w") as f:
-        json.dump(out, f)
-    os.replace(cache + ".tmp", cache)
+    common.save_record(cache, out)
     return out
 
 
@@ -197,14 +194,17 @@ def one_run(o, seed, arm, rl_steps, warm):
     flags += [f"--{k}={v}" for k, v in size.items()]
     cache = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}.json")
     run_dir = os.path.join(o["out"], "runs", "e10", f"{arm}_s{seed}")
-    if os.path.exists(cache):
-        rec = json.load(open(cache))
-        if rec.get("flags") == flags and all(k in rec for k in FINAL):
-            metrics = os.path.join(run_dir, "metrics.jsonl")
-            if "warm_acc" not in rec and os.path.exists(metrics):  # a record from before
-                # the amendment: its ledger and warm start are read from the run's own log
-                rec.update(from_log([json.loads(line) for line in open(metrics)]))
+    rec = common.load_record(cache, ("flags",) + FINAL)
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    if rec is not None and rec["flags"] == flags:
+        if "warm_acc" in rec or not os.path.exists(metrics):
             return rec
+        # a record from before the amendment: its ledger and warm start are read from the
+        # run's own log, unless that no longer parses (then the run is done again)
+        ms = common.metrics_lines(metrics)
+        if ms is not None:
+            return dict(rec, **from_log(ms))
+        common.set_aside(cache, f"needs {metrics}, which does not parse")
     ms = common.run(flags, run_dir)
     steps = rl_steps_of(ms)
     evals = [m for m in steps if "eval_acc" in m]
@@ -213,18 +213,14 @@ def one_run(o, seed, arm, rl_steps, warm):
            "length_incorrect": [m["length_incorrect"] for m in steps],
            "reward": [m["reward"] for m in steps], **from_log(ms),
            **{k: evals[-1].get(k) if evals else None for k in FINAL}}
-    os.makedirs(os.path.dirname(cache), exist_ok=True)
-    tmp = cache + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(rec, f)
-    os.replace(tmp, cache)  # a record on disk is a finished run
+    common.save_record(cache, rec)  # a record on disk is a finished run
     return rec
 
 
 def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
-    o = common.parse(argv, EXTRA, __doc__, redraw=("e10_length", plot))
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e10_length", plot), unused=("jobs",))
     if o["quick"]:  # the evaluation seeds are not looked at before the full run
         o["seeds"] = [QUICK_SEED] if not any(a.startswith("--seeds=") for a in argv) else o["seeds"]
     rl_steps = min(o["rl_steps"], QUICK_STEPS) if o["quick"] else o["rl_steps"]

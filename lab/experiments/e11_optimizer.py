@@ -138,7 +138,7 @@ is still defined, so:
 
     python -m lab.experiments.e11_optimizer --calibrate
         # seeds 100-102 (results/e11_calibration.json)
-    python -m lab.experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/quick/)
+    python -m lab.experiments.e11_optimizer --quick      # seed 100, 40 RL steps (out/partial/)
     python -m lab.experiments.e11_optimizer --jobs=2     # seeds 10-29 (results/)
     python -m lab.experiments.e11_optimizer --replot
 """
@@ -269,16 +269,16 @@ def cached_run(opts, seed, arm, rl_steps, lr, p_f=None):
            + (f"_pf{p_f:g}" if p_f is not None else "") + ("_small" if opts["small"] else "")
            + ("" if common.DEVICE == "cpu" else f"_{common.DEVICE}"))  # a GPU's runs kept apart
     path = os.path.join(opts["out"], "runs", "e11", tag + ".json")
-    if os.path.exists(path):
-        return dict(json.load(open(path)), fresh=False)
+    rec = common.load_record(path, ("seed", "arm", "lr"))
+    if rec is not None:
+        return dict(rec, fresh=False)
     t = time.time()
     try:
         rec = run_arm(opts, seed, arm, rl_steps, lr, p_f)
     except FloatingPointError:
         rec = {"seed": seed, "arm": arm, "lr": lr, "p_f": p_f, "diverged": True}
     rec["seconds"] = round(time.time() - t, 1)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(rec), f))
+    common.save_record(path, rec)
     return dict(rec, fresh=True)
 
 
@@ -370,6 +370,25 @@ def calibrate(opts):
           + ("" if ok else "; no rate met the rule"))
     common.save("e11_calibration", out, opts["out"])
     return out
+
+
+def read_calibration(path):
+    """The calibration --calibrate wrote, checked for what the runs read from it: lr* of
+    every calibrated arm and the reversed teacher's p_f (CliError, one line, if not)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            cal = json.load(f)
+    except (ValueError, RecursionError):
+        raise common.CliError(f"{path} is not readable JSON: run --calibrate again (seeds "
+                              f"100-102), or remove it to use the committed one") from None
+    num = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0
+    arms = cal.get("arms") if isinstance(cal, dict) else None
+    teacher = cal.get("teacher") if isinstance(cal, dict) else None
+    if not (isinstance(arms, dict) and isinstance(teacher, dict) and num(teacher.get("p_f"))
+            and all(isinstance(arms.get(a), dict) and num(arms[a].get("lr")) for a in CALIBRATED)):
+        raise common.CliError(f"{path} is not an E11 calibration (lr* of {', '.join(CALIBRATED)} "
+                              f"and the teacher's p_f): run --calibrate again, or remove it")
+    return cal
 
 
 def _cached_run_item(item):
@@ -540,7 +559,7 @@ def kl_report(results, seeds, permuted_seeds=()):
 def main(argv):
     """Long because: it is the experiment read top to bottom (its calibration, the runs,
     the contrasts, the report), in the order they happen."""
-    o = common.parse(argv, EXTRA, __doc__, redraw=("e11_optimizer", plot))
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e11_optimizer", plot), modes=("calibrate",))
     if o["jobs"] > 1 and not o["threads"]:
         o["threads"] = 1  # one thread per worker: two workers on two cores
     if o["calibrate"]:
@@ -557,7 +576,7 @@ def main(argv):
     if not os.path.exists(cal_path):
         raise common.CliError(f"no calibration at {cal_path}: run --calibrate first (seeds "
                               "100-102)")
-    o["calibration"] = json.load(open(cal_path))
+    o["calibration"] = read_calibration(cal_path)
     seeds, perm_seeds = o["seeds"], o["permuted_seeds"]
     every = sorted(set(seeds) | set(perm_seeds))
     t0 = time.time()

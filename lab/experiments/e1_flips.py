@@ -34,7 +34,7 @@ points of share), *contradict* if it lies wholly outside +-0.10, else
 *inconclusive*. Secondary: the same at steps 0 and 200, at eps = 0, and for
 the plain-SGD step.
 
-    python -m lab.experiments.e1_flips --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m lab.experiments.e1_flips --quick      # one seed, steps 0 and 20 (out/partial/)
     python -m lab.experiments.e1_flips              # seeds 0-9 (results/)
     python -m lab.experiments.e1_flips --replot     # redraw results/e1_flips.png from its JSON
 """

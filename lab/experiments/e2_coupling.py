@@ -40,7 +40,7 @@ and for plain SGD; the coupling-mass share of same-token pairs whose tokens
 both have p < 0.5 minus the share of such pairs, paired by seed, predicted > 0
 ([P2]: coupling sits "primarily" there).
 
-    python -m lab.experiments.e2_coupling --quick      # one seed, steps 0 and 20 (out/quick/)
+    python -m lab.experiments.e2_coupling --quick   # one seed, steps 0 and 20 (out/partial/)
     python -m lab.experiments.e2_coupling              # seeds 0-9 (results/)
     python -m lab.experiments.e2_coupling --replot  # redraw results/e2_coupling.png from its JSON
 """

@@ -44,7 +44,7 @@ network" and "closed form". Secondary: the same at eps = 0 and at the other
 lrs; ``full`` minus ``positive_only`` (predicted > 0: without negatives no
 A > 0 token is pushed down by them).
 
-    python -m lab.experiments.e3_masked --quick      # one seed, out/quick/
+    python -m lab.experiments.e3_masked --quick      # one seed, out/partial/
     python -m lab.experiments.e3_masked              # seeds 0-9, results/
     python -m lab.experiments.e3_masked --replot     # redraw the figure from the JSON
 """

@@ -35,7 +35,7 @@ tokens). Secondary: each category's share on its own (template and style
 predicted < 0, compute > 0, copy "about 0": P2 names no direction for it), and
 the primary at step 0.
 
-    python -m lab.experiments.e4_categories --quick      # one seed, out/quick/
+    python -m lab.experiments.e4_categories --quick      # one seed, out/partial/
     python -m lab.experiments.e4_categories              # seeds 0-9, results/
     python -m lab.experiments.e4_categories --replot     # redraw the figure from the JSON
 """

@@ -46,7 +46,7 @@ gap must come from the reward, which the shuffled control removes).
 Secondary: grpo - positive_only in A < 0; both controls in A > 0; the same
 four after the SGD step; and GRPO's own gaps (against 0), all predicted > 0.
 
-    python -m lab.experiments.e5_value --quick      # one seed, out/quick/
+    python -m lab.experiments.e5_value --quick      # one seed, out/partial/
     python -m lab.experiments.e5_value              # seeds 0-9, results/
     python -m lab.experiments.e5_value --replot     # redraw the PNG from the JSON
 """

@@ -37,7 +37,7 @@ minus the smallest B (at G = --group_size), paired by seed; [P2] predicts
 > 0 for both. Secondary: the same for the gap inside the top value quantile
 ("most pronounced for higher-value token subsets"), predicted > 0.
 
-    python -m lab.experiments.e6_group_size --quick      # one seed, out/quick/
+    python -m lab.experiments.e6_group_size --quick      # one seed, out/partial/
     python -m lab.experiments.e6_group_size              # seeds 0-9, results/
     python -m lab.experiments.e6_group_size --replot     # redraw the PNG from the JSON
 """

@@ -70,7 +70,7 @@ two-epoch run 40 x 1.05 + 26 = 68 s; per seed 5 x 50 + 4 x 68 = 522 s; 10
 seeds 5220 s of one core, ~44 min with --jobs=2 on 2 idle cores (budget 60).
 Quick (18 steps, 4 evaluations, one seed): 320 CPU-s, ~2.7 min with --jobs=2.
 
-    python -m lab.experiments.e7_schedulers --quick     # seed 0, 18 RL steps (out/quick/)
+    python -m lab.experiments.e7_schedulers --quick     # seed 0, 18 RL steps (out/partial/)
     python -m lab.experiments.e7_schedulers             # seeds 0-9, 40 RL steps (results/)
     python -m lab.experiments.e7_schedulers --replot
         # redraw results/e7_schedulers.png from its JSON

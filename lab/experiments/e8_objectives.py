@@ -110,7 +110,7 @@ with diagnostics 3.8 s; B = 8 would give each arm a less noisy step but
 halve the arms that fit.)
 
     python -m lab.experiments.e8_objectives --quick
-        # seed 0, primary arms, 100 RL steps (out/quick/)
+        # seed 0, primary arms, 100 RL steps (out/partial/)
     python -m lab.experiments.e8_objectives  # seeds 0-9, primary arms, 600 RL steps (results/)
     python -m lab.experiments.e8_objectives --arm_set=all   # seeds 0-9, six arms (about 86 min)
     python -m lab.experiments.e8_objectives --replot

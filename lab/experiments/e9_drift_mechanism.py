@@ -88,7 +88,7 @@ earlier --calibrate in --out tried); the lr whose mean per-step KL matches
 adamw's, interpolated in log-log between the tried lrs around it. It looks at
 the KL only.
 
-    python -m lab.experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/quick/)
+    python -m lab.experiments.e9_drift_mechanism --quick       # seed 0, 40 RL steps (out/partial/)
     python -m lab.experiments.e9_drift_mechanism --calibrate
         # the SGD lr (results/e9_calibration.json)
     python -m lab.experiments.e9_drift_mechanism --jobs=2      # seeds 0-9 (results/)
@@ -96,7 +96,6 @@ the KL only.
 """
 
 import contextlib
-import json
 import math
 import os
 import sys
@@ -260,16 +259,16 @@ def one_seed(args):
         lr = kl_matched_lr(lr, runs["adamw"]["kl"], runs["sgd"]["kl"]) if arm == "sgd_kl" else lr
         tag = f"{arm}_s{seed}_steps{opts['rl_steps']}_lr{lr:g}{'_small' if opts['small'] else ''}"
         path = os.path.join(opts["out"], "runs", "e9", tag + ".json")
-        if os.path.exists(path):
-            runs[arm] = json.load(open(path))
+        rec = common.load_record(path, ("kl",))
+        if rec is not None:
+            runs[arm] = rec
             continue
         t = time.time()
         runs[arm] = dict(
             run_arm(opts, seed, arm, opts["rl_steps"], lr), seconds=round(time.time() - t, 1)
         )
         runs["fresh"] += 1  # run now, not read from the cache
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        checkpoint._atomic_write(path, "w", lambda f: json.dump(common.clean(runs[arm]), f))
+        common.save_record(path, runs[arm])
     return runs
 
 
@@ -286,7 +285,9 @@ def calibrate(opts):
     100; the SGD lr that matches adamw's (log-log interpolation)."""
     seed, n = 100, opts["calib_steps"]
     path = os.path.join(opts["out"], "e9_calibration.json")
-    old = json.load(open(path)) if os.path.exists(path) else {}
+    old = common.load_record(path, ("steps", "adamw_kl", "sgd_kl")) or {}
+    if not isinstance(old.get("sgd_kl"), dict):  # nothing to reuse
+        old = {}
     kls = {float(k): v for k, v in old.get("sgd_kl", {}).items()} if old.get("steps") == n else {}
     target = old["adamw_kl"] if kls else sum(run_arm(opts, seed, "adamw", n)["kl"]) / n
     kls.update(
@@ -324,7 +325,8 @@ def match_lr(kls, target):
 def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
-    o = common.parse(argv, EXTRA, __doc__, redraw=("e9_drift_mechanism", plot))
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e9_drift_mechanism", plot),
+                     modes=("calibrate",))
     if o["calibrate"]:
         return calibrate(o)
     o["rl_steps"] = min(o["rl_steps"], 40) if o["quick"] else o["rl_steps"]

@@ -53,6 +53,21 @@ def post_hoc(name, data):
             for arm, c in (data.get(key) or {}).items()}
 
 
+def checked(path, kind, contrasts):
+    """An experiment's contrasts of one kind, each checked for what family() reads: a
+    number (or null) for diff, half and mde, a count n (CliError naming it if not)."""
+    num = lambda x: x is None or (isinstance(x, (int, float)) and not isinstance(x, bool))
+    if not isinstance(contrasts, dict):
+        raise common.CliError(f"{path}: its {kind} contrasts are not a JSON object; rerun the "
+                              f"experiment")
+    for name, c in contrasts.items():
+        if not (isinstance(c, dict) and all(k in c and num(c[k]) for k in ("diff", "half", "mde"))
+                and isinstance(c.get("n"), int) and num(c.get("sd"))):
+            raise common.CliError(f"{path}: {kind} contrast {name!r} is not a contrast (numbers "
+                                  f"diff, half, mde, sd and a count n); rerun the experiment")
+    return contrasts
+
+
 def family(contrasts):
     """{name: row} for one experiment's primaries or secondaries, Holm inside it."""
     names = list(contrasts)
@@ -80,7 +95,8 @@ def main(argv):
     """Long because: it is the experiment read top to bottom (its arms, the runs, the contrasts,
     the report), in the order they happen."""
     o = common.parse(argv, {"results": ("results", "folder of the experiments' JSON files")},
-                     __doc__, unused=("quick", "seeds", "jobs", "threads", "replot", "device"))
+                     __doc__, unused=("quick", "seeds", "jobs", "threads", "replot", "device"),
+                     name="multiplicity")
     folder = (
         o["results"] if os.path.isabs(o["results"]) else os.path.join(common.ROOT, o["results"])
     )
@@ -88,6 +104,11 @@ def main(argv):
         raise common.CliError(f"--results={o['results']}: no such folder")
     # the report goes beside the JSON it reads, unless --out says where
     out_dir = o["out"] if any(a.startswith("--out=") for a in argv) else folder
+    if common.in_results(out_dir) and not common.in_results(o["out"]):  # beside results/...
+        if os.path.realpath(folder) != os.path.realpath(common.RESULTS):
+            raise common.CliError(f"--results={o['results']} is inside results/, which only "
+                                  f"the full run writes: give --out=DIR for its report")
+        common.announce("multiplicity")  # ...which it read: that is the full run
     t0 = time.time()
     report = {}
     for path in sorted(glob.glob(os.path.join(folder, "*.json"))):
@@ -98,11 +119,13 @@ def main(argv):
         if not isinstance(data, dict) or not isinstance(data.get("primary"), dict):
             continue
         name = os.path.basename(path)[:-5]
-        report[name] = {
-            "primary": family(data["primary"]),
-            "secondary": family(data.get("secondary") or {}),
-            "post_hoc": family(post_hoc(name, data)),
-        }
+        fams = {"primary": data["primary"], "secondary": data.get("secondary") or {}}
+        try:
+            fams["post_hoc"] = post_hoc(name, data)
+            report[name] = {kind: family(checked(path, kind, c)) for kind, c in fams.items()}
+        except (AttributeError, KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+            raise common.CliError(f"{path}: its contrasts are not an experiment's "
+                                  f"({type(e).__name__}: {e}); rerun the experiment") from None
     if not report:  # nothing to correct: refuse rather than write an empty report
         raise common.CliError(f"--results={o['results']}: no experiment's JSON (with its "
                               f"primary contrasts) in {folder}")

@@ -1,7 +1,8 @@
 """experiments/output.py: what an experiment writes, and how its figure stays honest.
 
 * ``save(name, data, out, plot)``: ``<out>/<name>.json`` (strict JSON, NaN ->
-  null) and, when matplotlib is installed, ``<out>/<name>.png``; ``replot``
+  null) and, when matplotlib is installed, ``<out>/<name>.png``, both written
+  atomically (``checkpoint.atomic_savefig``: a full disk leaves the earlier file whole); ``replot``
   redraws the PNG from the JSON alone (``--replot``);
 * ``errbars`` cuts error bars at the bounds a quantity cannot pass, and
   ``ci_note`` says so in the caption; ``caption`` puts the caption under the
@@ -18,6 +19,7 @@ import os
 import platform
 import subprocess
 
+from plumbing import checkpoint
 from plumbing.errors import fail
 from lab.experiments.stats import ci, print_contrasts
 
@@ -99,7 +101,8 @@ def draw(name, out, plot):
     finally:
         plt.subplots = subplots
     readable(fig)
-    fig.savefig(os.path.join(out, f"{name}.png"), dpi=DPI, bbox_inches="tight")
+    checkpoint.atomic_savefig(fig, os.path.join(out, f"{name}.png"), dpi=DPI,
+                              bbox_inches="tight")
     plt.close(fig)
 
 
@@ -200,11 +203,11 @@ def _provenance(device):
 
 def save(name, data, out, plot=None):
     """Write <out>/<name>.json (with its ``provenance``) and, with matplotlib,
-    <out>/<name>.png via plot(plt)."""
+    <out>/<name>.png via plot(plt), each atomically (a failed write keeps the earlier file)."""
     if isinstance(data, dict) and "provenance" not in data:
         data = dict(data, provenance=provenance())
-    with open(os.path.join(out, f"{name}.json"), "w") as f:
-        json.dump(clean(data), f, indent=1, allow_nan=False)  # strict JSON: NaN -> null
+    text = json.dumps(clean(data), indent=1, allow_nan=False)  # strict JSON: NaN -> null
+    checkpoint.atomic_write_text(text, os.path.join(out, f"{name}.json"))
     if plot is not None:
         draw(name, out, plot)
 

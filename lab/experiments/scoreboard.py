@@ -51,10 +51,9 @@ reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
     python -m lab.experiments.scoreboard  # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
-    python -m lab.experiments.scoreboard --quick    # 3 groups, seed 0: out/quick/ (CI)
+    python -m lab.experiments.scoreboard --quick    # 3 groups, seed 0: out/partial/ (CI)
 """
 
-import os
 import sys
 import time
 
@@ -390,10 +389,8 @@ def main(argv):
     the report), in the order they happen."""
     # synthetic and in seconds: one process, no figure to redraw without recomputing
     o = common.parse(argv, {"groups": (8, "groups per batch (quick: 3)")}, __doc__,
-                     unused=("jobs", "threads", "replot", "device"))
-    explicit = any(a.startswith("--out=") for a in argv)
-    out_dir = o["out"] if explicit or not o["quick"] else os.path.join(common.ROOT, "out", "quick")
-    os.makedirs(out_dir, exist_ok=True)
+                     unused=("jobs", "threads", "replot", "device"), name="scoreboard")
+    out_dir = o["out"]
     n_groups = min(o["groups"], 3) if o["quick"] else o["groups"]
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()

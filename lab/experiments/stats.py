@@ -17,6 +17,7 @@
   sqrt(sum (x - xbar)^2 sum (y - ybar)^2).
 """
 
+import functools
 import math
 
 
@@ -58,6 +59,8 @@ def t_cdf(t, df):
     return 1.0 - tail if t > 0 else tail
 
 
+# 200 t_cdf calls each, and a figure's bands ask for the same few thousands of times
+@functools.lru_cache(maxsize=None)
 def t_quantile(df, q=0.975):
     """Quantile of Student's t with df degrees of freedom, by bisection on
     ``t_cdf``. t_quantile(2) = 4.3027, t_quantile(9) = 2.2622."""
