@@ -127,7 +127,7 @@ def flags_reference():
              ("lab/see.py", config.usage(see.SeeConfig).strip()),
              ("lab/plot.py", captured_help(lambda: plot.parse(["--help"])).strip()),
              ("lab/bench.py", captured_help(lambda: bench.parse(["--help"])).strip())]
-    for path in sorted(glob.glob(os.path.join(ROOT, "experiments", "*.py"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "lab", "experiments", "*.py"))):
         if 'if __name__ == "__main__"' in open(path).read():
             name = os.path.basename(path)[:-3]
             text = captured_help(
