@@ -4,7 +4,8 @@
   machine's reference peak for the MFU below.
 * ``sampler``: tokens/s of ``sampler.sample`` with the KV cache, with full
   recompute (``use_cache=False``) and with the fixed-shape decoder (``static=True``, a
-  CUDA graph on a GPU), same model, prompts and seed, and their ratios. 128 rollouts (16 add prompts x 8) of exactly 32 new tokens: the EOS
+  CUDA graph on a GPU), same model, prompts and seed, and their ratios. 128 rollouts
+  (16 add prompts x 8) of exactly 32 new tokens: the EOS
   logit is pinned to -1e4 (``no_eos``), so no row stops early and N * T token
   slots are generated on both paths.
 * ``update``: one ``train.rl_update`` (forward + backward of the GRPO loss,

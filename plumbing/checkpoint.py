@@ -369,9 +369,9 @@ def check_optimizer(saved, build, what):
     the state it keeps (AdamW: a step count and two moments; SGD with momentum: a buffer;
     plain SGD: nothing). Raises ValueError naming the first difference. Without this check
     another optimizer loads the state silently and fails at its first step (KeyError)."""
-    p = torch.nn.Parameter(torch.zeros(1))
+    p = torch.nn.Parameter(torch.zeros(1, device="cpu"))
     fresh = build([p])
-    p.grad = torch.zeros(1)
+    p.grad = torch.zeros(1, device="cpu")
     fresh.step()  # one step of a one-number parameter: the state this optimizer keeps
     ref = fresh.state_dict()
     want = {k: v for k, v in ref["param_groups"][0].items() if k not in ("params", "lr")}
