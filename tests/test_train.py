@@ -187,34 +187,47 @@ BAD = [
 
 
 @pytest.mark.parametrize("flags, message", BAD)
-def test_bad_cli_input_is_one_line_and_nonzero(tmp_path, bad_ckpts, flags, message):
+def test_bad_cli_input_is_one_line_and_nonzero(tmp_path, bad_ckpts, capsys, flags, message):
+    """train.cli as the script calls it, in this process (two cases also as a process)."""
+    flags = [f.format(d=bad_ckpts) for f in flags] + [f"--out_dir={tmp_path}/o"]
+    with pytest.raises(SystemExit) as e:
+        train.cli(flags)
+    assert e.value.code == 2
+    lines = [l for l in capsys.readouterr().err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], lines
+    assert not os.path.exists(f"{tmp_path}/o/metrics.jsonl")  # nothing written
+
+
+@pytest.mark.parametrize("flags, message", [BAD[0], BAD[-3]])
+def test_bad_cli_input_from_a_real_process(tmp_path, bad_ckpts, flags, message):
     flags = [f.format(d=bad_ckpts) for f in flags] + [f"--out_dir={tmp_path}/o"]
     out = subprocess.run(
         [sys.executable, "train.py"] + flags, cwd=ROOT, capture_output=True, text=True
     )
-    assert out.returncode != 0
+    assert out.returncode == 2
     assert "Traceback" not in out.stderr and "panicked" not in out.stderr
     lines = [l for l in out.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and message in lines[0], out.stderr
-    assert not os.path.exists(f"{tmp_path}/o/metrics.jsonl")  # nothing written
 
 
-def test_sample_cli(tmp_path):
+def test_sample_cli(tmp_path, capsys):
+    """sample.py as a process once, then its command line function in this process."""
+    import sample
     run_main(tmp_path)
     ck = os.path.join(tmp_path, "ckpt.pt")
     ok = subprocess.run([sys.executable, "sample.py", f"--init_from={ck}", "--prompt=12+34="],
                         cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0 and "12+34=" in ok.stdout and "reward" in ok.stdout
-    held = subprocess.run([sys.executable, "sample.py", f"--init_from={ck}", "--num_prompts=3"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert held.returncode == 0 and held.stdout.count("reward") == 3
+    capsys.readouterr()
+    sample.cli([f"--init_from={ck}", "--num_prompts=3"])
+    assert capsys.readouterr().out.count("reward") == 3
     for flags, msg in [([f"--init_from={ck}", "--prompt=12+x="], "outside the alphabet"),
                        (["--init_from=missing.pt"], "does not exist"), ([], "required")]:
-        out = subprocess.run(
-            [sys.executable, "sample.py"] + flags, cwd=ROOT, capture_output=True, text=True
-        )
-        assert out.returncode != 0 and "Traceback" not in out.stderr and msg in out.stderr
-        assert len(out.stderr.strip().splitlines()) == 1
+        with pytest.raises(SystemExit) as e:
+            sample.cli(flags)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and "Traceback" not in err and msg in err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_bf16_autocast_path_runs_on_cpu(tmp_path):
