@@ -65,9 +65,13 @@ def test_ctrl_c_during_a_long_handout_is_one_line_and_leaves_nothing(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "exercises.handout", str(tmp_path / "class"),
                           f"--roster={names}", "--allow_dirty"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(6)
+    # Ctrl-C once it is drawing tables (its first progress line), whatever its start-up
+    # cost (a fresh clone compiles every module first): a fixed sleep could come too early
+    first = p.stderr.readline()
+    assert first.startswith("drawing tables:"), first
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
+    err = first + err
     lines = [x for x in err.strip().splitlines() if not x.startswith("drawing tables:")]
     assert p.returncode == 130 and lines == [
         f"error: interrupted; nothing was written to {tmp_path / 'class'}"], err

@@ -4,6 +4,8 @@ exit status 2, the earlier file whole and no partial folder left behind. The ful
 is a 2 MiB tmpfs (skipped where it cannot be mounted); the entry points run in-process,
 the modules through runpy as ``python -m`` runs them."""
 import errno
+import importlib
+import importlib.util
 import json
 import os
 import runpy
@@ -75,6 +77,13 @@ def temps(d):
     return [f for f in os.listdir(d) if ".tmp" in f]
 
 
+# figures need matplotlib, an optional extra (requirements-plots.txt): without it, the
+# figure tests are skipped (the refusal without it is tests/test_handout.py's)
+NEEDS_MPL = pytest.mark.skipif(importlib.util.find_spec("matplotlib") is None,
+                               reason="matplotlib is not installed (requirements-plots.txt)")
+
+
+@NEEDS_MPL
 def test_plot_on_a_full_disk_keeps_the_earlier_figure(disk, capsys, monkeypatch):
     root, fill = disk
     d = metrics_folder(root / "run")
@@ -85,6 +94,7 @@ def test_plot_on_a_full_disk_keeps_the_earlier_figure(disk, capsys, monkeypatch)
     assert (d / "curves.png").read_bytes() == b"an earlier figure" * 1000 and not temps(d)
 
 
+@NEEDS_MPL
 def test_e10_replot_on_a_full_disk_keeps_the_earlier_figure(disk, capsys, monkeypatch):
     root, fill = disk
     d = root / "e10"
@@ -171,7 +181,8 @@ def interrupt(*a, **k):
 ])
 def test_ctrl_c_anywhere_is_one_line(tmp_path, capsys, monkeypatch, name, argv, where):
     """Ctrl-C inside the work of each entry point, called as its __main__ calls it."""
-    import importlib
+    if name == "lab.plot" and importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed: lab.plot stops before its work")
     metrics_folder(tmp_path / "run")
     monkeypatch.setattr(importlib.import_module(where[0]), where[1], interrupt)
     mod, argv = importlib.import_module(name), [a.format(tmp=tmp_path) for a in argv]
