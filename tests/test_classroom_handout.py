@@ -62,9 +62,12 @@ def test_a_long_roster_shows_its_progress(monkeypatch, capsys):
 
 def test_ctrl_c_during_a_long_handout_is_one_line_and_leaves_nothing(tmp_path):
     names = roster_file(tmp_path, "".join(f"s{i:07d}\n" for i in range(30000)))
+    # the child starts with Ctrl-C's default action, whatever this process inherited (a
+    # job started in the background of a shell ignores SIGINT, and so would its children)
     p = subprocess.Popen([sys.executable, "-m", "exercises.handout", str(tmp_path / "class"),
                           f"--roster={names}", "--allow_dirty"], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     # Ctrl-C once it is drawing tables (its first progress line), whatever its start-up
     # cost (a fresh clone compiles every module first): a fixed sleep could come too early
     first = p.stderr.readline()
