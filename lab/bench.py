@@ -73,7 +73,9 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+import warnings
 
 import torch
 
@@ -81,7 +83,7 @@ from plumbing import dist_utils
 import loss
 import toy_tasks
 import train
-from plumbing.config import Config, check_out_dir
+from plumbing.config import Config, check_out_dir, parse_args
 from plumbing import checkpoint, errors
 from plumbing.errors import CliError
 from model import GPT, GPTConfig, completion_logprobs
@@ -469,11 +471,55 @@ def bench_ddp(P, device, size, quick):
             "threads_per_process": torch.get_num_threads()}
 
 
+def count_run(flags, device="cpu"):
+    """Host reads of a short train.py run on ``device``: per SFT step (all of SFT over its
+    steps, logged lines included) and in RL step 2 (no evaluation in it), with the lab's
+    instruments on and off. On CUDA also the waits the driver reports
+    (torch.cuda.set_sync_debug_mode), the count that matters there."""
+    out, real_sft, real_rl = {}, train.sft, train.rl_step
+
+    def counted(fn, key, when=lambda run: True):
+        def wrapper(run, *a):
+            if not when(run):
+                return fn(run, *a)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if device == "cuda":
+                    torch.cuda.set_sync_debug_mode(1)
+                try:
+                    with syncs.SyncCounter() as c:
+                        result = fn(run, *a)
+                finally:
+                    if device == "cuda":
+                        torch.cuda.set_sync_debug_mode(0)
+            out[key] = {"reads": c.total, "by_kind": dict(c.by_kind),
+                        "driver_waits": sum("synchroniz" in str(w.message) for w in caught)
+                        if device == "cuda" else None}
+            return result
+        return wrapper
+
+    try:
+        for instruments in (True, False):
+            tag = "on" if instruments else "off"
+            train.sft = counted(real_sft, "sft")
+            train.rl_step = counted(real_rl, f"rl_step_instruments_{tag}",
+                                    lambda run: run.state.step == 2)
+            with tempfile.TemporaryDirectory() as d:
+                cfg = parse_args(flags + [f"--out_dir={d}/run", f"--device={device}",
+                                          "--rl_steps=3", "--eval_every=3",
+                                          f"--instruments={str(instruments).lower()}"])
+                train.main(cfg)
+    finally:
+        train.sft, train.rl_step = real_sft, real_rl
+    out["sft"]["steps"] = cfg.sft_steps
+    return out
+
+
 def bench_syncs(P, device):
     """Host reads (each a GPU wait) per SFT step and per RL step (lab/syncs.py), with the
     instruments on and off, on the demo's task and model."""
     with contextlib.redirect_stdout(io.StringIO()):  # the runs' own printed lines
-        counts = syncs.count_run(["--sft_steps=40", "--ckpt_every=40"] + P["sync_flags"], device)
+        counts = count_run(["--sft_steps=40", "--ckpt_every=40"] + P["sync_flags"], device)
     sft = counts.pop("sft")
     rec = {"name": "syncs", "sft_reads_per_step": sft["reads"] / sft["steps"],
            "sft_steps": sft["steps"]}

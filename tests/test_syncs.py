@@ -1,5 +1,5 @@
 """lab/syncs.py counts the host's reads of device values (each a GPU wait), on the CPU, so
-that CI keeps the numbers bench.py prints from growing. The counter itself is checked on
+that CI keeps the numbers bench.py prints (bench.count_run) from growing. The counter is checked on
 hand-made code: it must see each kind of read."""
 import pytest
 import torch
@@ -46,7 +46,8 @@ def test_reads_inside_torch_optim_are_not_waits():
 
 @pytest.fixture(scope="module")
 def counts():
-    return syncs.count_run(TINY)
+    from lab import bench
+    return bench.count_run(TINY)
 
 
 def test_an_sft_step_reads_back_less_than_once(counts):
