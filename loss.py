@@ -271,3 +271,21 @@ def dfpo(logp, old_logp, mask, adv, group, step, clip, transform):
 
 dfpo_min = functools.partial(dfpo, transform=min_replace)
 dfpo_orth = functools.partial(dfpo, transform=adv_orthogonal)
+
+
+# ----------------------------------------------------------------------------- the registries
+
+# --loss -> its function of (logp, old_logp, mask, adv, group, step, clip): train.py calls
+# LOSSES[--loss]. The engines' catalogue (lab/objectives.py) adds its fifteen objectives.
+LOSSES = {"grpo": grpo, "dr_grpo": dr_grpo, "dapo": dapo,
+          "dfpo_min": dfpo_min, "dfpo_orth": dfpo_orth}
+
+# DFPO's group transforms, by --loss: a step split into parts computes w~ over all its rows
+GROUP_TRANSFORMS = {"dfpo_min": min_replace, "dfpo_orth": adv_orthogonal}
+
+# --adv -> Â of a whole rollout batch, from (rewards, group, lengths, greedy baseline): the
+# lesson's two read the rewards and groups only; lab/estimators.py adds the engines' others.
+ADVANTAGES = {
+    "grpo": lambda rewards, group, lengths, baseline: advantages(rewards, group, scale=True),
+    "dr_grpo": lambda rewards, group, lengths, baseline: advantages(rewards, group, scale=False),
+}

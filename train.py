@@ -24,19 +24,19 @@ switches it off. Plumbing a reader can skip: plumbing/ (the flags, the run folde
 --resume, torchrun and micro-batches). ``python train.py --key=value ...`` (``--help``).
 """
 
+import functools
 import math
 import os
 import random
 import sys
 import time
+import types
 
 import torch
 from tqdm import tqdm
 
 import batching
-import lab.estimators
-import lab.instruments
-import lab.objectives
+import lab  # the lab: its catalogue joins loss.py's registries; its instruments measure a run
 import loss
 import toy_tasks
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer
@@ -147,106 +147,37 @@ def sft(run):
     bar.close()
 
 
-# ----------------------------------------------------------------------------- phase 2: the RL step
+# ----------------------------------------------------------------------------- phase 2: RL
 
-def logprobs_of(net, batch, rows, cfg):
-    """log pi(y_t | s_t) of the batch's ``rows`` (a tensor on the host) under ``net``, tempered
-    as at sampling (so that an on-policy ratio is exactly 1), and the hidden states that
-    produced them."""
-    with amp(cfg, batch.mask.device.type):
-        return completion_logprobs(net, [batch.prompts[i] for i in rows.tolist()],
-                                   batch.tokens[rows], batch.mask[rows], PAD,
-                                   cfg.temperature, return_hidden=True)
-
-
-def part_loss(cfg, plain, hidden, batch, rows, logp, adv, shared):
-    """The loss of ``rows`` (one part of a step) and its stats; and, for the lab, the same
-    loss as a function of the log-probs with every ratio 1 (the on-policy coefficients)."""
-    args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
-    objective = lab.objectives.lesson_objective(cfg)  # loss.grpo for --loss=grpo, clip bound in
-    if objective is not None:  # the lesson's own function: loss.grpo in the demo
-        value, clip_frac = objective(logp, *args, shared)
-        on_policy = dict(shared, weights=None)  # DFPO: w~ of the ratios at pi_old, all 1
-        return value, {"clip_frac": clip_frac}, lambda lp: objective(lp, *args, on_policy)[0]
-    # another --loss or --adv, or a switch: the engines' catalogue, built on loss.py's pieces
-    return lab.objectives.part_loss(cfg, plain, hidden, batch.ref_logprobs[rows] if cfg.beta
-                                    else None, logp, *args, shared)
-
-
-def optimizer_step(model, opt, batch, adv, mb, cfg, inst=None):
-    """One optimizer step on mini-batch ``mb`` (indices into the batch). Returns its logged
-    numbers and its coefficients c_{i,t} [len(mb), T], summed over processes."""
-    mask = batch.mask
-    # this process's rows of mb, cut into micro-batches whose gradients add up; every part
-    # shares the whole step's denominators and DFPO weights (plumbing/dist_utils.py)
-    parts = dist_utils.StepParts(model, mb, cfg)
-    shared = parts.shared(batch, adv, cfg, lambda p: logprobs_of(parts.plain, batch, mb[p], cfg))
-    # c_{i,t} of every row of the step, filled part by part; acc: the logged numbers
-    coef, acc = torch.zeros(len(mb), mask.shape[1], device=mask.device), {}
-    if inst:
-        inst.start_step(len(mb), mask.shape[1], mask.device)
-    # gradients accumulate over the parts: one zero_grad, one optimizer step
-    opt.zero_grad(set_to_none=True)
-    for p, sync in parts:  # one part unless --micro_batch or torchrun split the step
-        with sync:
-            logp, hidden = logprobs_of(model, batch, mb[p], cfg)
-            logp.retain_grad()  # keep d loss / d log pi from the backward: the coefficients
-            value, stats, loss_at = part_loss(cfg, parts.plain, hidden, batch, mb[p], logp, adv,
-                                              shared(p))
-            stats["finite"] = torch.isfinite(value)  # read with the step's numbers, below
-            term = parts.term(value)  # this part's share of the step's loss
-            parts.backward(term)
-        coef[p] = parts.coefficients(logp.grad)  # c_{i,t} = -d loss / d log pi(y_{i,t})
-        if inst:  # the lab: the ratios, and what c would be on-policy (lab/instruments.py)
-            stats.update(inst.part(p, logp, batch.old_logprobs[mb[p]], mask[mb[p]], loss_at,
-                                   parts.n_parts))
-        # kept as tensors and read back once per step (each read makes a GPU wait)
-        for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
-            v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
-            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
-    out = dist_utils.step_means(acc, len(mb), coef.device)
-    if out.pop("finite") < 1:  # stop before a NaN reaches the weights
-        raise FloatingPointError("loss is not finite")
-    # the clip scales the whole step: it changes no ratio between two copies' weights
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-    opt.step()
-    coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
-    if inst:  # how far the step's copies of each shared token were from cancelling
-        out.update(inst.step(coef, batch, adv, mb))
-    return out, coef
-
-
-def rl_update(model, opt, batch, cfg, gen, inst=None):
-    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
-    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
-    rewards, group, mask = batch.rewards, batch.group, batch.mask
-    # 3. one advantage per completion, from its own group of rewards; fixed for every epoch:
-    # the data are reused, the credit is not recomputed
-    if lab.objectives.lesson_objective(cfg):  # GRPO: (r - mu_g)/(sigma_g + eps); Dr. GRPO: r - mu_g
-        adv = loss.advantages(rewards, group, scale=cfg.adv == "grpo")
-    else:  # the engines' estimators (lab/estimators.py)
-        adv = lab.estimators.advantages(rewards, group, cfg.adv, lengths=mask.sum(1),
-                                        baseline=batch.baseline)
-    logs = []  # each optimizer step's numbers
-    for _ in range(cfg.epochs):
-        # 4. the scheduler decides which rollouts meet in one step, and so whether the copies
-        # of a shared token are applied together (batching.py); a new cut each epoch, made
-        # on rank 0 and sent to every rank so that all take the same steps
-        cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
-            cfg.batching, group, adv, mask.sum(1), cfg.minibatches, gen))
-        for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
-            metrics, _ = optimizer_step(model, opt, batch, adv, mb, cfg, inst)
-            logs.append(metrics)
-    # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
-    out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
-    if inst:  # the lab: this batch's cancellation ledger, and how the last cut split it
-        out.update(inst.update(batch, adv, cut))
-    return dict(out, steps=logs)  # and each optimizer step's numbers, for a caller
+def rl(run):
+    """Evaluate the warm start, then --rl_steps RL steps, evaluating every --eval_every."""
+    cfg, state = run.cfg, run.state
+    opt = rl_optimizer(run.model.parameters(), cfg.optimizer, cfg.lr)
+    ref_model = reference_model(run) if cfg.beta else None
+    if state.phase == "rl":  # resumed in RL: the optimizer's moments continue
+        state.restore(opt, run.rank)
+    else:
+        evaluate_warm_start(run, opt)
+    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
+    for step in bar:
+        state.step = step  # set first: a checkpoint saves the step that has just finished
+        try:
+            rec = rl_step(run, opt, ref_model)
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
+                                     f"the last good checkpoint is kept") from None
+        run.out.log(rec)
+        # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
+        if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
+            run.out.checkpoint(state, opt)
+        if run.master:
+            bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{state.sums['acc']:.2f}")
+    bar.close()
 
 
 def rl_step(run, opt, ref_model):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
-    cfg, state, step, inst = run.cfg, run.state, run.state.step, run.inst
+    cfg, state, step, lab_ = run.cfg, run.state, run.state.step, run.inst
     run.model.train()  # (the sampler switches to eval mode and back by itself)
     # 1-2. each process samples its share of the groups and rewards them; then every one
     # holds the whole batch, so that advantages, the cut and the denominators are global
@@ -262,32 +193,180 @@ def rl_step(run, opt, ref_model):
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
     mixed = loss.mixed_fraction(batch.rewards, batch.group)
     rec = {"phase": "rl", "step": step, "reward": float(batch.rewards.mean()), "mixed": mixed}
-    if inst:  # the lab looks at the rollouts before the update changes the policy
-        rec.update(inst.rollouts(run.raw, batch))
+    if lab_:  # the lab looks at the rollouts before the update changes the policy
+        rec.update(lab_.rollouts(run.raw, batch))
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
-    out = rl_update(run.model, opt, batch, cfg, state.gen, inst)
+    out = rl_update(run.model, opt, batch, cfg, state.gen, lab_)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
-    rec.update({k: v for k, v in out.items() if k != "steps"})
-    if inst:  # the lab: what the update did at the histories each group shares
-        rec.update(inst.after(run.raw, batch, mixed, rec))
+    rec.update({k: v for k, v in out.items() if k not in ("steps", "adv", "cut")})
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         state.sums["mixed_start_sum"] += mixed
         state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
     if step == 1 and run.master and (hint := weak_start_hint(mixed, cfg)):
         tqdm.write(hint)
     # 5. held-out greedy accuracy every --eval_every steps
-    if run.master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):
+    evaluating = step % cfg.eval_every == 0 or step == cfg.rl_steps
+    if run.master and evaluating:
         state.sums["acc"] = rec["eval_acc"] = evaluate(run.raw, run.task, run.held_out, cfg,
                                                        run.device)
-        if inst:
-            rec.update(inst.evaluation(run.raw, run.task, run.held_out))
-        cancelled = inst.cancelled_text(rec) if inst else ""
+    if lab_:  # the lab: what the update did (the ledger, the learning tax), its diagnostics
+        rec.update(lab_.after(run.raw, rec, batch, out["adv"], out["cut"]))
+    if run.master and evaluating:
         tqdm.write(f"rl step {step}: eval_acc {rec['eval_acc']:.3f}  reward {rec['reward']:.3f}  "
-                   f"mixed {mixed:.2f}{cancelled}  [{time.time() - run.t0:.0f}s]")
+                   f"mixed {mixed:.2f}{cancelled_text(rec)}  [{time.time() - run.t0:.0f}s]")
     return rec
 
 
-# ----------------------------------------------------------------------------- phase 2: the RL loop
+def rl_update(model, opt, batch, cfg, gen, lab_=None):
+    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
+    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
+    # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES: GRPO's
+    # (r - mu_g)/(sigma_g + eps) in the demo); fixed for every epoch: the data are reused,
+    # the credit is not recomputed
+    adv = loss.ADVANTAGES[cfg.adv](batch.rewards, batch.group, batch.mask.sum(1), batch.baseline)
+    objective = objective_of(cfg)  # loss.grpo in the demo
+    logs = []  # each optimizer step's numbers
+    for _ in range(cfg.epochs):
+        # 4. the scheduler decides which rollouts meet in one step, and so whether the copies
+        # of a shared token are applied together (batching.py); a new cut each epoch, made
+        # on rank 0 and sent to every rank so that all take the same steps
+        cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
+            cfg.batching, batch.group, adv, batch.mask.sum(1), cfg.minibatches, gen))
+        for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
+            logs.append(optimizer_step(model, opt, batch, adv, mb, cfg, lab_, objective))
+    # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
+    out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
+    return dict(out, steps=logs, adv=adv, cut=cut)  # and what a caller or the lab reads
+
+
+def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
+    """One optimizer step on mini-batch ``mb`` (indices into the batch): the step's
+    denominators, then per micro-batch the log-probs, the loss and its backward, then the
+    clip and the step. Returns its logged numbers."""
+    objective = objective or objective_of(cfg)
+    rank, world = dist_utils.rank_world()
+    mask = batch.mask
+    # this process's rows of mb (torchrun gives each rank a contiguous share), cut into
+    # micro-batches of --micro_batch rollouts whose gradients add up to the step's
+    mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)
+    parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
+    # what every part shares: the *step's* N, sum L, L_max and DFPO weights, so that
+    # splitting a step changes no copy's weight (--norm=local shows what breaks otherwise)
+    shares = step_shares(model, batch, adv, mb, parts, cfg)
+    n_parts = 1 if cfg.norm == "global" else len(parts) * world  # local: a mean of the parts
+    coef = torch.zeros(len(mb), mask.shape[1], device=mask.device) if lab_ else None
+    acc, seen = {}, []  # the logged numbers, summed; what the lab reads of each part
+    opt.zero_grad(set_to_none=True)  # gradients accumulate over the parts: one step
+    for j, p in enumerate(parts):
+        rows = mb[p]
+        if world > 1:  # DDP all-reduces the gradients in backward: on the last part only
+            model.require_backward_grad_sync = j == len(parts) - 1
+        logp, hidden = logprobs_of(model, batch, rows, cfg)
+        if lab_:
+            logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
+        args = (batch.old_logprobs[rows], mask[rows], adv[rows], batch.group[rows])
+        step = dict(shares(p), extra=loss_extra(cfg, model, hidden, batch, rows))
+        value, clip_frac = objective(logp, *args, step)
+        stats = dict(step["extra"].stats, clip_frac=clip_frac, finite=torch.isfinite(value))
+        term = value / n_parts
+        # DDP *averages* the ranks' gradients; each rank's term is its share of the step's
+        # sum, so x world makes the average the sum (1 in one process)
+        (term * world).backward()
+        if lab_:  # c_{i,t} = -d loss / d log pi(y_{i,t}), and the same loss with every ratio 1
+            coef[p] = (-logp.grad / world).float()
+            seen.append((p, logp.detach(), args, n_parts,
+                         lambda lp, a=args, s=step: objective(lp, *a, on_policy(s))[0]))
+        # kept as tensors and read back once per step (each read makes a GPU wait)
+        for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
+            v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
+            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
+    out = dist_utils.step_means(acc, len(mb), mask.device)
+    if out.pop("finite") < 1:  # stop before a NaN reaches the weights
+        raise FloatingPointError("loss is not finite")
+    # the clip scales the whole step: it changes no ratio between two copies' weights
+    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    opt.step()
+    if lab_:  # how far the step's copies of each shared token were from cancelling
+        out.update(lab_.step(mb, coef, seen, batch, adv))
+    return out
+
+
+def step_shares(model, batch, adv, mb, parts, cfg):
+    """p -> what part p shares with its whole optimizer step: the denominators N, sum L,
+    L_max (loss.step_counts) and, for DFPO, w~ computed over every row of the step (a
+    no-grad pass over each part, summed over ranks); under --norm=local, the part's own."""
+    world = dist_utils.rank_world()[1]
+
+    def counts_of(rows, m=1):  # m: the micro-batches M (bnpo divides by them, as TRL)
+        return loss.step_counts(batch.mask[rows], adv[rows], max_len=batch.max_len,
+                                micro_batches=m)
+
+    counts, weights = counts_of(mb, len(parts) * world), None
+    transform = loss.GROUP_TRANSFORMS.get(cfg.loss)  # DFPO's, else None
+    split = world > 1 or len(parts) > 1  # in one part the loss sees every row: its own w~
+    if transform and cfg.norm == "global" and split:
+        plain = getattr(model, "module", model)
+        with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
+            ratio = torch.cat([loss.sequence_ratio(logprobs_of(plain, batch, mb[p], cfg)[0],
+                                                   batch.old_logprobs[mb[p]], batch.mask[mb[p]])
+                               for p in parts])
+        bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
+        # --clip on a dfpo loss truncates w before the transform
+        whole = dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb))
+        weights = loss.dfpo_weights(whole, adv[mb], batch.group[mb], transform, bounds)
+
+    def of(p):
+        own = counts if cfg.norm == "global" else counts_of(mb[p])
+        return dict(own, weights=None if weights is None else weights[p])
+    return of
+
+
+def on_policy(step):
+    """The same step's settings with every ratio taken as 1: DFPO's w~ of the ratios at
+    pi_old (all 1), and the catalogue's switches as on-policy (for the lab's c°)."""
+    return dict(step, weights=None, extra=types.SimpleNamespace(**dict(vars(step["extra"]),
+                                                                      on_policy=True)))
+
+
+def objective_of(cfg):
+    """--loss's function, of (logp, old_logp, mask, adv, group, step): loss.LOSSES maps each
+    name to one (loss.grpo in the demo), and --clip's bounds are bound in. The engines'
+    catalogue adds its objectives to loss.LOSSES; a switch of its own (--beta, --agg,
+    --entropy_coef, ...) takes the catalogue's version of the objective (lab/objectives.py)."""
+    fn = loss.LOSSES[cfg.loss]
+    if lab.objectives.switched(cfg):
+        fn = functools.partial(lab.objectives.catalogue_loss, cfg.loss)
+    return functools.partial(fn, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+
+
+def loss_extra(cfg, model, hidden, batch, rows):
+    """What an objective of the engines' catalogue may also read (the lesson's read none of
+    it): the flags, the model and these rows' hidden states (token entropies), the frozen
+    reference's log-probs (--beta); and where it leaves numbers to log."""
+    return types.SimpleNamespace(
+        cfg=cfg, model=getattr(model, "module", model), hidden=hidden,
+        ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
+        on_policy=False, entropy=None, stats={})
+
+
+def logprobs_of(net, batch, rows, cfg):
+    """log pi(y_t | s_t) of the batch's ``rows`` (a tensor on the host) under ``net``, tempered
+    as at sampling (so that an on-policy ratio is exactly 1), and the hidden states that
+    produced them."""
+    with amp(cfg, batch.mask.device.type):
+        return completion_logprobs(net, [batch.prompts[i] for i in rows.tolist()],
+                                   batch.tokens[rows], batch.mask[rows], PAD,
+                                   cfg.temperature, return_hidden=True)
+
+
+def cancelled_text(rec):
+    """The evaluation line's share of the shared tokens' coefficients that cancelled
+    (the lab's ledger), or nothing without the lab."""
+    if "ledger_cancelled" not in rec:
+        return ""
+    done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
+    return f"  cancelled {done}"
+
 
 def reference_model(run):
     """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
@@ -318,7 +397,7 @@ def evaluate_warm_start(run, opt):
     if run.master:
         try:
             acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device)
-            diag0 = run.inst.evaluation(run.raw, run.task, run.held_out) if run.inst else {}
+            diag0 = run.inst.after(run.raw, {"eval_acc": acc0}) if run.inst else {}
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
         run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
@@ -327,32 +406,6 @@ def evaluate_warm_start(run, opt):
         print(LEGEND + (LEGEND_LAB if run.inst else ""))
     if cfg.rl_steps == 0:
         run.out.checkpoint(state, opt)
-
-
-def rl(run):
-    """Evaluate the warm start, then --rl_steps RL steps, evaluating every --eval_every."""
-    cfg, state = run.cfg, run.state
-    opt = rl_optimizer(run.model.parameters(), cfg.optimizer, cfg.lr)
-    ref_model = reference_model(run) if cfg.beta else None
-    if state.phase == "rl":  # resumed in RL: the optimizer's moments continue
-        state.restore(opt, run.rank)
-    else:
-        evaluate_warm_start(run, opt)
-    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
-    for step in bar:
-        state.step = step  # set first: a checkpoint saves the step that has just finished
-        try:
-            rec = rl_step(run, opt, ref_model)
-        except FloatingPointError as e:
-            raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
-                                     f"the last good checkpoint is kept") from None
-        run.out.log(rec)
-        # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
-        if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
-            run.out.checkpoint(state, opt)
-        if run.master:
-            bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{state.sums['acc']:.2f}")
-    bar.close()
 
 
 # ----------------------------------------------------------------------------- main
@@ -367,12 +420,12 @@ def summarise(run):
         "final_acc": s["acc"],
         "gain": s["acc"] - s["acc0"],
         "seconds": round(time.time() - run.t0, 1),
-        **(run.inst.summary() if run.inst else {}),
     }
+    lines = run.inst.finish(summary) if run.inst else []  # the lab's: the cancellation ledger
     run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
     run.out.close()
     print(summary_line(summary, cfg))
-    for line in run.inst.lines(summary) if run.inst else []:  # the cancellation ledger
+    for line in lines:
         print(line)
     print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
     return summary
@@ -394,7 +447,7 @@ def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
         gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
         saved=saved,
     )
-    inst = lab.instruments.Instruments(cfg, state, rank == 0) if cfg.instruments else None
+    inst = lab.Instruments(cfg, state, rank == 0, task, held_out) if cfg.instruments else None
     run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
               rank, world, inst)
     if state.phase == "sft" and sft_steps > 0:

@@ -19,3 +19,6 @@ seam, and train.py is the only lesson file that touches it:
 The rest is the lab's own: the probes of E1-E6 (probes.py), the experiments and the
 scoreboard (experiments/), the bench (bench.py), the pictures (see.py, plot.py).
 """
+
+from lab import estimators, objectives  # noqa: E402,F401 (they join loss.py's registries)
+from lab.instruments import Instruments  # noqa: E402,F401

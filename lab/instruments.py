@@ -39,10 +39,12 @@ from plumbing import dist_utils
 
 class Instruments:
     """The lab's measures of one run; its running sums live in ``state.sums`` (resumed with
-    the run). ``master``: this process logs (rank 0)."""
+    the run). ``master``: this process logs (rank 0). train.py calls it at three points:
+    ``rollouts``, ``step`` and ``after``; and ``finish`` for the summary."""
 
-    def __init__(self, cfg, state, master):
+    def __init__(self, cfg, state, master, task=None, held_out=None):
         self.cfg, self.state, self.master = cfg, state, master
+        self.task, self.held_out = task, held_out  # --diagnostics evaluates on them
         self.before = None
         self.steps = []  # (rows, c, c°) of each optimizer step of the current batch
 
@@ -60,36 +62,53 @@ class Instruments:
         with host():
             return batch_stats.lengths_by_outcome(self.batch)
 
-    # ------------------------------------------------------------------ inside a step
+    # ------------------------------------------------------------------ each optimizer step
 
-    def start_step(self, n_rows, n_tokens, device):
-        self.coef_on = torch.zeros(n_rows, n_tokens, device=device)
-
-    def part(self, p, logp, old, mask, loss_at, n_parts):
-        """One micro-batch: its ratio statistics, and its on-policy coefficients c°."""
-        # a leaf at the old log-probs: the loss there is the on-policy loss, and its gradient
-        # with respect to this leaf is c°; the model's parameters are not touched
-        at_old = old.detach().clone().requires_grad_()
-        self.coef_on[p] = residuals.coefficients(loss_at(at_old), at_old).detach().float() \
-            / n_parts
-        return batch_stats.ratio_stats(logp, old, mask)
-
-    def step(self, coef, batch, adv, mb):
-        """One optimizer step, ``coef`` its coefficients summed over processes: the
-        residuals of its shared tokens' copies."""
-        coef_on = dist_utils.all_reduce_sum(self.coef_on)
+    def step(self, mb, coef, parts, batch, adv):
+        """One optimizer step on mini-batch ``mb``: its coefficients ``coef`` (this process's
+        rows) and, per part, (positions, log pi, (old log pi, mask, Â, groups), the number
+        of parts a --norm=local loss is divided by, the loss as a function of the log-probs
+        with every ratio 1). Returns the ratios' statistics and the residuals of the step's
+        shared tokens' copies."""
+        acc, coef_on = {}, torch.zeros_like(coef)
+        for p, logp, (old, mask, _, _), n_parts, loss_at in parts:
+            for k, v in batch_stats.ratio_stats(logp, old, mask).items():  # row-weighted
+                v = torch.as_tensor(v, dtype=torch.float64, device=coef.device)
+                acc[k] = acc.get(k, 0.0) + v * len(p)
+            # a leaf at the old log-probs: the loss there is the on-policy loss, and its
+            # gradient with respect to this leaf is c°; the model's parameters are not touched
+            at_old = old.detach().clone().requires_grad_()
+            coef_on[p] = residuals.coefficients(loss_at(at_old), at_old).detach().float() \
+                / n_parts
+        out = dist_utils.step_means(acc, len(mb), coef.device)
+        coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
+        coef_on = dist_utils.all_reduce_sum(coef_on)
         coef, coef_on, adv, mb = to_host(coef, coef_on, adv, mb)  # one read per step
         self.steps.append((mb, coef, coef_on))
         b = self.batch
         with host():
             group, mask = b.group[mb], b.mask[mb]
-            return {"first_token_residual": residuals.first_token_residual(coef, group),
-                    "exch_residual": residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,
-                                                             group)}
+            out["first_token_residual"] = residuals.first_token_residual(coef, group)
+            out["exch_residual"] = residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,
+                                                           group)
+        return out
 
     # ------------------------------------------------------------------ after the update
 
-    def update(self, batch, adv, cut):
+    def after(self, model, rec, batch=None, adv=None, cut=None):
+        """After a batch's update (``batch``, its advantages and the last cut): the
+        batch's cancellation ledger, the learning tax and the shift of the shared tokens;
+        at an evaluation (``rec`` has eval_acc: also the warm start's, with no batch), the
+        --diagnostics. As metrics."""
+        out = {}
+        if batch is not None:
+            out.update(self.update(adv, cut))
+            out.update(self.tax(model, batch, rec["mixed"], rec))
+        if "eval_acc" in rec:
+            out.update(self.evaluation(model))
+        return out
+
+    def update(self, adv, cut):
         """The last cut's split and the batch's cancellation ledger, as metrics."""
         b, adv = self.batch, to_host(adv)
         with host():  # the cut was made on the host
@@ -102,7 +121,7 @@ class Instruments:
         self.steps = []
         return out
 
-    def after(self, model, batch, mixed, rec):
+    def tax(self, model, batch, mixed, rec):
         """(rank 0) the learning tax and the shift of the shared tokens, as metrics; and the
         run's sums."""
         sums, out = self.state.sums, {}
@@ -118,32 +137,24 @@ class Instruments:
         sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
         return out
 
-    def evaluation(self, model, task, held_out):
+    def evaluation(self, model):
         """--diagnostics at an evaluation: drift since the warm start, entropy, pass@k
         (diagnostics.py); the warm start's own values become drift's reference."""
         if not self.cfg.diagnostics:
             return {}
         sums = self.state.sums
-        d = diagnostics.eval_diagnostics(model, task, held_out, self.cfg, sums["diag_ref"])
+        d = diagnostics.eval_diagnostics(model, self.task, self.held_out, self.cfg,
+                                         sums["diag_ref"])
         ref = d.pop("_ref")
         if sums["diag_ref"] is None:  # the warm start (RL step 0)
             sums["diag_ref"] = ref
         return d
 
-    @staticmethod
-    def cancelled_text(rec):
-        """The evaluation line's share of the shared tokens' coefficients that cancelled."""
-        done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
-        return f"  cancelled {done}"
-
     # ------------------------------------------------------------------ the run
 
-    def lines(self, summary):
-        """The run's last printed lines: its cancellation ledger (ledger.py)."""
-        return ledger.ledger_lines(summary, self.cfg) if "ledger_steps" in summary else []
-
-    def summary(self):
-        """The run's ledger and residual for the summary line of metrics.jsonl."""
+    def finish(self, summary):
+        """The run's ledger and residual, added to ``summary`` (the summary line of
+        metrics.jsonl); returns the run's last printed lines (ledger.py)."""
         s, cfg = self.state.sums, self.cfg
         out = {"exch_residual_mean": s["exch_sum"] / cfg.rl_steps} if cfg.rl_steps else {}
         if s["ledger_steps"]:  # the run's ledger (the steps since a resume, for an older run)
@@ -153,4 +164,5 @@ class Instruments:
                        ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
                        **{f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
-        return out
+        summary.update(out)
+        return ledger.ledger_lines(summary, cfg) if "ledger_steps" in summary else []

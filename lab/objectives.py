@@ -58,6 +58,7 @@ the upper clip bound can ever bind. Groups whose rewards are all equal have Â =
 they add nothing to the gradient but still count in N and sum L.
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -405,8 +406,12 @@ class LossBatch:
     keep: Optional[torch.Tensor] = None  # [N, T] bool: tokens whose policy term keeps its gradient
 
 
-def policy_loss(batch, settings):
-    """The scalar loss of one (micro-)batch and a dict of stats.
+FROM_SETTINGS = "from settings"  # policy_loss's bounds: --clip's, from the settings
+
+
+def policy_loss(batch, settings, bounds=FROM_SETTINGS):
+    """The scalar loss of one (micro-)batch and a dict of stats (``bounds``: the ratio
+    clip's (lo, hi), None for no clip, or FROM_SETTINGS).
 
     The objective's record supplies the term and its aggregation weight; the
     switches (KL to the reference, entropy bonus, token selection) add to any."""
@@ -422,7 +427,8 @@ def policy_loss(batch, settings):
     )
     log_ratio = (pol_logp - old_logp) * mask_f
     seq_log_ratio = log_ratio.sum(1) / lens.clamp(min=1)
-    bounds = loss.clip_bounds(settings.clip, settings.clip_low, settings.clip_high)
+    if bounds is FROM_SETTINGS:
+        bounds = loss.clip_bounds(settings.clip, settings.clip_low, settings.clip_high)
     x = TermInputs(new_logp, pol_logp, log_ratio, seq_log_ratio, seq_log_ratio.detach().exp(), mask,
                    lens, batch.adv, batch.group, agg, bounds, batch.weights)
     total, clip_frac, stats = obj.term(x, settings)
@@ -449,41 +455,40 @@ def policy_loss(batch, settings):
 
 # ----------------------------------------------------------------------------- train.py's use
 
-# The switches of this catalogue: their values when off. A run with all of them off, a
-# --loss of the lesson and one of its two estimators uses the lesson's own function.
+# The switches of this catalogue: their values when off. A run with one on takes the
+# catalogue's version of its objective, even for one of the lesson's (``switched``).
 SWITCHES_OFF = {"agg": "auto", "dual_clip": 0.0, "beta": 0.0, "entropy_coef": 0.0,
                 "top_entropy_quantile": 1.0, "off_policy_mask_threshold": 0.0}
 
 
-def lesson_objective(cfg):
-    """The lesson's function for this run (its record's ``lesson``, e.g. loss.grpo, with the
-    clip bound in), or None when the run needs this catalogue: another --loss or --adv
-    (the lesson has grpo's and dr_grpo's), or a switch."""
-    plain = all(getattr(cfg, k) == v for k, v in SWITCHES_OFF.items())
-    lesson = objective(cfg.loss).lesson
-    if not (plain and lesson and cfg.adv in ("grpo", "dr_grpo")):
-        return None
-    return functools.partial(lesson, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+def switched(cfg):
+    """Is a switch of this catalogue on (--agg, --dual_clip, --beta, ...)?"""
+    return any(getattr(cfg, k) != v for k, v in SWITCHES_OFF.items())
 
 
-def part_loss(cfg, plain, hidden, ref_logprobs, logp, old, mask, adv, group, shared):
-    """This catalogue's loss of one part of an optimizer step, as train.part_loss asks:
-    (loss, stats, the same loss at given log-probs with every ratio 1). ``plain``, ``hidden``:
-    the model and its hidden states, for the token entropies (--entropy_coef and selection)."""
-    settings = LossSettings.from_config(cfg)
-    entropy = model.token_entropy(plain, hidden, cfg.temperature) \
-        if engines.needs_entropy(cfg) else None
-    ref = ref_logprobs if cfg.beta else None
+def catalogue_loss(name, logp, old_logp, mask, adv, group, step, clip):
+    """Objective ``name`` of this catalogue with the run's switches, for one part of an
+    optimizer step, in the lesson's signature (loss.LOSSES): (loss, clip fraction).
+    ``step["extra"]`` (train.loss_extra) gives the flags, the model and the part's hidden
+    states (token entropies), the reference's log-probs (--beta), and whether to take every
+    ratio as 1 (the lab's on-policy coefficients); its ``stats`` get the extra numbers."""
+    x = step["extra"]
+    cfg = x.cfg
+    if engines.needs_entropy(cfg) and x.entropy is None:  # once per part, before any step
+        x.entropy = model.token_entropy(x.model, x.hidden, cfg.temperature)
+    # on-policy an off-policy mask keeps every token; an entropy selection stays as it was
+    entropy = x.entropy.detach() if x.on_policy and x.entropy is not None else x.entropy
+    keep = engines.token_keep(logp, old_logp, mask, adv, entropy, cfg)
+    # weights None: a DFPO transform is recomputed from these rows' ratios (all 1 at pi_old)
+    value, stats = policy_loss(LossBatch(
+        logp, old_logp, mask, adv, group, counts=step, weights=step.get("weights"),
+        ref_logprobs=x.ref_logprobs if cfg.beta else None, entropy=entropy, keep=keep),
+        dataclasses.replace(LossSettings.from_config(cfg), objective=name), clip)
+    clip_frac = stats.pop("clip_frac")
+    x.stats.update(stats)
+    return value, clip_frac
 
-    def at(lp, on_policy=False):
-        # on-policy an off-policy mask keeps every token; an entropy selection stays as it was
-        ent = None if entropy is None else (entropy.detach() if on_policy else entropy)
-        keep = engines.token_keep(lp, old, mask, adv, ent, cfg)
-        # weights None: a DFPO transform is recomputed from these rows' ratios (all 1 at pi_old)
-        return policy_loss(LossBatch(
-            lp, old, mask, adv, group, counts=shared,
-            weights=None if on_policy else shared.get("weights"),
-            ref_logprobs=ref, entropy=ent, keep=keep), settings)
 
-    value, stats = at(logp)
-    return value, stats, lambda lp: at(lp, on_policy=True)[0]
+# every objective the lesson does not have joins its registry, so train.py finds every --loss
+for _name in OBJECTIVES:
+    loss.LOSSES.setdefault(_name, functools.partial(catalogue_loss, _name))

@@ -1,54 +1,19 @@
-"""dist_utils.py: one optimizer step, however it is split over processes and micro-batches.
+"""dist_utils.py: what crosses processes under torchrun, and nothing else.
 
-What it teaches
----------------
-Copies of a token that a whole group emits after one history cancel for every
-centred advantage when every copy gets the same weight (loss.py). Splitting a
-step must therefore not change any weight. The step's loss is a sum over its rollouts,
+A single process (no torchrun) is world = 1: every function here is then the identity
+or a no-op. Under torchrun (train.optimizer_step takes the step itself):
 
-    loss = sum_{i in step} sum_t norm_i(D) * l_{i,t}(w~_i),
-
-with denominators D = (N, sum L, sum L over positives, L_max) and, for DFPO,
-per-group weights w~_i. Cut the rows into any parts p (micro-batches, ranks):
-sum_p loss_p is the same number, and so is its gradient, *if every part uses
-the step's D and w~*, not its own. Where a part uses its own (``--norm=local``,
-the per-rank / per-micro-batch normalisation some engines shipped), a shared
-token's copies in different parts get different weights and stop cancelling.
-
-The order of the cuts (train.rl_update):
-
-  1. every rank samples B / world whole groups (its own problem stream), and
-     ``gather_rollouts`` all-gathers them, so every rank holds the same global
-     batch, rank 0's groups first, as a single process would;
-  2. rank 0's scheduler cuts the global batch into mini-batches
-     (batching.py) and ``broadcast_cut`` sends the cut to every rank;
-  3. each mini-batch is split across ranks (``shard``: contiguous,
-     torch.tensor_split sizes), then each rank's share into micro-batches of
-     ``--micro_batch`` rollouts (``micro_batches``).
-
-What crosses ranks, and why:
-
-  * the rollouts (step 1): so that every rank computes advantages, the cut and
-    D from the whole batch. The denominators therefore need no all-reduce of
-    their own: each rank computes ``loss.step_counts`` on the whole mini-batch,
-    which *is* the all-reduced count. Advantages are per group, and groups are
-    never split across ranks at sampling time;
-  * DFPO's sequence ratios w_i (``all_reduce_rows``): they depend on the
-    current parameters, so each rank computes them for its rows in a no-grad
-    pass, the sum over ranks fills the mini-batch's vector, and every rank
-    then applies Min-Replace / Adv-Orthogonal over whole groups;
-  * the gradients (DDP's all-reduce). DDP *averages*: grad = (1/world)
-    sum_r grad loss_r. Each rank's loss is its share of the step's sum, so
-    train.py multiplies it by world before backward, and the average becomes
-    the sum. Micro-batch losses are added up as they are (not divided by
-    the number of micro-batches): their denominators are the step's already;
-  * the logged loss, stats and coefficients (one small all-reduce per step).
-
-A single process (no torchrun) is world = 1: every function here is then the
-identity or a no-op, and the step is the plain one.
+  * the rollouts: every rank samples B / world whole groups, and ``gather_rollouts``
+    all-gathers them, so that every rank computes the advantages, the mini-batch cut
+    and the step's denominators from the whole batch, as one process would;
+  * the cut: rank 0's scheduler cuts the batch and ``on_rank0`` sends it to every rank;
+    each mini-batch is then split across ranks (``shard``) and into micro-batches;
+  * DFPO's sequence ratios (``all_reduce_rows``): each rank computes its rows', and the
+    sum over ranks gives every rank the step's whole vector;
+  * the gradients: DDP all-reduces (averages) them in backward;
+  * the logged numbers (``step_means``): one small all-reduce per step.
 """
 
-import contextlib
 import dataclasses
 import datetime
 import os
@@ -59,8 +24,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batching
-import loss
-from lab import objectives
 from plumbing.errors import CliError
 from toy_tasks import PAD
 
@@ -264,89 +227,3 @@ def step_means(acc, n, device):
     # on the rollouts' device (NCCL reduces CUDA tensors only); one read for them all
     total = all_reduce_sum(torch.stack([acc[k] for k in keys]).to(device)).tolist()
     return {k: v if k == "loss" else v / n for k, v in zip(keys, total)}
-
-
-class StepParts:
-    """One optimizer step as this process takes it: its rows of the mini-batch, cut
-    into micro-batches whose gradients accumulate, with DDP's gradient all-reduce on
-    the last backward only. train.optimizer_step iterates over it:
-
-        parts = StepParts(model, mb, cfg)
-        shared = parts.shared(batch, adv, cfg, logprobs)  # the step's N, sum L, DFPO w~
-        for p, sync in parts:          # p: positions in mb; sync: no_sync but on the last
-            with sync:
-                parts.backward(parts.term(loss of p))
-
-    --norm=global: every part divides by the whole step's counts and uses its DFPO
-    weights, so splitting a step changes no copy's weight; --norm=local shows what
-    per-part denominators break (each part its own, the loss divided by the parts)."""
-
-    def __init__(self, model, mb, cfg):
-        self.model, self.plain = model, getattr(model, "module", model)
-        self.rank, self.world = rank_world()
-        mine = shard(torch.arange(len(mb), device=mb.device), self.rank, self.world)
-        self.parts = [mine[p] for p in micro_batches(len(mine), cfg.micro_batch)]
-        self.mb, self.size = mb, len(mb)
-        self.glob = cfg.norm == "global"
-        self.n_parts = 1 if self.glob else len(self.parts) * self.world
-
-    def __len__(self):
-        return len(self.parts)
-
-    def __iter__(self):
-        no_sync = getattr(self.model, "no_sync", contextlib.nullcontext)
-        for j, p in enumerate(self.parts):
-            yield p, contextlib.nullcontext() if j == len(self.parts) - 1 else no_sync()
-
-    @property
-    def split(self):
-        """Is the step taken in more than one part (micro-batches or processes)?"""
-        return self.world > 1 or len(self.parts) > 1
-
-    def whole(self, values):
-        """A per-row quantity computed on this process's parts (in their order), made
-        whole: every process gets the step's full vector (a sum over ranks)."""
-        return all_reduce_rows(values, torch.cat(self.parts), self.size)
-
-    def shared(self, batch, adv, cfg, logprobs):
-        """p -> what part p shares with the whole step: the denominators (loss.step_counts)
-        and, for DFPO, w~ computed over every row of the step (a no-grad pass over each
-        part, summed over ranks), or the part's own under --norm=local."""
-        mb, mask = self.mb, batch.mask
-
-        def counts_of(rows, m=1):  # the denominators N, sum L, L_max of these rows
-            return loss.step_counts(mask[rows], adv[rows], max_len=batch.max_len, micro_batches=m)
-
-        # bnpo: TRL divides by the accumulation steps
-        counts = counts_of(mb, len(self) * self.world)
-        weights = None
-        transform = objectives.OBJECTIVES[cfg.loss].group_transform  # DFPO's, else None
-        # a step in one part sees every row of every group: the loss computes w~ itself
-        if transform and self.glob and self.split:
-            with torch.no_grad():  # w~ is detached: the transform is applied before the gradient
-                ratio = torch.cat([loss.sequence_ratio(logprobs(p)[0], batch.old_logprobs[mb[p]],
-                                                       mask[mb[p]]) for p in self.parts])
-            bounds = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
-            # --clip on a dfpo loss truncates w before the transform
-            weights = loss.dfpo_weights(self.whole(ratio), adv[mb], batch.group[mb], transform,
-                                        bounds)
-
-        def of(p):
-            own = counts if self.glob else counts_of(mb[p])
-            return dict(own, weights=None if weights is None else weights[p])
-        return of
-
-    def term(self, value):
-        """This part's share of the step's loss: the loss itself under --norm=global (the
-        denominators are the step's already), else the loss over the number of parts."""
-        return value if self.glob else value / self.n_parts
-
-    def backward(self, term):
-        """Backward of this part's term of the step's loss. DDP averages the ranks'
-        gradients; each rank's term is its share of the step's sum, so x world."""
-        (term * self.world).backward()
-
-    def coefficients(self, grad):
-        """c_{i,t} = -d term / d log pi from the gradient the backward left on log pi
-        (which the x world of ``backward`` scaled), in float32 as the log."""
-        return (-grad / self.world).float()
