@@ -28,7 +28,9 @@ tell apart is not moved. [P1] calls equal weights *gradient exchangeability*:
     grpo       agg_i = 1 / (N L_i)     unequal when the lengths L_i differ
     dr_grpo    agg_i = 1 / (N L_max)   equal
     dapo       agg_i = 1 / sum_j L_j   equal
-    dfpo_*     sg(w~_i) / (N L_max)    equal inside a group, also off-policy
+    dfpo_min   sg(w~_i) / (N L_max)    equal inside a group, also off-policy (w~ = the min)
+    dfpo_orth  sg(w~_i) / (N L_max)    unequal, but sum_i Â_i w~_i = 0 in every group: the
+                                       tokens the *whole* group shares still cancel
 
 Off-policy (a rollout batch reused for several optimizer steps), every copy of
 (h, a) has the same token ratio rho, so token ratios keep the weights equal; an

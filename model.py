@@ -197,7 +197,7 @@ def token_entropy(model, h, temperature=1.0):
 # The RL optimizers (--optimizer): name -> (what it is, how it is built at a learning rate).
 # They cross the two things Adam adds to SGD, momentum and a per-parameter step size:
 # sgd has neither, sgd_momentum momentum only, adam_b1_0 the normalisation only, adamw both
-# (experiments/e11_optimizer.py).
+# (lab/experiments/e11_optimizer.py).
 OPTIMIZERS = {
     "adamw": ("betas 0.9, 0.99, no weight decay",
               lambda p, lr: torch.optim.AdamW(p, lr=lr, betas=(0.9, 0.99), weight_decay=0.0)),

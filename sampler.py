@@ -45,9 +45,7 @@ per prompt, each rewarded by the task's verifier, returned as one ``Rollouts``
 record. ``evaluate`` is the greedy held-out accuracy.
 """
 
-import contextlib
 import dataclasses
-import weakref
 from dataclasses import dataclass
 from typing import Optional
 
@@ -131,85 +129,6 @@ class KVCache:
         self.length = prompts.length
 
 
-class StaticDecoder:
-    """One decode step with the same shapes at every step, as a CUDA graph can replay it.
-
-    The KV cache holds all ``size`` slots from the start; step t writes its keys into slot
-    ``Lp + t`` (a tensor, not a Python int: the graph is recorded once) and attention reads
-    every slot, the ones not yet written masked out. On a GPU the step is recorded once as a
-    CUDA graph and replayed: one launch instead of a few dozen, each of which costs the host
-    more than the GPU's arithmetic at this size. On a CPU it runs as it is (the tests check
-    it against the full recompute). ``decoder(model, rows, size)`` keeps one per shape."""
-
-    def __init__(self, model, rows, size, device):
-        self.model, self.graph = model, None
-        self.cache = KVCache(model, rows, size)
-        self.cache.write = self.write  # this cache writes at ``slot``, and keeps its length
-        self.cache.advance = lambda n: None
-        self.idx = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.pos = torch.zeros(rows, 1, dtype=torch.long, device=device)
-        self.valid = torch.zeros(rows, size, dtype=torch.bool, device=device)
-        self.slot = torch.zeros(1, dtype=torch.long, device=device)
-
-    def allocate(self, dtype, device):
-        """Zeros, not torch.empty: attention reads every slot, and a masked slot's weight 0
-        times a NaN left in memory would still be NaN."""
-        if self.cache.k is None:
-            self.cache.k = torch.zeros(self.cache.shape, dtype=dtype, device=device)
-            self.cache.v = torch.zeros_like(self.cache.k)
-
-    def write(self, layer, k, v):
-        self.allocate(k.dtype, k.device)
-        self.cache.k[layer].index_copy_(2, self.slot, k)
-        self.cache.v[layer].index_copy_(2, self.slot, v)
-        return self.cache.k[layer], self.cache.v[layer]
-
-    def run(self):
-        return self.model.step(self.idx, self.pos, self.valid[:, None, None, :], self.cache)
-
-    def record(self, amp_dtype):
-        """Record the step as a CUDA graph, after two warm-up runs on a side stream."""
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        auto = (torch.autocast("cuda", dtype=amp_dtype, cache_enabled=False) if amp_dtype
-                else contextlib.nullcontext())
-        with auto, torch.cuda.stream(stream):
-            for _ in range(2):
-                self.run()
-        torch.cuda.current_stream().wait_stream(stream)
-        self.graph = torch.cuda.CUDAGraph()
-        with auto, torch.cuda.graph(self.graph):
-            self.logits = self.run()
-
-    def __call__(self, nxt, pos, slot):
-        """The logits after token ``nxt`` [rows] at positions ``pos``, written in ``slot``."""
-        self.idx.copy_(nxt[:, None])
-        self.pos.copy_(pos[:, None])
-        self.slot.fill_(slot)
-        self.valid[:, slot] = True
-        if self.graph is None:
-            return self.run()
-        self.graph.replay()
-        return self.logits
-
-
-DECODERS = weakref.WeakKeyDictionary()  # model -> its StaticDecoders, by shape
-
-
-def decoder(model, rows, size, device):
-    """The StaticDecoder of ``model`` for ``rows`` x ``size`` (recorded on first use on a
-    GPU, under the autocast in force, if any)."""
-    keep = DECODERS.setdefault(model, {})
-    amp_dtype = torch.get_autocast_dtype("cuda") if device.type == "cuda" and \
-        torch.is_autocast_enabled("cuda") else None
-    key = (rows, size, amp_dtype)
-    if key not in keep:
-        keep[key] = StaticDecoder(model, rows, size, device)
-        if device.type == "cuda":
-            keep[key].record(amp_dtype)
-    return keep[key]
-
-
 def draw(logits, temperature, top_k, generator):
     """One token per row from pi_T = softmax(z / T), and its log pi_T (without the top-k cut,
     as the loss recomputes it). temperature=0 is greedy, scored at T = 1. Also returns whether
@@ -232,7 +151,7 @@ def draw(logits, temperature, top_k, generator):
 
 @torch.no_grad()
 def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, top_k=0,
-           generator=None, use_cache=True, check_every=4, static=False):
+           generator=None, use_cache=True, check_every=4, decoder=None):
     """Draw ``n_per_prompt`` completions for each prompt (a list of token-id lists).
 
     Rows are grouped: row ``b * n_per_prompt + j`` is completion j of prompt b.
@@ -240,8 +159,8 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     [N, T] (log pi_T of each sampled token, 0 where masked), the N ``prompts`` and ``group``.
     ``temperature=0`` means greedy decoding (log-probs are then at T=1).
     ``use_cache=False`` is the reference: every step recomputes the whole sequence.
-    ``static=True`` decodes with the same shapes at every step (``StaticDecoder``): a CUDA
-    graph on a GPU, the GPU path train.py takes with --static_decode.
+    ``decoder``: a fixed-shape decode step (plumbing/fast_decode.py: a CUDA graph on a GPU,
+    --static_decode) in place of ``model.step``; it samples the same tokens.
 
     Long because: the four phases (encode each prompt, replicate, set up, decode) share their
     state; they read in order as one story.
@@ -249,7 +168,7 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
-    static = static and use_cache
+    static = decoder is not None and use_cache
     G = n_per_prompt
     ids, valid, lens = left_pad(prompts, PAD, device)
     B, Lp = ids.shape
@@ -263,7 +182,7 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
         prompt_cache = KVCache(model, B, Lp)
         logits = model.step(ids, positions(valid), attention_mask(valid, valid), prompt_cache)
         # 2. Replicate: each prompt's keys and values go to its group's G rows.
-        dec = decoder(model, N, total, device) if static else None
+        dec = decoder(model, N, total, device) if static else None  # the GPU's fast path
         if static:
             dec.allocate(prompt_cache.k.dtype, device)
         cache = dec.cache if static else KVCache(model, N, total)
@@ -337,19 +256,14 @@ def permute_within_groups(rewards, group, generator):
     return out
 
 
-def static_decode(cfg, device):
-    """--static_decode: fixed-shape decoding replayed as a CUDA graph (auto: on a GPU)."""
-    flag = getattr(cfg, "static_decode", "auto")
-    return flag == "true" or (flag == "auto" and str(device).startswith("cuda"))
-
-
-def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
-    """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it."""
+def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
+    """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it
+    (``decoder``: as ``sample``'s)."""
     problems = [draw() for _ in range(n_prompts or cfg.prompts_per_step)]
     prompts = [task.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
-                     cfg.top_k, generator=gen, static=static_decode(cfg, device))
+                     cfg.top_k, generator=gen, decoder=decoder)
         greedy = (
             sample(model, prompts, 1, task.max_new_tokens, temperature=0.0).tokens.tolist()
             if getattr(cfg, "adv", None) == "remax"
@@ -371,11 +285,10 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
 
 
 @torch.no_grad()
-def evaluate(model, task, problems, cfg, device):
-    """Greedy accuracy on held-out problems."""
+def evaluate(model, task, problems, cfg, device, decoder=None):
+    """Greedy accuracy on held-out problems (``decoder``: as ``sample``'s)."""
     prompts = [task.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
-        out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0,
-                     static=static_decode(cfg, device))
+        out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0, decoder=decoder)
     texts = [task.decode(t) for t in out.tokens.tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)

@@ -274,7 +274,7 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     A check adds up to 8 tokens, and the teacher's, an exact copy, never changes the
     reward (a wrong answer checked stays wrong): the length of a completion can grow or
     shrink without its correctness changing, the lever on which GRPO's 1/L_i is said to
-    lengthen wrong completions (experiments/e10_length.py). A *sampled* check that
+    lengthen wrong completions (lab/experiments/e10_length.py). A *sampled* check that
     miscopies the step is the last step the verifier reads, so it can change the reward.
 
     ``p_restate_flawed`` (default: ``p_restate``) is the flawed teacher's own restate
@@ -335,8 +335,9 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
     def write(p, rng=None, flawed=False):
         rng = rng or random
         st = steps(p, flawed)
-        # p_restate_flawed: the flawed teacher's own restate rate (experiments/e11_optimizer.py
-        # gives the restatement credit at the warm start by restating less when flawed)
+        # p_restate_flawed: the flawed teacher's own restate rate (lab/experiments/
+        # e11_optimizer.py gives the restatement credit at the warm start by restating less
+        # when flawed)
         rate = p_restate if p_restate_flawed is None or not flawed else p_restate_flawed
         text = f"({prompt(p)[:-1]})" if rng.random() < rate else ""
         text += st[0]

@@ -1,27 +1,31 @@
 """train.py: SFT warm start, then critic-free RL with verifiable rewards (GRPO and its kin).
 
-What it teaches: the whole loop, read top to bottom, as in nanoGPT's train.py.
+What it teaches: the whole loop, as in nanoGPT's train.py. Read it top to bottom: each
+phase opens with its loop, and the functions it calls follow it; main, at the end, makes
+the run and calls the phases.
 
 Phase 1, SFT: the cross-entropy of a teacher's solutions, briefly, so that the policy is
 right *sometimes*: only a group with both right and wrong completions carries a signal.
 
-Phase 2, RL (THEORY.md section 1). Each RL step:
+Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
   1. sample B = --prompts_per_step prompts x G = --group_size completions (sampler.py);
   2. reward each completion with the task's verifier (toy_tasks.py);
   3. one advantage Â_i per completion, from its group's rewards (loss.advantages);
   4. cut the rollout batch into --minibatches mini-batches (batching.py), and for
-     --epochs passes take one optimizer step per mini-batch on the objective, e.g.
+     --epochs passes take one optimizer step per mini-batch (``optimizer_step``): the
+     step's denominators, then per micro-batch the log-probs, the loss, e.g.
 
          loss = -1/N sum_i 1/L_i sum_t min(rho_{i,t} Â_i, clip(rho_{i,t}) Â_i)   (loss.grpo)
 
-     with rho the ratio to the policy that sampled (1 on the first step: on-policy);
+     with rho the ratio to the policy that sampled (1 on the first step: on-policy), and
+     its backward; then the gradient clip and the optimizer step;
   5. log, and every --eval_every steps evaluate on held-out problems.
 
-Every step keeps c_{i,t} = -d loss / d log pi(y_{i,t}), the coefficient each token received:
-what cancels or not between the copies of a shared token. The lab (lab/, one folder away)
-reads the rollouts and these coefficients and measures cancellation; --instruments=false
-switches it off. Plumbing a reader can skip: plumbing/ (the flags, the run folder and
---resume, torchrun and micro-batches). ``python train.py --key=value ...`` (``--help``).
+The lab (lab/, one folder away) measures cancellation at three points of the step: after
+the rollouts, after each optimizer step (reading the coefficients c_{i,t} = -d loss /
+d log pi(y_{i,t}) that the backward left), and after the update. --instruments=false
+switches it off, and nothing of it runs. Plumbing a reader can skip: plumbing/ (the
+flags, the run folder and --resume, torchrun). ``python train.py --key=value`` (--help).
 """
 
 import functools
@@ -36,11 +40,11 @@ import torch
 from tqdm import tqdm
 
 import batching
-import lab  # the lab: its catalogue joins loss.py's registries; its instruments measure a run
+import lab.instruments  # the lab: its instruments, and its catalogue joins loss.py's registries
 import loss
 import toy_tasks
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer
-from plumbing import checkpoint, dist_utils, rundir
+from plumbing import checkpoint, dist_utils, fast_decode, rundir
 from plumbing.config import Config, given_flags, parse_args
 from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
 from plumbing.errors import CliError, fail
@@ -49,67 +53,7 @@ from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD
 
 
-# ----------------------------------------------------------------------------- the model
-
-def initial_model(cfg, device):
-    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win)."""
-    if cfg.init_from:
-        model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
-        return rundir.init_from_checks(cfg, model, ck), model
-    # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
-    # the coupling of two tokens through it can be measured (lab/probes.py, THEORY.md 4)
-    gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
-                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
-    return cfg, GPT(gpt).to(device)
-
-
 # ----------------------------------------------------------------------------- phase 1: SFT
-
-def sft_texts(task, draw, n, rng, flawed=0.0):
-    """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
-    solutions come from the task's flawed teacher."""
-    probs = [draw() for _ in range(n)]
-    prompts = [task.encode(task.prompt(p)) for p in probs]
-    # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
-    # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
-    sols = [task.encode(task.flawed(p, rng) if rng.random() < flawed
-                        else task.solution(p, rng)) + [EOS] for p in probs]
-    return prompts, sols
-
-
-def sft_batches(task, draw, n, rng, device, flawed, steps):
-    """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
-    (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
-    left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
-    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
-    L = max(len(p) for prompts, _ in texts for p in prompts)
-    T = max(len(s) for _, sols in texts for s in sols)
-    ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
-                       device="cpu").to(device)
-    tok = torch.tensor([[s + [PAD] * (T - len(s)) for s in sols] for _, sols in texts],
-                       device="cpu").to(device)
-    for k, (prompts, sols) in enumerate(texts):
-        # each step padded to its own longest prompt and solution, as one step alone would be
-        p = ids[k, :, L - max(len(x) for x in prompts):]
-        t = tok[k, :, :max(len(s) for s in sols)]
-        yield (p, p != PAD), t, t != PAD
-
-
-def sft_log(run, bar, step, losses, printed):
-    """The losses of the steps up to ``step``, read back at once: their lines of
-    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
-    (and before any checkpoint of a diverged model)."""
-    values = torch.stack(losses).tolist()
-    first = step - len(values) + 1
-    for k, value in enumerate(values):
-        if not math.isfinite(value):
-            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
-                                     f"diverged (try a smaller --sft_lr)")
-        run.out.log({"phase": "sft", "step": first + k, "loss": value})
-    bar.set_postfix(loss=f"{values[-1]:.3f}")
-    if bar.disable and run.master and printed:
-        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
-
 
 def sft(run):
     """Cross-entropy on the teacher's solutions, --sft_steps steps of --sft_batch."""
@@ -147,6 +91,52 @@ def sft(run):
     bar.close()
 
 
+def sft_batches(task, draw, n, rng, device, flawed, steps):
+    """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
+    (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
+    left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
+    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
+    L = max(len(p) for prompts, _ in texts for p in prompts)
+    T = max(len(s) for _, sols in texts for s in sols)
+    ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
+                       device="cpu").to(device)
+    tok = torch.tensor([[s + [PAD] * (T - len(s)) for s in sols] for _, sols in texts],
+                       device="cpu").to(device)
+    for k, (prompts, sols) in enumerate(texts):
+        # each step padded to its own longest prompt and solution, as one step alone would be
+        p = ids[k, :, L - max(len(x) for x in prompts):]
+        t = tok[k, :, :max(len(s) for s in sols)]
+        yield (p, p != PAD), t, t != PAD
+
+
+def sft_texts(task, draw, n, rng, flawed=0.0):
+    """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
+    solutions come from the task's flawed teacher."""
+    probs = [draw() for _ in range(n)]
+    prompts = [task.encode(task.prompt(p)) for p in probs]
+    # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
+    # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
+    sols = [task.encode(task.flawed(p, rng) if rng.random() < flawed
+                        else task.solution(p, rng)) + [EOS] for p in probs]
+    return prompts, sols
+
+
+def sft_log(run, bar, step, losses, printed):
+    """The losses of the steps up to ``step``, read back at once: their lines of
+    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
+    (and before any checkpoint of a diverged model)."""
+    values = torch.stack(losses).tolist()
+    first = step - len(values) + 1
+    for k, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
+                                     f"diverged (try a smaller --sft_lr)")
+        run.out.log({"phase": "sft", "step": first + k, "loss": value})
+    bar.set_postfix(loss=f"{values[-1]:.3f}")
+    if bar.disable and run.master and printed:
+        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
+
+
 # ----------------------------------------------------------------------------- phase 2: RL
 
 def rl(run):
@@ -166,6 +156,11 @@ def rl(run):
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
                                      f"the last good checkpoint is kept") from None
+        if step <= MIXED_START_STEPS:  # one batch of 16 groups is noisy: average a few
+            state.sums["mixed_start_sum"] += rec["mixed"]
+            state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
+        if step == 1 and run.master and (hint := weak_start_hint(rec["mixed"], cfg)):
+            tqdm.write(hint)  # too few mixed groups: say how to strengthen the warm start
         run.out.log(rec)
         # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
         if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
@@ -175,6 +170,46 @@ def rl(run):
     bar.close()
 
 
+def reference_model(run):
+    """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
+    cfg = run.cfg
+    ref = GPT(run.raw.cfg).to(run.device)
+    # resumed in RL, the model has moved on: the reference comes back from its file
+    if run.state.phase == "rl":
+        path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
+        ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
+    else:
+        ref.load_state_dict(run.raw.state_dict())
+    return ref.eval().requires_grad_(False)
+
+
+LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mean reward of "
+          "the step's\n  samples; mixed: the share of groups with right and wrong rollouts "
+          "(only they carry\n  a signal)")
+LEGEND_LAB = ("; cancelled: the share of the step's shared-token coefficients that\n"
+              "  cancelled (the cancellation ledger, at the end)")
+
+
+def evaluate_warm_start(run, opt):
+    """RL step 0: the warm start's accuracy (and the lab's diagnostics), before any update."""
+    cfg, state = run.cfg, run.state
+    state.phase, state.step = "rl", 0
+    if cfg.sft_steps == 0 and not cfg.init_from:
+        run.out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
+    if run.master:
+        try:
+            acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device, run.decoder)
+            diag0 = run.inst.after(run.raw, {"eval_acc": acc0}) if run.inst else {}
+        except FloatingPointError as e:
+            raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
+        run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
+        state.sums.update(acc0=acc0, acc=acc0)
+        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
+        print(LEGEND + (LEGEND_LAB if run.inst else ""))
+    if cfg.rl_steps == 0:
+        run.out.checkpoint(state, opt)
+
+
 def rl_step(run, opt, ref_model):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
     cfg, state, step, lab_ = run.cfg, run.state, run.state.step, run.inst
@@ -182,7 +217,7 @@ def rl_step(run, opt, ref_model):
     # 1-2. each process samples its share of the groups and rewards them; then every one
     # holds the whole batch, so that advantages, the cut and the denominators are global
     batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
-                     cfg.prompts_per_step // run.world)
+                     cfg.prompts_per_step // run.world, run.decoder)
     batch.max_len = run.task.max_new_tokens  # dr_grpo's L_max: the completion budget
     batch = dist_utils.gather_rollouts(batch)
     if ref_model is not None:  # --beta: the frozen reference's log-probs of the same tokens
@@ -199,16 +234,11 @@ def rl_step(run, opt, ref_model):
     out = rl_update(run.model, opt, batch, cfg, state.gen, lab_)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
     rec.update({k: v for k, v in out.items() if k not in ("steps", "adv", "cut")})
-    if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
-        state.sums["mixed_start_sum"] += mixed
-        state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
-    if step == 1 and run.master and (hint := weak_start_hint(mixed, cfg)):
-        tqdm.write(hint)
     # 5. held-out greedy accuracy every --eval_every steps
     evaluating = step % cfg.eval_every == 0 or step == cfg.rl_steps
     if run.master and evaluating:
         state.sums["acc"] = rec["eval_acc"] = evaluate(run.raw, run.task, run.held_out, cfg,
-                                                       run.device)
+                                                       run.device, run.decoder)
     if lab_:  # the lab: what the update did (the ledger, the learning tax), its diagnostics
         rec.update(lab_.after(run.raw, rec, batch, out["adv"], out["cut"]))
     if run.master and evaluating:
@@ -244,6 +274,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
     denominators, then per micro-batch the log-probs, the loss and its backward, then the
     clip and the step. Returns its logged numbers."""
     objective = objective or objective_of(cfg)
+    # one process is rank 0 of a world of 1: every torchrun step below is then a no-op
     rank, world = dist_utils.rank_world()
     mask = batch.mask
     # this process's rows of mb (torchrun gives each rank a contiguous share), cut into
@@ -266,8 +297,10 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
             logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
         args = (batch.old_logprobs[rows], mask[rows], adv[rows], batch.group[rows])
         step = dict(shares(p), extra=loss_extra(cfg, model, hidden, batch, rows))
+        # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py)
         value, clip_frac = objective(logp, *args, step)
         stats = dict(step["extra"].stats, clip_frac=clip_frac, finite=torch.isfinite(value))
+        # the step's loss is the sum of its parts' (--norm=global), as if taken whole
         term = value / n_parts
         # DDP *averages* the ranks' gradients; each rank's term is its share of the step's
         # sum, so x world makes the average the sum (1 in one process)
@@ -315,10 +348,22 @@ def step_shares(model, batch, adv, mb, parts, cfg):
         whole = dist_utils.all_reduce_rows(ratio, torch.cat(parts), len(mb))
         weights = loss.dfpo_weights(whole, adv[mb], batch.group[mb], transform, bounds)
 
-    def of(p):
+    def of(p):  # --norm=local: each part its own counts, as some engines shipped
         own = counts if cfg.norm == "global" else counts_of(mb[p])
         return dict(own, weights=None if weights is None else weights[p])
     return of
+
+
+def objective_of(cfg):
+    """--loss's function, of (logp, old_logp, mask, adv, group, step): loss.LOSSES maps each
+    name to one (loss.grpo in the demo), and --clip's bounds are bound in. The engines'
+    catalogue adds its objectives to loss.LOSSES; a switch of its own (--beta, --agg,
+    --entropy_coef, ...) takes the catalogue's version of the objective (lab/objectives.py)."""
+    fn = loss.LOSSES[cfg.loss]
+    # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
+    if lab.objectives.switched(cfg):
+        fn = functools.partial(lab.objectives.catalogue_loss, cfg.loss)
+    return functools.partial(fn, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
 
 
 def on_policy(step):
@@ -328,21 +373,11 @@ def on_policy(step):
                                                                       on_policy=True)))
 
 
-def objective_of(cfg):
-    """--loss's function, of (logp, old_logp, mask, adv, group, step): loss.LOSSES maps each
-    name to one (loss.grpo in the demo), and --clip's bounds are bound in. The engines'
-    catalogue adds its objectives to loss.LOSSES; a switch of its own (--beta, --agg,
-    --entropy_coef, ...) takes the catalogue's version of the objective (lab/objectives.py)."""
-    fn = loss.LOSSES[cfg.loss]
-    if lab.objectives.switched(cfg):
-        fn = functools.partial(lab.objectives.catalogue_loss, cfg.loss)
-    return functools.partial(fn, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
-
-
 def loss_extra(cfg, model, hidden, batch, rows):
     """What an objective of the engines' catalogue may also read (the lesson's read none of
     it): the flags, the model and these rows' hidden states (token entropies), the frozen
     reference's log-probs (--beta); and where it leaves numbers to log."""
+    # the catalogue computes the token entropies once per part, and leaves them here
     return types.SimpleNamespace(
         cfg=cfg, model=getattr(model, "module", model), hidden=hidden,
         ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
@@ -362,99 +397,13 @@ def logprobs_of(net, batch, rows, cfg):
 def cancelled_text(rec):
     """The evaluation line's share of the shared tokens' coefficients that cancelled
     (the lab's ledger), or nothing without the lab."""
-    if "ledger_cancelled" not in rec:
+    if "ledger_cancelled" not in rec:  # --instruments=false: the lab measured nothing
         return ""
     done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
     return f"  cancelled {done}"
 
 
-def reference_model(run):
-    """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
-    cfg = run.cfg
-    ref = GPT(run.raw.cfg).to(run.device)
-    # resumed in RL, the model has moved on: the reference comes back from its file
-    if run.state.phase == "rl":
-        path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
-        ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
-    else:
-        ref.load_state_dict(run.raw.state_dict())
-    return ref.eval().requires_grad_(False)
-
-
-LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mean reward of "
-          "the step's\n  samples; mixed: the share of groups with right and wrong rollouts "
-          "(only they carry\n  a signal)")
-LEGEND_LAB = ("; cancelled: the share of the step's shared-token coefficients that\n"
-              "  cancelled (the cancellation ledger, at the end)")
-
-
-def evaluate_warm_start(run, opt):
-    """RL step 0: the warm start's accuracy (and the lab's diagnostics), before any update."""
-    cfg, state = run.cfg, run.state
-    state.phase, state.step = "rl", 0
-    if cfg.sft_steps == 0 and not cfg.init_from:
-        run.out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
-    if run.master:
-        try:
-            acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device)
-            diag0 = run.inst.after(run.raw, {"eval_acc": acc0}) if run.inst else {}
-        except FloatingPointError as e:
-            raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
-        run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
-        state.sums.update(acc0=acc0, acc=acc0)
-        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
-        print(LEGEND + (LEGEND_LAB if run.inst else ""))
-    if cfg.rl_steps == 0:
-        run.out.checkpoint(state, opt)
-
-
 # ----------------------------------------------------------------------------- main
-
-def summarise(run):
-    """The summary line of metrics.jsonl and the last printed lines."""
-    cfg, s = run.cfg, run.state.sums
-    mixed = s["mixed_at_start"]  # no mixed fraction without an RL step
-    summary = {
-        "warm_start_acc": s["acc0"],
-        **({} if mixed is None else {"mixed_at_start": mixed}),
-        "final_acc": s["acc"],
-        "gain": s["acc"] - s["acc0"],
-        "seconds": round(time.time() - run.t0, 1),
-    }
-    lines = run.inst.finish(summary) if run.inst else []  # the lab's: the cancellation ledger
-    run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
-    run.out.close()
-    print(summary_line(summary, cfg))
-    for line in lines:
-        print(line)
-    print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
-    return summary
-
-
-def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
-    """After every check: join the process group, write the config, SFT, RL, the summary."""
-    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
-    sft_steps = 0 if cfg.init_from else cfg.sft_steps
-    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
-                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
-    if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
-        rundir.start_writing(cfg, found, resolved, saved)
-    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    # every rank draws its own problems and samples: its own streams, seeded by rank
-    state = checkpoint.RunState(
-        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
-        sol_rng=random.Random(cfg.seed + 1 + rank),
-        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
-        saved=saved,
-    )
-    inst = lab.Instruments(cfg, state, rank == 0, task, held_out) if cfg.instruments else None
-    run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
-              rank, world, inst)
-    if state.phase == "sft" and sft_steps > 0:
-        sft(run)
-    rl(run)
-    return summarise(run) if run.master else {}
-
 
 def main(cfg, given=None):
     """One run of train.py: the checks, then the phases; returns the summary (rank 0).
@@ -479,6 +428,66 @@ def main(cfg, given=None):
     finally:  # every exit path leaves the process group (a barrier first only after a clean run)
         rundir.unlock(lock)
         dist_utils.teardown(clean=summary is not None)
+    return summary
+
+
+def initial_model(cfg, device):
+    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win)."""
+    if cfg.init_from:
+        model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
+        return rundir.init_from_checks(cfg, model, ck), model
+    # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
+    # the coupling of two tokens through it can be measured (lab/probes.py, THEORY.md 4)
+    gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
+                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
+    return cfg, GPT(gpt).to(device)
+
+
+def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
+    """After every check: join the process group, write the config, SFT, RL, the summary."""
+    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
+    sft_steps = 0 if cfg.init_from else cfg.sft_steps
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
+                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
+    if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
+        rundir.start_writing(cfg, found, resolved, saved)
+    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
+    # every rank draws its own problems and samples: its own streams, seeded by rank
+    state = checkpoint.RunState(
+        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
+        sol_rng=random.Random(cfg.seed + 1 + rank),
+        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
+        saved=saved,
+    )
+    # the lab's instruments, or None: --instruments=false runs the plain loop
+    inst = (lab.instruments.Instruments(cfg, state, rank == 0, task, held_out)
+            if cfg.instruments else None)
+    run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
+              rank, world, inst, fast_decode.for_run(cfg, device))
+    if state.phase == "sft" and sft_steps > 0:
+        sft(run)
+    rl(run)
+    return summarise(run) if run.master else {}
+
+
+def summarise(run):
+    """The summary line of metrics.jsonl and the last printed lines."""
+    cfg, s = run.cfg, run.state.sums
+    mixed = s["mixed_at_start"]  # no mixed fraction without an RL step
+    summary = {
+        "warm_start_acc": s["acc0"],
+        **({} if mixed is None else {"mixed_at_start": mixed}),
+        "final_acc": s["acc"],
+        "gain": s["acc"] - s["acc0"],
+        "seconds": round(time.time() - run.t0, 1),
+    }
+    lines = run.inst.finish(summary) if run.inst else []  # the lab's: the cancellation ledger
+    run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
+    run.out.close()
+    print(summary_line(summary, cfg))
+    for line in lines:
+        print(line)
+    print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
     return summary
 
 

@@ -21,4 +21,3 @@ scoreboard (experiments/), the bench (bench.py), the pictures (see.py, plot.py).
 """
 
 from lab import estimators, objectives  # noqa: E402,F401 (they join loss.py's registries)
-from lab.instruments import Instruments  # noqa: E402,F401

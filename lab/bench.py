@@ -3,7 +3,7 @@
 * ``matmul_peak``: GFLOP/s of a square ``torch.mm`` (2048 x 2048), this
   machine's reference peak for the MFU below.
 * ``sampler``: tokens/s of ``sampler.sample`` with the KV cache, with full
-  recompute (``use_cache=False``) and with the fixed-shape decoder (``static=True``, a
+  recompute (``use_cache=False``) and with the fixed-shape decoder (``fast_decode.decoder``, a
   CUDA graph on a GPU), same model, prompts and seed, and their ratios. 128 rollouts
   (16 add prompts x 8) of exactly 32 new tokens: the EOS
   logit is pinned to -1e4 (``no_eos``), so no row stops early and N * T token
@@ -84,7 +84,7 @@ import loss
 import toy_tasks
 import train
 from plumbing.config import Config, check_out_dir, parse_args
-from plumbing import checkpoint, errors
+from plumbing import checkpoint, errors, fast_decode
 from plumbing.errors import CliError
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
@@ -192,7 +192,7 @@ def bench_sampler(model, P, device):
         gen = torch.Generator(device=device).manual_seed(0)
         with train.amp(Config(), device):  # as train.rollouts samples
             return sample(model, prompts, G, T, 1.0, generator=gen, use_cache=use_cache,
-                          static=static)
+                          decoder=fast_decode.decoder if static else None)
     kv = median_time(lambda: run(True), P["repeats"], device)
     full = median_time(lambda: run(False), P["recompute_repeats"], device)
     # the fixed-shape decoder (a CUDA graph on a GPU, train.py's --static_decode)

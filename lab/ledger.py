@@ -34,6 +34,7 @@ credit (``ledger_verdict``) and a flag that removes it (``ledger_remedies``);
 diagnostics.py's ``shared_dlogp`` measures what the update did to those tokens.
 """
 
+import textwrap
 from dataclasses import replace
 
 import torch
@@ -41,7 +42,7 @@ import torch
 import batching
 import loss
 from lab import estimators, objectives, residuals
-from plumbing.config import parse_args, validate
+from plumbing.config import validate
 from plumbing.console import MIXED_HINT_FLAGS
 from plumbing.errors import CliError
 
@@ -150,7 +151,7 @@ def ledger_remedies(part, cfg):
         no_kl = {"beta": 0.0} if cfg.beta > 0 else {}
         if "on-policy" in obj.cancels:
             out.append(({"agg": "auto", **no_kl}, "the objective's own equal weights"))
-        for name in ("dr_grpo", "dapo"):
+        for name in ("dapo", "dr_grpo"):  # dapo: GRPO's own Â, only the weights made equal
             if name != cfg.loss:
                 out.append(({"loss": name, "agg": "auto", **no_kl}, "an objective with equal "
                             "weights"))
@@ -184,33 +185,17 @@ def ledger_caveats(cfg):
 
 # ----------------------------------------------------------------------------- the run's last lines
 
-# lab/experiments/demo_ledger.py over seeds 0-9 (results/demo_ledger.json; a test checks these):
-# shared_dlogp_mean, grpo - dr_grpo: mean, 95 % t half-width, smallest detectable, margin
-DEMO_SHARED_DLOGP = (6.7e-6, 3.0e-5, 4.1e-5, 1e-4)
-# the flags of that comparison's runs besides --loss (a run with others is another comparison)
-DEMO_FLAGS = ("task", "digits", "scratchpad", "n_layer", "n_head", "n_embd", "sft_steps",
-              "sft_batch", "sft_lr", "sft_flawed", "rl_steps", "prompts_per_step", "group_size",
-              "temperature", "top_k", "lr", "optimizer", "grad_clip", "adv", "agg", "clip",
-              "clip_low", "clip_high", "dual_clip", "beta", "entropy_coef",
-              "top_entropy_quantile", "off_policy_mask_threshold", "batching", "minibatches",
-              "epochs", "micro_batch", "norm", "permute_rewards")
-
-
-def is_demo(cfg):
-    """Is this run one of the committed comparison's (the demo, any seed, grpo or dr_grpo)?"""
-    demo = parse_args([f"--loss={cfg.loss}"], check=False) if cfg.loss in (
-        "grpo", "dr_grpo") else None
-    return demo is not None and all(getattr(cfg, k) == getattr(demo, k) for k in DEMO_FLAGS)
-
-
-def demo_finding():
-    """The committed comparison of grpo and dr_grpo on the demo, as a cited result."""
-    d, h, mde, margin = DEMO_SHARED_DLOGP
-    return ["committed result, seeds 0-9 of this demo (results/README.md, the demo's ledger):",
-            f"  grpo - dr_grpo (equal weights, no division by sigma) in that change: {d:+.1e}",
-            f"  +- {h:.1e} nats per RL step: no difference detected (smallest detectable "
-            f"{mde:.1e})", f"  and inside a lenient +-{margin:.0e} margin: here --loss=dr_grpo "
-            "did not", "  measurably change those tokens"]
+def by_construction(cfg):
+    """The ledger's parts that this run's flags make zero whatever the data (up to float
+    error): {part: (why, the flag that would make it non-zero)}."""
+    out = {}
+    if cfg.minibatches == 1 and cfg.epochs == 1:  # one on-policy step per rollout batch
+        out["ratios"] = ("no data is reused", "--epochs=2 reuses it")
+        out["split"] = ("one optimizer step takes every group", "--minibatches=2 splits them")
+    if estimators.ESTIMATORS[cfg.adv].centred:
+        out["uncentred"] = (f"--adv={cfg.adv} is centred in each group",
+                            "--adv=batch_whiten is not")
+    return out
 
 
 def percent(share):
@@ -254,16 +239,20 @@ def ledger_lines(summary, cfg):
            "a shared token: one that several rollouts of a group write after the same history;",
            "of its copies' coefficients, summed over the steps:",
            f"  {'cancelled inside an optimizer step':44s} {percent(shares['cancelled']):>8s}"]
+    zero = {p: w for p, w in by_construction(cfg).items() if shares[p] <= LEDGER_ZERO}
     for p, words in ROWS.items():
         fix = remedy(p, cfg) if p != "credit" and shares[p] > LEDGER_ZERO else ""
         out.append(f"  {words:44s} {percent(shares[p]):>8s}" + (f"   {fix} removes it"
-                                                               if fix else ""))
+                                                               if fix else "")
+                   + (" *" if p in zero else ""))
     out.append("  (the parts can offset each other: they need not add up to 100 %)")
+    if zero:  # a 0 that the flags guarantee is no finding: say so, and what would change it
+        why = "; ".join(f"{w} ({flag})" for w, flag in zero.values())
+        out += textwrap.wrap(f"* zero by construction in this run: {why}", 98,
+                             initial_indent="  ", subsequent_indent="    ")
     out += verdict_lines(shares, cfg)
     out += [f"group-shared tokens (every rollout of a mixed group writes them before it diverges):",
             f"  mean log-prob change {summary['shared_dlogp_mean']:+.1e} nats per RL step"]
-    if is_demo(cfg) and cfg.loss == "grpo":
-        out += demo_finding()
     return out
 
 

@@ -243,6 +243,8 @@ def register(obj):
             f"objective {obj.name!r}: unknown regimes {sorted(obj.cancels - EVERY_REGIME)}"
         )
     OBJECTIVES[obj.name] = obj
+    # one the lesson does not have joins loss.LOSSES, so train.py finds every --loss there
+    loss.LOSSES.setdefault(obj.name, lambda *args, **kw: catalogue_loss(obj.name, *args, **kw))
     return obj
 
 
@@ -488,7 +490,3 @@ def catalogue_loss(name, logp, old_logp, mask, adv, group, step, clip):
     x.stats.update(stats)
     return value, clip_frac
 
-
-# every objective the lesson does not have joins its registry, so train.py finds every --loss
-for _name in OBJECTIVES:
-    loss.LOSSES.setdefault(_name, functools.partial(catalogue_loss, _name))

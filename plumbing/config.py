@@ -117,7 +117,7 @@ class Config:
     bf16: str = _f("auto", "bf16 autocast: auto (on with cuda) | true | false")
     compile: bool = _f(False, "torch.compile the model's forward pass")
     static_decode: str = _f("auto", "decode with fixed shapes, replayed as a CUDA graph: auto (on "
-                            "with cuda) | true | false (sampler.StaticDecoder)")
+                            "with cuda) | true | false (plumbing/fast_decode.py)")
     out_dir: str = _f("out", "where config.json, metrics.jsonl and checkpoints go")
     resume: bool = _f(False, "continue the run in --out_dir from its last checkpoint (ckpt.pt)")
     overwrite: bool = _f(False, "replace the run in --out_dir (its files are deleted)")

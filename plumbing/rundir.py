@@ -374,6 +374,7 @@ class Run:
     rank: int
     world: int
     inst: object = None
+    decoder: object = None       # the sampler's fixed-shape decode step (GPU), or None
     t0: float = field(default_factory=time.time)
 
     @property

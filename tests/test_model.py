@@ -215,15 +215,17 @@ def test_sft_batches_in_bulk_are_the_batches_step_by_step():
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
 def test_the_static_decoder_samples_what_the_full_recompute_samples(temperature):
-    """sample(static=True): one decode step of fixed shapes over the whole preallocated cache
+    """sample(decoder=fast_decode.decoder): one decode step of fixed shapes over the whole
+    preallocated cache
     (what a CUDA graph replays on a GPU; run as it is on the CPU). Same tokens as the
     reference that recomputes every sequence, log-probs to 1e-5, and again on a second call,
     which reuses the decoder of that shape with other prompts."""
+    from plumbing import fast_decode
     m = tiny(7)
     for seed, prompts in ((0, mixed_prompts()), (1, mixed_prompts()[::-1])):
         outs = [sample(m, prompts, 4, 6, temperature=temperature,
                        generator=torch.Generator().manual_seed(seed), **kw)
-                for kw in ({"use_cache": False}, {"static": True})]
+                for kw in ({"use_cache": False}, {"decoder": fast_decode.decoder})]
         assert torch.equal(outs[0].tokens, outs[1].tokens)
         torch.testing.assert_close(outs[0].old_logprobs, outs[1].old_logprobs, atol=1e-5, rtol=0)
 
@@ -231,9 +233,10 @@ def test_the_static_decoder_samples_what_the_full_recompute_samples(temperature)
 def test_static_decode_is_a_flag_that_names_its_choices():
     from plumbing.config import parse_args
     from plumbing.errors import CliError
-    import sampler
-    assert not sampler.static_decode(parse_args([], check=False), "cpu")
-    assert sampler.static_decode(parse_args([], check=False), "cuda")
-    assert sampler.static_decode(parse_args(["--static_decode=true"], check=False), "cpu")
+    from plumbing import fast_decode
+    assert fast_decode.for_run(parse_args([], check=False), "cpu") is None
+    assert fast_decode.for_run(parse_args([], check=False), "cuda") is fast_decode.decoder
+    assert fast_decode.for_run(parse_args(["--static_decode=true"], check=False), "cpu") \
+        is fast_decode.decoder
     with pytest.raises(CliError, match="--static_decode takes auto, true or false"):
         parse_args(["--static_decode=maybe"])

@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 import batching
+import loss
 import train
 from plumbing.config import parse_args
 from plumbing.errors import CliError
@@ -53,7 +54,7 @@ SMALL = [
 def toy():
     objectives.register(TOY)
     yield TOY
-    del objectives.OBJECTIVES["toy"]
+    del objectives.OBJECTIVES["toy"], loss.LOSSES["toy"]
 
 
 def test_train_runs_a_registered_objective_on_its_own_estimator(toy, tmp_path):

@@ -115,7 +115,7 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
 
 @pytest.mark.parametrize("flags", [[], ["--beta=0.1"]])  # the lesson's grpo, the catalogue's
 def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch, flags):
-    real, real_grpo = objectives.policy_loss, objectives.OBJECTIVES["grpo"].lesson
+    real, real_grpo = objectives.policy_loss, loss.LOSSES["grpo"]
 
     def nan_loss(*a, **k):
         total, stats = real(*a, **k)
@@ -125,8 +125,7 @@ def test_non_finite_loss_stops_with_the_step(tmp_path, monkeypatch, flags):
         total, clip_frac = real_grpo(*a, **k)
         return total * float("nan"), clip_frac
     monkeypatch.setattr(objectives, "policy_loss", nan_loss)
-    monkeypatch.setitem(objectives.OBJECTIVES, "grpo", dataclasses.replace(
-        objectives.OBJECTIVES["grpo"], lesson=nan_grpo))
+    monkeypatch.setitem(loss.LOSSES, "grpo", nan_grpo)
     with pytest.raises(FloatingPointError, match="step 1"):
         run_main(tmp_path, *flags)
 
