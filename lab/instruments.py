@@ -80,13 +80,15 @@ class Instruments:
             at_old = old.detach().clone().requires_grad_()
             coef_on[p] = residuals.coefficients(loss_at(at_old), at_old).detach().float() \
                 / n_parts
-        out = dist_utils.step_means(acc, len(mb), coef.device)
+        keys = sorted(acc)  # the same order on every rank, for one all-reduce
+        stats = dist_utils.all_reduce_sum(torch.stack([acc[k] for k in keys]))
         coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
         coef_on = dist_utils.all_reduce_sum(coef_on)
-        coef, coef_on, adv, mb = to_host(coef, coef_on, adv, mb)  # one read per step
+        stats, coef, coef_on, adv, mb = to_host(stats, coef, coef_on, adv, mb)  # one read
         self.steps.append((mb, coef, coef_on))
         b = self.batch
         with host():
+            out = {k: v / len(mb) for k, v in zip(keys, stats.tolist())}  # row-weighted means
             group, mask = b.group[mb], b.mask[mb]
             out["first_token_residual"] = residuals.first_token_residual(coef, group)
             out["exch_residual"] = residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,

@@ -236,7 +236,7 @@ def ledger_lines(summary, cfg):
     if summary["ledger_mass"] == 0:
         return [head + ": the shared tokens got no coefficient, so nothing could cancel"]
     out = [head,
-           "a shared token: one that several rollouts of a group write after the same history;",
+           "a shared token: one that two or more rollouts of a group write after one history;",
            "of its copies' coefficients, summed over the steps:",
            f"  {'cancelled inside an optimizer step':44s} {percent(shares['cancelled']):>8s}"]
     zero = {p: w for p, w in by_construction(cfg).items() if shares[p] <= LEDGER_ZERO}
