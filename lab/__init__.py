@@ -19,3 +19,5 @@ seam, and train.py is the only lesson file that touches it:
 The rest is the lab's own: the probes of E1-E6 (probes.py), the experiments and the
 scoreboard (experiments/), the bench (bench.py), the pictures (see.py, plot.py).
 """
+
+from lab import checks  # noqa: E402,F401  (registers the lab's flags and rules in plumbing)
