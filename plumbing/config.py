@@ -184,18 +184,18 @@ class Parser(argparse.ArgumentParser):
         raise CliError(f"{flag} {why}")
 
 
+BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+         "0": False, "false": False, "no": False, "off": False}
+
+
 def _typed(typ):
-    """argparse's type= for a field: bools read true/false, numbers say what they take."""
+    """argparse's type= for a field: a bool reads true/false, a number says what it takes."""
     def convert(raw):
-        if typ is bool and raw.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
-            return raw.lower() in ("1", "true", "yes", "on")
         try:
-            if typ is not bool:
-                return typ(raw)
-        except ValueError:
-            pass
-        raise argparse.ArgumentTypeError("takes " + {bool: "true or false", int: "an integer"}.get(
-            typ, "a number" if typ is float else "a string") + f", got {raw!r}")
+            return BOOLS[raw.lower()] if typ is bool else typ(raw)
+        except (KeyError, ValueError):
+            what = {bool: "true or false", int: "an integer", float: "a number"}[typ]
+            raise argparse.ArgumentTypeError(f"takes {what}, got {raw!r}") from None
     return convert
 
 
@@ -466,14 +466,12 @@ def available_memory():
 
 
 def _writable(flag, path, d):
-    """A file can be created in folder d (os.access says yes to root, also in /proc):
-    probed with a temp file that vanishes at once."""
+    """A file can be created in folder d, probed with a temp file that vanishes at once
+    (os.access says yes to root, also in /proc)."""
     try:
-        with tempfile.TemporaryFile(dir=d):
-            pass
+        tempfile.TemporaryFile(dir=d).close()
     except OSError as e:
-        raise CliError(f"{flag}={path}: cannot write in {d} "
-                       f"({e.strerror or type(e).__name__})") from None
+        raise CliError(f"{flag}={path}: cannot write in {d} ({e.strerror})") from None
 
 
 def check_out_file(path, flag, exts):
