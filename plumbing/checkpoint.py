@@ -76,15 +76,13 @@ def _size(mode, write):
         write(buf)
     except Exception:
         return None
-    data = buf.getvalue()
-    return len(data if isinstance(data, bytes) else data.encode())
+    return len(buf.getvalue() if "b" in mode else buf.getvalue().encode())
 
 
 def _free(path):
-    try:
+    with contextlib.suppress(OSError):
         return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-    except OSError:
-        return 0
+    return 0
 
 
 def size_text(n):
@@ -98,24 +96,21 @@ def no_space(path, need=None):
     return OSError(errno.ENOSPC, why, path)
 
 
-def atomic_save(obj, path):
-    """torch.save ``obj`` to ``path`` atomically."""
+def atomic_save(obj, path):  # torch.save, atomically
     _atomic_write(path, "wb", lambda f: torch.save(obj, f))
 
 
-def atomic_write_text(text, path):
-    """The same for a small text file (config.json, an experiment's JSON)."""
+def atomic_write_text(text, path):  # a small text file: config.json, an experiment's JSON
     _atomic_write(path, "w", lambda f: f.write(text))
 
 
-def atomic_write_bytes(data, path):
-    """The same for bytes (a figure, drawn into memory first)."""
+def atomic_write_bytes(data, path):  # bytes: a figure, drawn into memory first
     _atomic_write(path, "wb", lambda f: f.write(data))
 
 
 def atomic_savefig(fig, path, **savefig):
-    """A matplotlib figure's fig.savefig(path), drawn into memory, then written atomically:
-    a failed write (a full disk) leaves the earlier figure whole."""
+    """fig.savefig(path), drawn into memory, then written atomically: a failed write (a
+    full disk) leaves the earlier figure whole."""
     buf = io.BytesIO()
     fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", **savefig)
     atomic_write_bytes(buf.getvalue(), path)

@@ -114,10 +114,7 @@ def flag_text(v):
 def init_from_checks(cfg, model, ck):
     """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
     are ignored (a warning), size flags that contradict the checkpoint are an error."""
-    t = ck["task"]
-    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-        raise CliError(f"checkpoint was trained on task {t}, not on "
-                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    same_task(cfg, ck, "checkpoint")
     for k in ("n_layer", "n_head", "n_embd"):
         mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
         if mine != theirs and mine != default_of(k, cfg.task):
@@ -129,6 +126,13 @@ def init_from_checks(cfg, model, ck):
         print(f"warning: {', '.join('--' + k for k in ignored)} ignored: --init_from skips SFT",
               file=sys.stderr)
     return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
+
+
+def same_task(cfg, ck, where):
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"{where} was trained on task {t}, not on task={cfg.task} "
+                       f"digits={cfg.digits} scratchpad={cfg.scratchpad}")
 
 
 def inside(path, folder):
@@ -173,10 +177,7 @@ def open_run(cfg, world=1, given=None):
         if checkpoint.is_cuda_generator_state(st["torch_gen"].cpu()) != (device == "cuda"):
             raise CliError(f"{where} was sampled on another device than this run's {device}, "
                            f"so its random streams cannot continue")
-    t = ck["task"]
-    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-        raise CliError(f"{where} was trained on task {t}, not on this run's task={cfg.task} "
-                       f"digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    same_task(cfg, ck, where)
     if saved["world"] != world:
         raise CliError(f"--resume: the run was trained by {saved['world']} process(es) and this "
                        f"is {world}; each process restores its own random streams, so resume "
