@@ -228,14 +228,11 @@ def given_flags(argv, cls=Config):
 
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
-    if any(a in ("-h", "--help") for a in argv):
-        if cls is not Config:
-            print(usage(cls, doc))
-            sys.exit(0)
-        # the defaults of the task asked for: --task=chain --help shows chain's
+    if any(a in ("-h", "--help") for a in argv):  # --task=chain --help: chain's defaults
         task = next((a.partition("=")[2] for a in argv if a.startswith("--task=")), Config.task)
-        print(usage(cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task))
-              + (f"\n\ndefaults shown for --task={task}" if task in TASK_DEFAULTS else ""))
+        print(usage(cls, doc) if cls is not Config else usage(
+            cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task))
+            + (f"\n\ndefaults shown for --task={task}" if task in TASK_DEFAULTS else ""))
         sys.exit(0)
     ns, extra = parser(cls).parse_known_args(argv)
     for a in extra:
@@ -436,11 +433,9 @@ def compiler_works():
 
 
 def memory_estimate(cfg):
-    """Bytes a run needs, roughly: fp32 weights, grads and AdamW's two moments (16 B a
-    parameter), the activations of one rollout batch (about 20 floats per layer,
-    token and width, kept for the backward pass), and the KV cache of the largest
-    sampling call (rollouts, the greedy evaluation, or --diagnostics' 2k samples
-    for each of 64 problems), held twice while a group's prompt cache is copied."""
+    """Bytes a run needs, roughly: weights, grads and AdamW's moments (16 B a parameter),
+    one rollout batch's activations (about 20 floats per layer, token and width), and
+    the KV cache of the largest sampling call, held twice while a prompt's is copied."""
     params = 12 * cfg.n_layer * cfg.n_embd ** 2 + cfg.n_embd * (2 * 32 + BLOCK_SIZE)
     acts = cfg.prompts_per_step * cfg.group_size * BLOCK_SIZE * cfg.n_layer * cfg.n_embd * 20 * 4
     rows = max(cfg.prompts_per_step * cfg.group_size, cfg.eval_size,
@@ -451,18 +446,13 @@ def memory_estimate(cfg):
 
 def available_memory():
     """Physical memory of this machine, or of its largest CUDA device if that is larger."""
+    import torch
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         ram = 2 ** 40
-    try:
-        import torch
-        if torch.cuda.is_available():
-            ram = max(ram, max(torch.cuda.get_device_properties(i).total_memory
-                               for i in range(torch.cuda.device_count())))
-    except Exception:
-        pass
-    return ram
+    return max([ram] + [torch.cuda.get_device_properties(i).total_memory
+                        for i in range(torch.cuda.device_count())])
 
 
 def _writable(flag, path, d):
