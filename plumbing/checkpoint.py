@@ -302,11 +302,10 @@ def validate_state(s, shapes=None):
 
 
 def check_optimizer(saved, build, what):
-    """A saved optimizer state_dict against the optimizer ``build(params)`` makes (``what``
-    names it): the same hyperparameters (the learning rate aside: the run's config is
-    compared with it), and per parameter the state it keeps (AdamW: a step and two
-    moments; SGD with momentum: a buffer; plain SGD: nothing). ValueError names the
-    first difference: another optimizer would load it silently and fail at its step."""
+    """A saved optimizer state_dict against the optimizer ``build(params)`` makes (``what``):
+    the same hyperparameters (lr aside) and per parameter the state it keeps (AdamW: a step
+    and two moments; SGD: a buffer or nothing). ValueError names the first difference:
+    another optimizer would load it silently and fail at its first step."""
     p = torch.nn.Parameter(torch.zeros(1, device="cpu"))
     fresh = build([p])
     p.grad = torch.zeros(1, device="cpu")
@@ -355,10 +354,9 @@ LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "le
 
 
 def new_sums():
-    """The running sums of a run: the last evaluation, the warm start's accuracy, the
-    mixed fraction at the start of RL (and its running sum), the learning tax so far,
-    the summed exch_residual (the summary's mean), the warm start's diagnostics (the
-    reference of drift), and the cancellation ledger's sums (LEDGER_SUMS)."""
+    """The running sums of a run: the last evaluation and the warm start's, the mixed
+    fraction at the start of RL, the learning tax, the summed exch_residual, the warm
+    start's diagnostics (drift's reference), and the ledger's sums (LEDGER_SUMS)."""
     return {"acc0": None, "acc": None, "mixed_at_start": None, "mixed_start_sum": 0.0,
             "tax_sum": 0.0, "tax_interior_sum": 0.0,
             "exch_sum": 0.0, "diag_ref": None, **{k: 0.0 for k in sorted(LEDGER_SUMS)}}

@@ -78,12 +78,10 @@ def saved_config(path):
 
 
 def resumed_config(cfg, given=None):
-    """The config of the run in cfg.out_dir, from its config.json alone. A flag given
-    now (``given``: {name: value}, the command line's) that differs from the saved
-    value is refused, also one set back to its default; a flag the run predates takes
-    its default, which is what the older version did (``--adv=auto`` resolves to the
-    saved objective's own estimator). Without ``given`` (a Config built in code), the
-    flags that differ from their defaults count as given."""
+    """The config of the run in cfg.out_dir, from its config.json alone. A flag given now
+    (``given``, the command line's; None: those that differ from their defaults) that
+    differs from the saved value is refused, also one set back to its default; a flag the
+    run predates takes its default, as the older version did (--adv: the loss's own)."""
     path = os.path.join(cfg.out_dir, "config.json")
     saved = saved_config(path)
     if given is None:
@@ -145,11 +143,10 @@ def inside(path, folder):
 # ----------------------------------------------------------------------------- a run's folder
 
 def open_run(cfg, world=1, given=None):
-    """Check --out_dir, --resume and --overwrite before anything is written.
-    Returns (cfg, device, found, model, saved): the config to run (a resumed run's own),
-    the device it runs on (a resumed run's own: its random streams belong to that
-    device), the run files already there, and for --resume with a ckpt.pt its model
-    and resume state (else None, None). Raises Finished for a finished run's --resume."""
+    """Check --out_dir, --resume and --overwrite before anything is written. Returns
+    (cfg, device, found, model, saved): the config and device to run on (a resumed run's
+    own: its random streams belong to that device), the run files already there, and for
+    --resume its model and resume state (else None). Finished: a finished run's resume."""
     found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
     if found and not (cfg.resume or cfg.overwrite):
         raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
@@ -219,9 +216,8 @@ def finished(out_dir):
 
 
 def check_saved_config(cfg, theirs, out_dir):
-    """config.json (``cfg``, as resumed_config read it) against the config its ckpt.pt was
-    written with (``theirs``), every flag but those a resume may change and --device (the
-    checkpoint keeps it as given: "auto"): a config.json edited by hand would continue
+    """config.json (``cfg``) against the config ckpt.pt was written with (``theirs``), but
+    KEEP and --device (kept as given: "auto"): a config.json edited by hand would continue
     the run under flags it was not trained with."""
     for name in (f.name for f in fields(Config) if f.name not in KEEP + ("device",)):
         mine, old = getattr(cfg, name), theirs.get(name, default_of(name, cfg.task))
@@ -253,10 +249,9 @@ def check_saved_optimizer(cfg, saved, out_dir):
 
 
 def lock_run(cfg, found):
-    """The last check before writing: create --out_dir if needed and take an
-    exclusive flock on it (held until the process ends or ``unlock``). Refuses
-    if another process holds it, or if the folder's run files changed since
-    ``open_run`` looked. Returns the locked file descriptor."""
+    """The last check before writing: an exclusive flock on --out_dir (made if needed), held
+    until the process ends or ``unlock``; refused if another process holds it or the run
+    files changed since ``open_run`` looked. Returns the locked file descriptor."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     fd = os.open(cfg.out_dir, os.O_RDONLY)
     try:
