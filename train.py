@@ -413,7 +413,12 @@ def main(cfg, given=None):
     rank, local_rank, world = dist_utils.env_world()
     dist_utils.check_world(cfg, world)
     # every check before anything is written; on --resume, the saved config, device and model
-    cfg, device, found, model, saved = rundir.open_run(cfg, world, given)
+    try:
+        cfg, device, found, model, saved = rundir.open_run(cfg, world, given)
+    except rundir.Finished as done:  # --resume of a finished run: nothing to run or write
+        if rank == 0:
+            print(done)
+        return done.summary
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
     # the same initial model on every rank: DDP assumes the replicas start equal
     torch.manual_seed(cfg.seed)

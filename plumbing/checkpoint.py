@@ -1,61 +1,39 @@
-"""checkpoint.py: atomic checkpoints, their schema, and what a run needs to resume exactly.
+"""checkpoint.py: atomic checkpoints, and what a run needs to resume exactly.
 
 What it teaches
 ---------------
-1. **An atomic write.** A checkpoint is first written to a temp file in the
-   same folder (``ckpt.pt.tmp<pid>``); the file is flushed and ``fsync``-ed,
-   so its bytes are on disk, and only then ``os.replace``-d over the old one.
-   ``os.replace`` is atomic on one file system: a reader (or a run killed at
-   any instant) sees either the old checkpoint or the new one, never half of
-   one. The folder is fsync-ed as well, so that the rename itself survives a
-   power cut. On any failure the temp file is removed; temp files that a
-   killed process left behind are cleared when the next run starts. Every
-   file the project writes goes this way (config.json, the experiments' JSON,
-   figures: ``atomic_savefig``), and a full disk is one OSError naming the
-   file and the bytes it needs (``no_space``): the earlier file stays whole.
-
-2. **What a resumable state holds.** The weights alone restart a *different*
-   run. To continue a run so that it is the same, to the bit, as one that
-   was never stopped, a checkpoint must also hold everything that decides the
-   next step:
-
-   * the optimizer state (AdamW's moments and step counts);
-   * the phase (``sft`` or ``rl``) and the last finished step;
-   * every random state: the torch generator that samples rollouts and
-     mini-batch cuts, torch's global generator, python's ``random``, the
-     problem stream (toy_tasks.train_sampler's ``random.Random``) and the SFT
-     solution generator, *of every rank*: under torchrun each process draws
-     its own problems and samples, so rank 0 saves all ranks' streams
-     (gathered) and each rank restores its own; ``world`` records how many;
-   * running sums (the learning tax's ``tax_sum``, the last evaluation, the
-     summary so far);
-   * how many bytes of ``metrics.jsonl`` belong to it: lines written after the
-     checkpoint are cut away on resume and written again, identically.
-
-3. **Validation.** ``load_checkpoint`` checks the whole schema (keys, types,
-   sizes against the task's block size and vocabulary, finite weights, and the
-   resume state: step, world, every random stream, the sums, the optimizer's
-   moments against the parameters' shapes) and turns each violation into one
-   line (config.CliError) naming the field, so that a corrupt or foreign file
-   never ends in a traceback, and a resume it refuses has changed nothing.
-   ``check_optimizer`` compares a saved optimizer state with the optimizer
-   the run would load it into (rundir.py calls it on --resume).
+1. **An atomic write.** A file is first written to a temp file in the same folder
+   (``ckpt.pt.tmp<pid>``), flushed and ``fsync``-ed, and only then ``os.replace``-d
+   over the old one: a reader, or a run killed at any instant, sees the old file or
+   the new one, never half of one. Every file the project writes goes this way, and a
+   full disk is one OSError naming the file and the bytes it needs (``no_space``).
+2. **What a resumable state holds.** The weights alone restart a *different* run. To
+   continue one so that it is the same, to the bit, a checkpoint also holds the
+   optimizer state, the phase and last step, every random stream of every rank (the
+   rollouts' generator, torch's and python's global ones, the problem stream, the SFT
+   teacher's), the running sums, and how many bytes of metrics.jsonl belong to it.
+3. **Validation.** ``load_checkpoint`` turns a corrupt or foreign file into one line
+   naming the field: torch's ``load_state_dict(strict=True)`` checks the weights' keys
+   and shapes; the rest (sizes, random states, the optimizer's moments) is checked here
+   by trying each on a throwaway copy, so a refused resume has changed nothing.
 """
 
+import contextlib
 import errno
 import io
 import os
 import random
 import re
 import shutil
+import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 import toy_tasks
-from plumbing.errors import CliError
 from model import GPT, GPTConfig
+from plumbing.errors import CliError
 
 KINDS = ("warm_start", "sft", "rl")
 # the temp files of the atomic writes: checkpoints, JSON records and figures
@@ -65,10 +43,8 @@ TEMP = re.compile(r".+\.(pt|json|png|pdf|svg|jpg|jpeg)\.tmp(\d+)$")
 # ----------------------------------------------------------------------------- atomic writes
 
 def _atomic_write(path, mode, write):
-    """Call write(f) on a temp file next to ``path``, flush and fsync it, os.replace
-    it onto ``path``, then fsync the folder; the temp file never outlives a failure.
-    A full disk is one OSError naming ``path`` and the space it needs (no_space):
-    the earlier file is left as it was."""
+    """write(f) on a temp file next to ``path``, flushed, fsync-ed and os.replace-d onto
+    ``path``, then the folder fsync-ed; the temp file never outlives a failure."""
     tmp = f"{path}.tmp{os.getpid()}"
     try:
         with open(tmp, mode) as f:
@@ -77,13 +53,15 @@ def _atomic_write(path, mode, write):
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        with _quiet():
+        with contextlib.suppress(OSError):
             os.remove(tmp)
         # torch.save reports a failed write as a RuntimeError of its own, without the cause
-        if isinstance(e, (OSError, RuntimeError)) and _disk_full(e, path, mode, write):
-            raise no_space(path, _size(mode, write)) from None
+        need = _size(mode, write) if isinstance(e, (OSError, RuntimeError)) else None
+        if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
+                isinstance(e, RuntimeError) and need is not None and need > _free(path)):
+            raise no_space(path, need) from None
         raise
-    with _quiet():  # the rename is durable once the folder's entry is
+    with contextlib.suppress(OSError):  # the rename is durable once the folder's entry is
         fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -98,22 +76,13 @@ def _size(mode, write):
         write(buf)
     except Exception:
         return None
-    data = buf.getvalue()
-    return len(data if isinstance(data, bytes) else data.encode())
+    return len(buf.getvalue() if "b" in mode else buf.getvalue().encode())
 
 
 def _free(path):
-    try:
+    with contextlib.suppress(OSError):
         return shutil.disk_usage(os.path.dirname(os.path.abspath(path))).free
-    except OSError:
-        return 0
-
-
-def _disk_full(e, path, mode, write):
-    if isinstance(e, OSError):
-        return e.errno in (errno.ENOSPC, errno.EDQUOT)
-    need = _size(mode, write)  # a RuntimeError of torch.save: full if its bytes do not fit
-    return need is not None and need > _free(path)
+    return 0
 
 
 def size_text(n):
@@ -122,44 +91,38 @@ def size_text(n):
 
 def no_space(path, need=None):
     """The OSError of a full disk: it names the path and, when known, the space needed."""
-    free = _free(path)
     why = "No space left on device" + (
-        f" (it needs {size_text(need)}, {size_text(free)} free)" if need is not None else "")
+        f" (it needs {size_text(need)}, {size_text(_free(path))} free)" if need else "")
     return OSError(errno.ENOSPC, why, path)
 
 
-def atomic_save(obj, path):
-    """torch.save ``obj`` to ``path`` atomically: temp file, flush, fsync, os.replace."""
+def atomic_save(obj, path):  # torch.save, atomically
     _atomic_write(path, "wb", lambda f: torch.save(obj, f))
 
 
-def atomic_write_text(text, path):
-    """The same for a small text file (config.json, an experiment's JSON)."""
+def atomic_write_text(text, path):  # a small text file: config.json, an experiment's JSON
     _atomic_write(path, "w", lambda f: f.write(text))
 
 
-def atomic_write_bytes(data, path):
-    """The same for bytes (a figure, drawn into memory first)."""
+def atomic_write_bytes(data, path):  # bytes: a figure, drawn into memory first
     _atomic_write(path, "wb", lambda f: f.write(data))
 
 
 def atomic_savefig(fig, path, **savefig):
-    """A matplotlib figure's fig.savefig(path), atomically: drawn into memory, then
-    written as above. A failed write (a full disk) leaves the earlier figure whole."""
+    """fig.savefig(path), drawn into memory, then written atomically: a failed write (a
+    full disk) leaves the earlier figure whole."""
     buf = io.BytesIO()
     fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", **savefig)
     atomic_write_bytes(buf.getvalue(), path)
 
 
 def clear_stale_temps(folder):
-    """Remove the temp files of atomic_save whose process is gone; return their names."""
+    """Remove the temp files of the atomic writes whose process is gone; return their names."""
     gone = []
-    if not os.path.isdir(folder):
-        return gone
-    for name in sorted(os.listdir(folder)):
+    for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else ():
         m = TEMP.match(name)
         if m and not _alive(int(m.group(2))):
-            with _quiet():
+            with contextlib.suppress(OSError):
                 os.remove(os.path.join(folder, name))
                 gone.append(name)
     return gone
@@ -173,19 +136,22 @@ def _alive(pid):
     except ProcessLookupError:
         return False
     except (PermissionError, OverflowError, ValueError):
-        return True
+        pass
     return True
 
 
-class _quiet:
-    def __enter__(self):
-        return self
+def set_aside(path):
+    """Rename a damaged file to NAME.bad (then NAME.bad.1, ...: an earlier one is never
+    overwritten), to look at and never read again; returns the new name."""
+    bad, n = path + ".bad", 0
+    while os.path.lexists(bad):
+        n += 1
+        bad = f"{path}.bad.{n}"
+    os.rename(path, bad)  # (a race with another writer of the same NAME.bad is not handled)
+    return bad
 
-    def __exit__(self, typ, e, tb):
-        return typ is not None and issubclass(typ, OSError)
 
-
-# ----------------------------------------------------------------------------- finite weights
+# ----------------------------------------------------------------------------- save / load
 
 def non_finite(model):
     """Name of the first parameter with a NaN or inf, or None. One read back for the whole
@@ -203,8 +169,6 @@ def check_finite(model, where):
                                  f"(try a smaller learning rate)")
 
 
-# ----------------------------------------------------------------------------- save / load
-
 def save_checkpoint(path, model, cfg, kind, step, state=None):
     """Weights, model sizes, task and config (and, if given, a resume state), atomically.
     Refuses non-finite weights: the last good checkpoint stays."""
@@ -215,49 +179,41 @@ def save_checkpoint(path, model, cfg, kind, step, state=None):
     ck = {"kind": kind, "step": step, "model_cfg": vars(model.cfg),
           "task": {"task": cfg.task, "digits": cfg.digits, "scratchpad": cfg.scratchpad},
           "model": model.state_dict(), "config": vars(cfg)}
-    if state is not None:
-        ck["resume"] = state
-    atomic_save(ck, path)
+    atomic_save(ck if state is None else dict(ck, resume=state), path)
 
 
-def _need(ck, key, types, where="checkpoint"):
-    if key not in ck:
+def _need(d, key, types, where="checkpoint"):
+    """d[key], of one of ``types`` (a bool is no int here), or a ValueError naming it."""
+    if key not in d:
         raise ValueError(f"{where} has no {key!r}")
-    v = ck[key]
-    if not isinstance(v, types) or (isinstance(v, bool) and types is not bool):
-        raise ValueError(f"{where}[{key!r}] is a {type(ck[key]).__name__}")
-    return ck[key]
+    if not isinstance(d[key], types) or (isinstance(d[key], bool) and types is not bool):
+        raise ValueError(f"{where}[{key!r}] is a {type(d[key]).__name__}")
+    return d[key]
 
 
-def validate(ck):
-    """Check the schema of a loaded checkpoint dict; raise ValueError (one line) on the
-    first violation. Returns (GPTConfig, Task)."""
+def build(ck, device="cpu"):
+    """The model of a loaded checkpoint dict, every field checked: ValueError (one line)
+    on the first violation. The sizes are checked before anything is allocated."""
     if not isinstance(ck, dict):
         raise ValueError(f"it holds a {type(ck).__name__}, not a dict")
-    kind = _need(ck, "kind", str)
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}")
+    if _need(ck, "kind", str) not in KINDS:
+        raise ValueError(f"unknown kind {ck['kind']!r}")
     if _need(ck, "step", int) < 0:
         raise ValueError(f"negative step {ck['step']}")
     if not isinstance(_need(ck, "config", dict).get("seed", 0), int):
         raise ValueError("config seed is not an integer")
     t = _need(ck, "task", dict)
-    name, digits, pad = (_need(t, "task", str, "task"), _need(t, "digits", int, "task"),
-                         _need(t, "scratchpad", bool, "task"))
+    name, digits = _need(t, "task", str, "task"), _need(t, "digits", int, "task")
     if name not in toy_tasks.TASKS or not 1 <= digits <= 20:
         raise ValueError(f"unknown task {name!r} with digits={digits}")
-    task = toy_tasks.make_task(name, digits, pad)
+    task = toy_tasks.make_task(name, digits, _need(t, "scratchpad", bool, "task"))
     m = _need(ck, "model_cfg", dict)
-    fields = GPTConfig.__dataclass_fields__
-    if set(m) != set(fields):
-        raise ValueError(f"model_cfg has keys {sorted(m)}, expected {sorted(fields)}")
-    for k, v in m.items():
-        if k == "dropout":
-            if not isinstance(v, (int, float)) or not 0 <= v < 1:
-                raise ValueError(f"model_cfg dropout={v!r}")
-        elif not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= 1 << 16:
+    for k, v in m.items():  # GPTConfig's own check: unknown or missing keys (TypeError)
+        if k != "dropout" and not (type(v) is int and 1 <= v <= 1 << 16):
             raise ValueError(f"model_cfg {k}={v!r} is not a size")
     mcfg = GPTConfig(**m)
+    if not 0 <= mcfg.dropout < 1:
+        raise ValueError(f"model_cfg dropout={mcfg.dropout!r}")
     if (mcfg.vocab_size, mcfg.n_out) != (toy_tasks.VOCAB_SIZE, toy_tasks.N_OUT):
         raise ValueError(f"vocabulary {mcfg.vocab_size}/{mcfg.n_out} is not this tokenizer's "
                          f"{toy_tasks.VOCAB_SIZE}/{toy_tasks.N_OUT}")
@@ -268,22 +224,19 @@ def validate(ck):
         raise ValueError(f"block_size={mcfg.block_size} is too short for task {task.name} "
                          f"(needs {need})")
     sd = _need(ck, "model", dict)
-    with torch.device("meta"):
-        ref = GPT(mcfg).state_dict()
-    if set(sd) != set(ref):
-        extra, missing = sorted(set(sd) - set(ref)), sorted(set(ref) - set(sd))
-        raise ValueError(
-            f"weights {'missing ' + missing[0] if missing else 'unexpected ' + extra[0]}"
-        )
-    for k, v in sd.items():
-        if not isinstance(v, torch.Tensor) or v.shape != ref[k].shape or not v.is_floating_point():
-            raise ValueError(f"weight {k} has shape {tuple(getattr(v, 'shape', ()))}, "
-                             f"expected {tuple(ref[k].shape)}")
-        if not bool(torch.isfinite(v).all()):
-            raise ValueError(f"weight {k} is not finite")
+    try:  # torch's check (every key, no other, each of its parameter's shape) on a model
+        with torch.device("meta"), warnings.catch_warnings():  # that holds no memory
+            warnings.simplefilter("ignore")  # (copying into it does nothing, and says so)
+            GPT(mcfg).load_state_dict(sd)
+    except RuntimeError as e:  # its first line names no key; the second does
+        raise ValueError((str(e).splitlines()[1:] or [str(e)])[0].strip()) from None
+    model = GPT(mcfg).to(device)
+    model.load_state_dict(sd)
+    if non_finite(model):
+        raise ValueError(f"weight {non_finite(model)} is not finite")
     if "resume" in ck:
-        validate_state(ck["resume"], mcfg)
-    return mcfg, task
+        validate_state(ck["resume"], [p.shape for p in model.parameters()])
+    return model
 
 
 STREAMS = ("torch_gen", "torch_global", "python_random", "problems", "solutions")
@@ -295,38 +248,32 @@ def is_cuda_generator_state(v):
     return v.dtype == torch.uint8 and v.shape == (16,)
 
 
-def validate_state(s, model_cfg=None):
-    """The resume state's schema: every field that ``RunState.restore`` and the
-    loop read, with its type, and where a size is known, its size. ValueError
-    names the first bad field."""
+def validate_state(s, shapes=None):
+    """The resume state's schema: every field ``RunState.restore`` and the loop read.
+    Each random state is tried on a throwaway generator; ValueError names the field."""
     if not isinstance(s, dict):
         raise ValueError("resume state is not a dict")
-    phase = _need(s, "phase", str, "resume")
-    if phase not in ("sft", "rl"):
-        raise ValueError(f"resume phase {phase!r}")
+    if _need(s, "phase", str, "resume") not in ("sft", "rl"):
+        raise ValueError(f"resume phase {s['phase']!r}")
     for k in ("step", "metrics_bytes", "world"):
-        if _need(s, k, int, "resume") < (1 if k == "world" else 0):
+        if _need(s, k, int, "resume") < (k == "world"):
             raise ValueError(f"resume {k}={s[k]} is out of range")
-    streams = _need(s, "streams", list, "resume")
-    if len(streams) != s["world"]:
-        raise ValueError(f"resume streams: {len(streams)} for a world of {s['world']}")
-    for r, st in enumerate(streams):
+    if len(_need(s, "streams", list, "resume")) != s["world"]:
+        raise ValueError(f"resume streams: {len(s['streams'])} for a world of {s['world']}")
+    for r, st in enumerate(s["streams"]):
         where = f"resume streams[{r}]"
         if not isinstance(st, dict) or set(st) != set(STREAMS):
             raise ValueError(f"{where} does not hold {', '.join(STREAMS)}")
-        for k in ("torch_gen", "torch_global"):  # a state of the wrong size or version fails here
-            v = _need(st, k, torch.Tensor, where).cpu()
-            if k == "torch_gen" and is_cuda_generator_state(v):  # a run sampled on a GPU
-                continue
+        for k in STREAMS:
             try:
-                torch.Generator().set_state(v)
-            except (RuntimeError, TypeError):
-                raise ValueError(f"{where}[{k!r}] is not a torch generator state") from None
-        for k in ("python_random", "problems", "solutions"):
-            try:
-                random.Random().setstate(_tuples(_need(st, k, (tuple, list), where)))
-            except (TypeError, ValueError):
-                raise ValueError(f"{where}[{k!r}] is not a random.Random state") from None
+                if k in ("torch_gen", "torch_global"):  # a GPU's (16 bytes) is tried there
+                    v = _need(st, k, torch.Tensor, where).cpu()
+                    if k == "torch_global" or not is_cuda_generator_state(v):
+                        torch.Generator().set_state(v)
+                else:
+                    random.Random().setstate(_tuples(_need(st, k, (tuple, list), where)))
+            except (RuntimeError, TypeError, ValueError):
+                raise ValueError(f"{where}[{k!r}] is not a random state") from None
     sums = _need(s, "sums", dict, "resume")
     # a run saved before the ledger existed resumes with its ledger counted from there on
     if not set(new_sums()) - LEDGER_SUMS <= set(sums) <= set(new_sums()):
@@ -335,55 +282,42 @@ def validate_state(s, model_cfg=None):
         ok = (dict, type(None)) if k == "diag_ref" else (float, int, type(None))
         if not isinstance(v, ok) or isinstance(v, bool) or (isinstance(v, float) and v != v):
             raise ValueError(f"resume sums[{k!r}]={v!r}")
-    _validate_optimizer(_need(s, "optimizer", dict, "resume"), model_cfg)
-
-
-def _validate_optimizer(opt, model_cfg):
-    """An optimizer's state_dict (AdamW here; SGD in some tests): one param group
-    over every parameter, with a learning rate, and per parameter tensors that are
-    either scalars (a step count) or of the parameter's shape (AdamW's moments)."""
-    groups = _need(opt, "param_groups", list, "resume optimizer")
-    state = _need(opt, "state", dict, "resume optimizer")
-    if model_cfg is None:
+    opt = _need(s, "optimizer", dict, "resume")
+    groups, state = (_need(opt, k, t, "resume optimizer")
+                     for k, t in (("param_groups", list), ("state", dict)))
+    if shapes is None:
         return
-    with torch.device("meta"):
-        shapes = [p.shape for p in GPT(model_cfg).parameters()]
     ids = [i for g in groups if isinstance(g, dict) for i in g.get("params", [])]
     if len(groups) != 1 or ids != list(range(len(shapes))):
         raise ValueError("resume optimizer param_groups do not cover this model's parameters")
     if not isinstance(groups[0].get("lr"), (float, int)):
         raise ValueError("resume optimizer param_groups[0] has no learning rate")
-    for i, st in state.items():
+    for i, st in state.items():  # a step count, or a moment of its parameter's shape
         if not isinstance(i, int) or not 0 <= i < len(shapes) or not isinstance(st, dict):
             raise ValueError(f"resume optimizer state[{i!r}] is not a parameter's state")
         for k, v in st.items():
             if isinstance(v, torch.Tensor) and v.dim() and v.shape != shapes[i]:
-                raise ValueError(f"resume optimizer state[{i}][{k!r}] has shape {tuple(v.shape)}, "
-                                 f"not the parameter's {tuple(shapes[i])}")
+                raise ValueError(f"resume optimizer state[{i}][{k!r}] has shape "
+                                 f"{tuple(v.shape)}, not the parameter's {tuple(shapes[i])}")
 
 
 def check_optimizer(saved, build, what):
-    """A saved optimizer state_dict against the optimizer ``build(params)`` makes (``what``
-    names it): the same hyperparameters in every param group (the learning rate aside:
-    the run's config is compared with it), no key that optimizer lacks, and per parameter
-    the state it keeps (AdamW: a step count and two moments; SGD with momentum: a buffer;
-    plain SGD: nothing). Raises ValueError naming the first difference. Without this check
-    another optimizer loads the state silently and fails at its first step (KeyError)."""
+    """A saved optimizer state_dict against the optimizer ``build(params)`` makes (``what``):
+    the same hyperparameters (lr aside) and per parameter the state it keeps (AdamW: a step
+    and two moments; SGD: a buffer or nothing). ValueError names the first difference:
+    another optimizer would load it silently and fail at its first step."""
     p = torch.nn.Parameter(torch.zeros(1, device="cpu"))
     fresh = build([p])
     p.grad = torch.zeros(1, device="cpu")
     fresh.step()  # one step of a one-number parameter: the state this optimizer keeps
     ref = fresh.state_dict()
     want = {k: v for k, v in ref["param_groups"][0].items() if k not in ("params", "lr")}
-    for g in saved["param_groups"]:
-        for k, v in g.items():
-            if k in ("params", "lr"):
-                continue
-            if k not in want:
-                raise ValueError(f"its optimizer state has {k}={v!r}, which {what} does not have")
-            if v != want[k]:
-                raise ValueError(f"its optimizer state has {k}={v!r}, where {what} has "
-                                 f"{want[k]!r}")
+    for k, v in ((k, v) for g in saved["param_groups"] for k, v in g.items()
+                 if k not in ("params", "lr")):
+        if k not in want:
+            raise ValueError(f"its optimizer state has {k}={v!r}, which {what} does not have")
+        if v != want[k]:
+            raise ValueError(f"its optimizer state has {k}={v!r}, where {what} has {want[k]!r}")
     keys = set(ref["state"].get(0, {}))
     for i, st in saved["state"].items():
         if set(st) != keys:
@@ -399,20 +333,15 @@ def load_checkpoint(path, device="cpu"):
         raise CliError(f"checkpoint {path!r} is a folder, not a file")
     if not os.path.isfile(path):
         raise CliError(f"checkpoint {path!r} does not exist")
+    bad = f"checkpoint {path!r} is corrupt or not a checkpoint of this project"
     try:
         ck = torch.load(path, map_location=device, weights_only=True)
     except Exception as e:  # truncated, empty, foreign pickle
-        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project "
-                       f"({type(e).__name__})") from None
+        raise CliError(f"{bad} ({type(e).__name__})") from None
     try:
-        mcfg, _ = validate(ck)
+        return build(ck, device), ck
     except (ValueError, TypeError, KeyError) as e:
-        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise CliError(f"checkpoint {path!r} is corrupt or not a checkpoint of this project: "
-                       f"{msg}") from None
-    model = GPT(mcfg).to(device)
-    model.load_state_dict(ck["model"])
-    return model, ck
+        raise CliError(f"{bad}: {(str(e) or type(e).__name__).splitlines()[0]}") from None
 
 
 # ----------------------------------------------------------------------------- resume state
@@ -425,10 +354,9 @@ LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "le
 
 
 def new_sums():
-    """The running sums of a run: the last evaluation, the warm start's accuracy, the
-    mixed fraction at the start of RL (and its running sum), the learning tax so far, the summed
-    exch_residual (the summary's mean), the warm start's diagnostics (the
-    reference of drift), and the cancellation ledger's sums (LEDGER_SUMS)."""
+    """The running sums of a run: the last evaluation and the warm start's, the mixed
+    fraction at the start of RL, the learning tax, the summed exch_residual, the warm
+    start's diagnostics (drift's reference), and the ledger's sums (LEDGER_SUMS)."""
     return {"acc0": None, "acc": None, "mixed_at_start": None, "mixed_start_sum": 0.0,
             "tax_sum": 0.0, "tax_interior_sum": 0.0,
             "exch_sum": 0.0, "diag_ref": None, **{k: 0.0 for k in sorted(LEDGER_SUMS)}}
@@ -437,8 +365,8 @@ def new_sums():
 @dataclass
 class RunState:
     """Everything besides the weights that decides the steps after ``step`` of
-    ``phase`` (see the docstring): the random streams, the running sums, and the
-    saved state a resumed run starts from (None for a new run)."""
+    ``phase``: the random streams, the running sums, and the saved state a resumed
+    run starts from (None for a new run)."""
     draw: Callable           # toy_tasks.train_sampler: the problem stream (draw.rng)
     sol_rng: random.Random   # SFT: which teacher writes each solution
     gen: torch.Generator     # rollouts and mini-batch cuts

@@ -1,11 +1,19 @@
 """config.py: every flag of train.py, with its default and meaning, and its checks.
 
-Flags are ``--key=value`` (as in nanoGPT's configurator and TRL's scripts).
-A bad flag, value or combination exits with one line on stderr and status 2.
+Flags are ``--key=value`` (as in nanoGPT's configurator and TRL's scripts): one
+dataclass field each, parsed by argparse. A bad flag, value or combination exits
+with one line on stderr and status 2, before anything is written.
+
+The lab owns some flags' names and rules (--loss, --adv, --agg, --kl_loss_type: its
+catalogue of objectives). This folder imports nothing of the lab: the lab fills the
+registries below when it is imported (lab/checks.py), and ``validate`` runs them.
 """
 
+import argparse
 import math
 import os
+import shutil
+import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass, field, fields
@@ -14,8 +22,13 @@ import batching
 import loss
 import model
 import toy_tasks
-from lab import engines, estimators, objectives
 from plumbing.errors import CliError
+
+# ----------------------------------------------------------------------------- the lab's part
+CHOICES = {}  # flag -> the names it takes (a live registry: --help reads it each time)
+AUTO = {}     # flag -> fn(cfg): what its "auto" stands for (--adv: the --loss's own), or None
+IMPLIED = []  # fn(values) -> {flag: value}: what a --loss implies for flags not given
+CHECKS = []   # fn(cfg), raising CliError: the objectives' own rules, run by validate
 
 
 def _f(default, help, choices=None):
@@ -26,9 +39,8 @@ def _f(default, help, choices=None):
 
 def help_text(f):
     """A flag's help, with its choices filled in from their registry ("{choices}")."""
-    text = f.metadata.get("help", "")
-    choices = f.metadata.get("choices")
-    return text.replace("{choices}", " | ".join(choices())) if choices else text
+    choices = f.metadata.get("choices") or (lambda: CHOICES.get(f.name, ()))
+    return f.metadata.get("help", "").replace("{choices}", " | ".join(choices()))
 
 
 @dataclass
@@ -45,9 +57,8 @@ class Config:
     sft_steps: int = _f(1000, "SFT steps on canonical solutions (skipped with --init_from)")
     sft_batch: int = _f(64, "SFT batch size")
     sft_lr: float = _f(1e-3, "SFT learning rate (AdamW)")
-    sft_flawed: float = _f(
-        0.7, "fraction of SFT solutions written by a flawed teacher (e.g. one who forgets carries)"
-    )
+    sft_flawed: float = _f(0.7, "fraction of SFT solutions written by a flawed teacher "
+                           "(e.g. one who forgets carries)")
     # phase 2: RL
     rl_steps: int = _f(600, "RL steps (rollout batches)")
     prompts_per_step: int = _f(16, "B: prompts per rollout batch")
@@ -58,59 +69,37 @@ class Config:
     optimizer: str = _f("adamw", "RL optimizer: {choices}", lambda: [
         f"{name} ({what})" for name, (what, _) in model.OPTIMIZERS.items()])
     grad_clip: float = _f(1.0, "gradient-norm clip")
-    loss: str = _f("grpo", "objective: {choices} (loss.py, lab/objectives.py)",
-                   lambda: objectives.OBJECTIVES)
-    adv: str = _f("auto",
-                  "advantage estimator: auto (the --loss's own) | {choices} (lab/estimators.py)",
-                  lambda: estimators.ESTIMATORS)
-    agg: str = _f(
-        "auto",
-        "token aggregation (verl loss_agg_mode): auto (the --loss's own) | {choices}",
-        lambda: objectives.AGGS,
-    )
+    loss: str = _f("grpo", "objective: {choices} (loss.py, lab/objectives.py)")
+    adv: str = _f("auto", "advantage estimator: auto (the --loss's own) | {choices} "
+                  "(lab/estimators.py)")
+    agg: str = _f("auto", "token aggregation (verl loss_agg_mode): auto (the --loss's own) | "
+                  "{choices}")
     clip: str = _f("sym", "ratio clip: {choices}", lambda: [
         f"{name} ({what})" if name != "none" else name for name, what in loss.CLIPS.items()])
     clip_low: float = _f(0.2, "lower clip epsilon (and both sides with --clip=sym)")
     clip_high: float = _f(0.28, "upper clip epsilon with --clip=higher")
-    dual_clip: float = _f(
-        0.0, "C > 1: A<0 tokens with ratio > C lose their gradient (verl clip_ratio_c; 0: off)"
-    )
-    beta: float = _f(
-        0.0, "KL penalty towards the frozen warm start (TRL beta, verl kl_loss_coef; 0: off)"
-    )
-    kl_loss_type: str = _f(
-        "k3",
-        "--beta's KL estimator (verl kl_loss_type): {choices} (+: k2's gradient)",
-        lambda: engines.KL_TYPES,
-    )
+    dual_clip: float = _f(0.0, "C > 1: A<0 tokens with ratio > C lose their gradient "
+                          "(verl clip_ratio_c; 0: off)")
+    beta: float = _f(0.0, "KL penalty towards the frozen warm start (TRL beta, verl "
+                     "kl_loss_coef; 0: off)")
+    kl_loss_type: str = _f("k3", "--beta's KL estimator (verl kl_loss_type): {choices} "
+                           "(+: k2's gradient)")
     entropy_coef: float = _f(0.0, "minus this times the mean token entropy (0: off)")
-    dro_beta: float = _f(
-        0.0, "--loss=dro's quadratic log-ratio coefficient (verl policy_loss.dro_beta; required)"
-    )
-    top_entropy_quantile: float = _f(
-        1.0,
-        "q < 1: only the top q of each micro-batch's tokens by entropy keep "
-        "their gradient (TRL; 1: all)",
-    )
-    off_policy_mask_threshold: float = _f(
-        0.0,
-        "d > 0: A<0 sequences with mean log(pi_old/pi) > d lose their " "gradient (TRL; 0: off)",
-    )
-    batching: str = _f(
-        "shuffle", "mini-batch scheduler: {choices} (batching.py)", lambda: batching.SCHEDULERS
-    )
+    dro_beta: float = _f(0.0, "--loss=dro's quadratic log-ratio coefficient (verl "
+                         "policy_loss.dro_beta; required)")
+    top_entropy_quantile: float = _f(1.0, "q < 1: only the top q of each micro-batch's tokens "
+                                     "by entropy keep their gradient (TRL; 1: all)")
+    off_policy_mask_threshold: float = _f(0.0, "d > 0: A<0 sequences with mean log(pi_old/pi) "
+                                          "> d lose their gradient (TRL; 0: off)")
+    batching: str = _f("shuffle", "mini-batch scheduler: {choices} (batching.py)",
+                       lambda: batching.SCHEDULERS)
     minibatches: int = _f(1, "M: optimizer steps per rollout batch and epoch")
     epochs: int = _f(1, "passes over each rollout batch")
-    micro_batch: int = _f(
-        0,
-        "K >= 1: rollouts per micro-batch, gradients accumulate into one optimizer "
-        "step (left out: each mini-batch's share in one pass)",
-    )
-    norm: str = _f(
-        "global",
-        "denominators of a step: global (the whole mini-batch's, however it is split) | "
-        "local (each micro-batch's and process's own: a lesson, not a recommendation)",
-    )
+    micro_batch: int = _f(0, "K >= 1: rollouts per micro-batch, gradients accumulate into one "
+                          "optimizer step (left out: each mini-batch's share in one pass)")
+    norm: str = _f("global", "denominators of a step: global (the whole mini-batch's, however "
+                   "it is split) | local (each micro-batch's and process's own: a lesson, not "
+                   "a recommendation)")
     # run
     seed: int = _f(0, "seed of problems, init and sampling (CPU runs are reproducible)")
     device: str = _f("auto", "auto | cpu | cuda")
@@ -125,99 +114,38 @@ class Config:
     init_from: str = _f("", "start from this checkpoint (skips SFT)")
     eval_every: int = _f(50, "RL steps between held-out evaluations")
     eval_size: int = _f(256, "held-out problems (disjoint from training, fixed by seed)")
-    permute_rewards: bool = _f(
-        False,
-        "null-reward control: shuffle each group's rewards across its rollouts "
-        "before the advantages (same rewards, none earned by its own rollout)",
-    )
-    instruments: bool = _f(
-        True, "measure cancellation in every RL step: the ledger, residuals and learning tax "
-        "(lab/instruments.py; false: the plain loop, no extra pass)")
-    diagnostics: bool = _f(
-        False, "also log answer drift, entropy and pass@k at evaluations (lab/diagnostics.py)"
-    )
+    permute_rewards: bool = _f(False, "null-reward control: shuffle each group's rewards across "
+                               "its rollouts before the advantages (same rewards, none earned "
+                               "by its own rollout)")
+    instruments: bool = _f(True, "measure cancellation in every RL step: the ledger, residuals "
+                           "and learning tax (lab/instruments.py; false: the plain loop, no "
+                           "extra pass)")
+    diagnostics: bool = _f(False, "also log answer drift, entropy and pass@k at evaluations "
+                           "(lab/diagnostics.py)")
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
-    def __post_init__(
-        self,
-    ):  # --adv=auto: the estimator this --loss has always used, logged resolved
-        if self.adv == "auto" and self.loss in objectives.OBJECTIVES:
-            self.adv = objectives.OBJECTIVES[self.loss].adv
-
-
-COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
-          "group_size", "minibatches", "epochs", "eval_every", "eval_size", "pass_k", "ckpt_every")
-
-
-def _convert(name, typ, raw):
-    if typ is bool:
-        if raw.lower() in ("1", "true", "yes", "on"):
-            return True
-        if raw.lower() in ("0", "false", "no", "off"):
-            return False
-        raise CliError(f"--{name} takes true or false, got {raw!r}")
-    try:
-        return typ(raw)
-    except ValueError:
-        raise CliError(
-            f"--{name} takes {'an integer' if typ is int else 'a number'}, got {raw!r}"
-        ) from None
+    def __post_init__(self):  # "auto" resolved (and logged) as the lab defines it: --adv
+        for name, resolve in AUTO.items():
+            if getattr(self, name) == "auto":
+                setattr(self, name, resolve(self) or "auto")
 
 
 # --help shows Config's flags in these groups, in this order. A flag that is in
 # no group is still shown, under "other", so a new flag is never hidden.
-GROUPS = {
-    "task": ("task", "digits", "scratchpad"),
-    "model": ("n_layer", "n_head", "n_embd"),
-    "SFT warm start": ("sft_steps", "sft_batch", "sft_lr", "sft_flawed"),
-    "RL": (
-        "rl_steps",
-        "prompts_per_step",
-        "group_size",
-        "temperature",
-        "top_k",
-        "lr",
-        "optimizer",
-        "grad_clip",
-        "permute_rewards",
-    ),
-    "objective": (
-        "loss",
-        "adv",
-        "agg",
-        "clip",
-        "clip_low",
-        "clip_high",
-        "dual_clip",
-        "beta",
-        "kl_loss_type",
-        "entropy_coef",
-        "dro_beta",
-        "top_entropy_quantile",
-        "off_policy_mask_threshold",
-    ),
-    "schedule (mini-batches, micro-batches, processes)": (
-        "batching",
-        "minibatches",
-        "epochs",
-        "micro_batch",
-        "norm",
-    ),
-    "the lab's measures and evaluation": ("instruments", "diagnostics", "pass_k", "eval_every",
-                                          "eval_size"),
-    "run": (
-        "seed",
-        "device",
-        "bf16",
-        "compile",
-        "static_decode",
-        "out_dir",
-        "init_from",
-        "resume",
-        "overwrite",
-        "ckpt_every",
-    ),
-}
+GROUPS = {title: names.split() for title, names in {
+    "task": "task digits scratchpad",
+    "model": "n_layer n_head n_embd",
+    "SFT warm start": "sft_steps sft_batch sft_lr sft_flawed",
+    "RL": "rl_steps prompts_per_step group_size temperature top_k lr optimizer grad_clip "
+          "permute_rewards",
+    "objective": "loss adv agg clip clip_low clip_high dual_clip beta kl_loss_type entropy_coef "
+                 "dro_beta top_entropy_quantile off_policy_mask_threshold",
+    "schedule (mini-batches, micro-batches, processes)": "batching minibatches epochs "
+                                                         "micro_batch norm",
+    "the lab's measures and evaluation": "instruments diagnostics pass_k eval_every eval_size",
+    "run": "seed device bf16 compile static_decode out_dir init_from resume overwrite "
+           "ckpt_every",
+}.items()}
 
 EXAMPLES = """examples:
   python train.py                                        # the demo: SFT warm start, then GRPO
@@ -228,43 +156,66 @@ EXAMPLES = """examples:
 def usage(cls, doc="", groups=None, examples="", defaults=None):
     """The --help text: the doc's first line, the flags by group with the defaults
     they run with (``defaults`` overrides the dataclass's, e.g. a task's), examples."""
+    by_name, defaults, groups = {f.name: f for f in fields(cls)}, defaults or {}, groups or {}
+    grouped = {n for names in groups.values() for n in names}
+    sections = [(t, [n for n in names if n in by_name]) for t, names in groups.items()]
+    sections.append(("other" if groups else "flags", [n for n in by_name if n not in grouped]))
     lines = [doc.strip().splitlines()[0] if doc else ""]
-    by_name = {f.name: f for f in fields(cls)}
-    defaults = defaults or {}
-    sections = [
-        (title, [n for n in names if n in by_name]) for title, names in (groups or {}).items()
-    ]
-    sections.append(("other" if groups else "flags", [n for n in by_name if not any(
-        n in names for names in (groups or {}).values())]))
-    for title, names in sections:
-        if not names:
-            continue
-        lines += ["", f"{title}:"]
-        for n in names:
-            f = by_name[n]
-            value = defaults.get(f.name, f.default)
-            lines.append(f"  {'--' + f.name + '=' + str(value):<28} {help_text(f)}")
-    bools = sorted(
-        (f.name for f in fields(cls) if f.type is bool), key=lambda n: n != "diagnostics"
-    )
-    lines += [
-        "",
-        "flags are --key=value"
-        + (f"; a bool flag alone (--{bools[0]}) means true" if bools else ""),
-    ]
-    if examples:
-        lines += ["", examples]
-    return "\n".join(lines)
+    for title, names in (s for s in sections if s[1]):
+        lines += ["", f"{title}:"] + [
+            f"  {'--' + n + '=' + str(defaults.get(n, by_name[n].default)):<28} "
+            f"{help_text(by_name[n])}" for n in names]
+    bools = sorted((f.name for f in fields(cls) if f.type is bool),
+                   key=lambda n: n != "diagnostics")
+    lines += ["", "flags are --key=value"
+              + (f"; a bool flag alone (--{bools[0]}) means true" if bools else "")]
+    return "\n".join(lines + (["", examples] if examples else []))
+
+
+# ----------------------------------------------------------------------------- parsing
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its usage-and-message exit turned into the project's one line."""
+
+    def error(self, message):
+        flag, _, why = message.removeprefix("argument ").partition(": ")
+        if why == "expected one argument":
+            why = f"needs a value: {flag}=VALUE"
+        raise CliError(f"{flag} {why}")
+
+
+BOOLS = {"1": True, "true": True, "yes": True, "on": True,
+         "0": False, "false": False, "no": False, "off": False}
+
+
+def _typed(typ):
+    """argparse's type= for a field: a bool reads true/false, a number says what it takes."""
+    def convert(raw):
+        try:
+            return BOOLS[raw.lower()] if typ is bool else typ(raw)
+        except (KeyError, ValueError):
+            what = {bool: "true or false", int: "an integer", float: "a number"}[typ]
+            raise argparse.ArgumentTypeError(f"takes {what}, got {raw!r}") from None
+    return convert
+
+
+def parser(cls):
+    """One --key=value option per field; a flag not given is absent from the result
+    (SUPPRESS), so the result is exactly what the command line says."""
+    p = Parser(add_help=False, allow_abbrev=False, argument_default=argparse.SUPPRESS)
+    for f in fields(cls):
+        p.add_argument("--" + f.name, type=_typed(f.type), **(
+            {"nargs": "?", "const": True} if f.type is bool else {}))  # --flag alone: true
+    return p
 
 
 def once(argv):
     """argv, checked that it gives no flag twice (CliError): on a command line the last one
     would win without a word. (A list built in code may override a flag by appending it.)"""
-    seen = set()
-    for key in (a[2:].partition("=")[0] for a in argv if a.startswith("--")):
-        if key in seen:
+    keys = [a[2:].partition("=")[0] for a in argv if a.startswith("--")]
+    for key in keys:
+        if keys.count(key) > 1:
             raise CliError(f"--{key} is given twice; give it once")
-        seen.add(key)
     return argv
 
 
@@ -272,54 +223,31 @@ def given_flags(argv, cls=Config):
     """{name: value} of the flags written on the command line (``--resume`` compares
     exactly these with the saved run, whatever their defaults); a flag given twice is
     refused (``once``)."""
-    known = {f.name: f.type for f in fields(cls)}
-    out = {}
-    for a in once(argv):
-        key, eq, raw = a[2:].partition("=")
-        if a.startswith("--") and key in known:
-            out[key] = _convert(key, known[key], raw if eq else "true")
-    return out
+    return vars(parser(cls).parse_known_args(once(argv))[0])
 
 
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
-    if any(a in ("-h", "--help") for a in argv):
-        if cls is Config:  # the defaults of the task asked for: --task=chain --help shows chain's
-            task = next((a.partition("=")[2] for a in argv if a.startswith("--task=")), Config.task)
-            head = f"defaults shown for --task={task}" if task in TASK_DEFAULTS else ""
-            print(
-                usage(cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task))
-                + ("\n\n" + head if head else "")
-            )
-        else:
-            print(usage(cls, doc))
+    if any(a in ("-h", "--help") for a in argv):  # --task=chain --help: chain's defaults
+        task = next((a.partition("=")[2] for a in argv if a.startswith("--task=")), Config.task)
+        print(usage(cls, doc) if cls is not Config else usage(
+            cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task))
+            + (f"\n\ndefaults shown for --task={task}" if task in TASK_DEFAULTS else ""))
         sys.exit(0)
-    known = {f.name: f for f in fields(cls)}
-    values = {}
-    for a in argv:
-        if not a.startswith("--"):
-            raise CliError(f"unexpected argument {a!r}; flags look like --key=value (see --help)")
-        key, eq, raw = a[2:].partition("=")
-        if key not in known:
-            raise CliError(f"unknown flag --{key} (see --help)")
-        typ = known[key].type
-        if not eq:
-            if typ is bool:
-                raw = "true"
-            else:
-                raise CliError(f"--{key} needs a value: --{key}=VALUE")
-        values[key] = _convert(key, typ, raw)
+    ns, extra = parser(cls).parse_known_args(argv)
+    for a in extra:
+        if a.startswith("--"):
+            raise CliError(f"unknown flag --{a[2:].partition('=')[0]} (see --help)")
+        raise CliError(f"unexpected argument {a!r}; flags look like --key=value (see --help)")
+    values = vars(ns)
     if cls is Config:
         task = values.get("task", Config.task)
         for key in TASK_FLAGS_UNUSED.get(task, ()):
             if key in values:
                 raise CliError(f"--{key} does not apply to --task={task}")
         values = {**TASK_DEFAULTS.get(task, {}), **values}  # flags given win over task defaults
-        chosen = objectives.OBJECTIVES.get(values.get("loss", Config.loss))
-        if "clip" not in values and chosen is not None and chosen.clip == "none":
-            values["clip"] = (
-                "none"  # this objective has no ratio clip; an explicit --clip is refused
-            )
+        for implied in IMPLIED:  # e.g. --clip=none for an objective without a clip
+            values = {**implied(values), **values}
         if values.get("micro_batch", 1) < 1:
             raise CliError(f"--micro_batch must be at least 1, got {values['micro_batch']} "
                            f"(leave it out to take each mini-batch in one pass)")
@@ -350,6 +278,13 @@ def default_of(name, task):
 TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "chain_check": ("digits", "scratchpad"),
                      "primes": ("digits",)}
 
+# ----------------------------------------------------------------------------- checks
+
+BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds it so)
+FLOAT_MAX = 1e6  # no float flag needs more; fp32 overflows at 3.4e38
+INT_MAX = 2 ** 31 - 1
+FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
+
 
 def check_numbers(cfg):
     """Every number of a flag dataclass in a range torch holds, before any other check:
@@ -366,48 +301,19 @@ def check_numbers(cfg):
             raise CliError(f"--{f.name}={v} is out of range: at most {INT_MAX}")
 
 
-def check_out_file(path, flag, exts):
-    """A file we may write: a name with one of ``exts`` in an existing folder where a
-    file can be created (probed with a temp file that vanishes at once), not itself a
-    folder or a special file. Creates nothing."""
-    if not path:
-        raise CliError(f"{flag} is empty")
-    if os.path.isdir(path):
-        raise CliError(f"{flag}={path} is a folder")
-    ext = os.path.splitext(path)[1].lstrip(".").lower()
-    if ext not in exts:
-        raise CliError(
-            f"{flag}={path}: unknown file type {ext or '(none)'!r}; use one of {', '.join(exts)}"
-        )
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise CliError(
-            f"{flag}={path}: its folder {d} does not exist"
-            + (" (it is a file)" if os.path.exists(d) else "")
-        )
-    if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, a socket
-        raise CliError(f"{flag}={path} is not a regular file")
-    try:  # a file can be created there (os.access says yes to root, also in /proc)
-        with tempfile.TemporaryFile(dir=d):
-            pass
-    except OSError as e:
-        raise CliError(f"{flag}={path}: cannot write in {d} "
-                       f"({e.strerror or type(e).__name__})") from None
-
-
-FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
-
-
 def validate(cfg):
-    """Names, counts and combinations that cannot work, in the order --help lists them."""
+    """Names, counts and combinations that cannot work, in the order --help lists them;
+    the lab's rules (CHECKS) between the ranges and the schedule."""
+    if not CHECKS:  # a Config checked without them would take any --loss
+        raise RuntimeError("import lab before validating a Config: it registers its checks")
     check_numbers(cfg)
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
-        raise CliError(
-            f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; use 1 to 20"
-        )
+        raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; "
+                       f"use 1 to 20")
     check_names(cfg)
     check_ranges(cfg)
-    check_objective(cfg, objectives.objective(cfg.loss))
+    for check in CHECKS:
+        check(cfg)
     check_schedule(cfg)
     check_fits(cfg)
 
@@ -416,123 +322,58 @@ def check_names(cfg):
     """Every name a flag takes is one its registry holds: each library names its
     own choices, and config turns its ValueError into the one-line error."""
     for lookup in (lambda: toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad),
-                   lambda: objectives.objective(cfg.loss),
                    lambda: loss.clip_bounds(cfg.clip, 0.2, 0.2),
-                   lambda: batching.scheduler(cfg.batching),
-                   lambda: estimators.estimator(cfg.adv)):
+                   lambda: batching.scheduler(cfg.batching)):
         try:
             lookup()
         except ValueError as e:
             raise CliError(str(e)) from None
-    if cfg.static_decode not in ("auto", "true", "false"):
-        raise CliError(f"--static_decode takes auto, true or false, got {cfg.static_decode!r}")
-    if cfg.bf16 not in ("auto", "true", "false"):
-        raise CliError(f"--bf16 takes auto, true or false, got {cfg.bf16!r}")
-    if cfg.device not in ("auto", "cpu", "cuda"):
-        raise CliError(f"unknown device {cfg.device!r}; choose auto, cpu or cuda")
-    if cfg.optimizer not in model.OPTIMIZERS:
-        raise CliError(
-            f"unknown optimizer {cfg.optimizer!r}; choose one of {', '.join(model.OPTIMIZERS)}"
-        )
-    if cfg.agg != "auto" and cfg.agg not in objectives.AGGS:
-        raise CliError(
-            f"unknown aggregation {cfg.agg!r}; choose auto or one of {', '.join(objectives.AGGS)}"
-        )
-    if cfg.norm not in ("global", "local"):
-        raise CliError(f"unknown norm {cfg.norm!r}; choose global or local")
+    for name in ("static_decode", "bf16"):
+        if getattr(cfg, name) not in ("auto", "true", "false"):
+            raise CliError(f"--{name} takes auto, true or false, got {getattr(cfg, name)!r}")
+    for name, names in (("device", ("auto", "cpu", "cuda")), ("optimizer", model.OPTIMIZERS),
+                        ("norm", ("global", "local"))):
+        if getattr(cfg, name) not in names:
+            raise CliError(f"unknown {name} {getattr(cfg, name)!r}; choose one of "
+                           f"{', '.join(names)}")
     if cfg.diagnostics and not cfg.instruments:
         raise CliError("--diagnostics is one of the lab's measures; it needs --instruments=true")
 
 
+COUNTS = ("digits", "n_layer", "n_head", "n_embd", "sft_batch", "prompts_per_step",
+          "group_size", "minibatches", "epochs", "eval_every", "eval_size", "pass_k", "ckpt_every")
+
+
 def check_ranges(cfg):
     """Counts, rates and fractions in their ranges."""
+    def refuse_if(bad, name, what):
+        if bad:
+            raise CliError(f"--{name} {what}, got {getattr(cfg, name)}")
     for name in COUNTS:
-        if getattr(cfg, name) < 1:
-            raise CliError(f"--{name} must be at least 1, got {getattr(cfg, name)}")
-    for name in ("sft_steps",):
-        if getattr(cfg, name) < 0:
-            raise CliError(f"--{name} must be 0 or more, got {getattr(cfg, name)}")
+        refuse_if(getattr(cfg, name) < 1, name, "must be at least 1")
+    for name in ("sft_steps", "rl_steps"):
+        refuse_if(getattr(cfg, name) < 0, name, "must be 0 or more")
     for name in ("lr", "sft_lr", "grad_clip"):
-        if not getattr(cfg, name) > 0:
-            raise CliError(f"--{name} must be positive, got {getattr(cfg, name)}")
-    if not 0 <= cfg.sft_flawed <= 1:
-        raise CliError(f"--sft_flawed is a fraction in [0, 1], got {cfg.sft_flawed}")
-    if cfg.rl_steps < 0:
-        raise CliError(f"--rl_steps must be 0 or more, got {cfg.rl_steps}")
-    if cfg.temperature < 0:
-        raise CliError(f"--temperature must be >= 0, got {cfg.temperature}")
+        refuse_if(not getattr(cfg, name) > 0, name, "must be positive")
+    for name in ("sft_flawed", "top_entropy_quantile"):
+        refuse_if(not 0 <= getattr(cfg, name) <= 1, name, "is a fraction in [0, 1]")
     if cfg.temperature == 0:
         raise CliError("--temperature=0 is greedy: every rollout of a group would be the same "
                        "and no group would carry a signal; use a positive temperature")
-    if cfg.top_k < 0:
-        raise CliError(f"--top_k must be 0 (off) or positive, got {cfg.top_k}")
+    refuse_if(not 0 < cfg.temperature <= 10, "temperature", "is not a sane sampling "
+              "temperature; use (0, 10]")
+    for name in ("top_k", "beta", "entropy_coef", "off_policy_mask_threshold"):
+        refuse_if(getattr(cfg, name) < 0, name, "must be 0 (off) or positive")
     if cfg.n_embd % cfg.n_head:
         raise CliError(f"--n_embd={cfg.n_embd} is not divisible by --n_head={cfg.n_head}")
-    if not (0 < cfg.clip_low < 1):
-        raise CliError(f"--clip_low must be in (0, 1), got {cfg.clip_low}")
-    if cfg.clip_high <= 0:
-        raise CliError(f"--clip_high must be positive, got {cfg.clip_high}")
-    for name in ("beta", "entropy_coef"):
-        if getattr(cfg, name) < 0:
-            raise CliError(f"--{name} must be 0 (off) or positive, got {getattr(cfg, name)}")
-    if cfg.temperature > 10:
-        raise CliError(
-            f"--temperature={cfg.temperature} is not a sane sampling temperature; use (0, 10]"
-        )
-
-
-def check_objective(cfg, obj):
-    """The switches the objective's record allows, and the settings it needs."""
-    if cfg.agg != "auto" and obj.own_agg:
-        raise CliError(f"--loss={cfg.loss} defines its own aggregation; leave --agg out")
-    if cfg.kl_loss_type not in engines.KL_TYPES:
-        raise CliError(f"unknown kl_loss_type {cfg.kl_loss_type!r}; choose one of "
-                       f"{', '.join(engines.KL_TYPES)}")
-    if cfg.kl_loss_type != "k3" and not cfg.beta:
-        raise CliError("--kl_loss_type picks --beta's estimator; it needs --beta > 0")
-    for name in ("dro_beta",):  # settings that belong to one objective
-        needed = name in obj.needs
-        if getattr(cfg, name) < 0 or needed != (getattr(cfg, name) > 0):
-            owners = [o.name for o in objectives.OBJECTIVES.values() if name in o.needs]
-            needs_of_owner = objectives.OBJECTIVES[owners[0]].needs[name]
-            raise CliError(f"--loss={' / '.join(owners)} needs --{name} > 0 "
-                           f"({obj.needs.get(name) or needs_of_owner}), "
-                           f"and --{name} applies to it only")
-    if not 0 <= cfg.top_entropy_quantile <= 1:
-        raise CliError(
-            f"--top_entropy_quantile is a fraction in [0, 1], got {cfg.top_entropy_quantile}"
-        )
-    if cfg.top_entropy_quantile < 1 and obj.sequence_ratio:
-        raise CliError(
-            f"--top_entropy_quantile selects tokens; --loss={cfg.loss} has one ratio per sequence"
-        )
-    if cfg.off_policy_mask_threshold < 0:
-        raise CliError(
-            "--off_policy_mask_threshold must be 0 (off) or positive, got "
-            f"{cfg.off_policy_mask_threshold}"
-        )
-    if cfg.group_size < 2 and cfg.adv != "positive_only":
-        raise CliError(f"--group_size={cfg.group_size}: group advantages need at least 2 "
-                       f"completions per prompt")
-    if obj.clip == "none" and cfg.clip != "none":
-        raise CliError(
-            f"--loss={cfg.loss} has no ratio clip; leave --clip out (or pass --clip=none)"
-        )
-    if cfg.dual_clip:
-        if cfg.dual_clip <= 1:
-            raise CliError(f"--dual_clip must be above 1 (or 0: off), got {cfg.dual_clip}")
-        if not obj.dual_clip:
-            allowed = [o.name for o in objectives.OBJECTIVES.values() if o.dual_clip]
-            raise CliError(f"--dual_clip applies to the token PPO losses {', '.join(allowed)}, "
-                           f"not to --loss={cfg.loss}")
-        if cfg.clip == "none":
-            raise CliError(
-                "--dual_clip bounds a clipped ratio; it needs --clip=sym or --clip=higher"
-            )
+    refuse_if(not 0 < cfg.clip_low < 1, "clip_low", "must be in (0, 1)")
+    refuse_if(cfg.clip_high <= 0, "clip_high", "must be positive")
+    refuse_if(cfg.dual_clip and cfg.dual_clip <= 1, "dual_clip", "must be above 1 (or 0: off)")
+    if cfg.dual_clip and cfg.clip == "none":
+        raise CliError("--dual_clip bounds a clipped ratio; it needs --clip=sym or --clip=higher")
     if cfg.clip == "higher" and cfg.clip_high < cfg.clip_low:
-        raise CliError(
-            f"--clip=higher needs --clip_high >= --clip_low, got {cfg.clip_high} < {cfg.clip_low}"
-        )
+        raise CliError(f"--clip=higher needs --clip_high >= --clip_low, got {cfg.clip_high} < "
+                       f"{cfg.clip_low}")
 
 
 def check_schedule(cfg):
@@ -546,49 +387,55 @@ def check_schedule(cfg):
         raise CliError(f"--micro_batch={cfg.micro_batch} is larger than a mini-batch "
                        f"({n} rollouts / {cfg.minibatches} mini-batches)")
     if cfg.batching == "full" and cfg.minibatches != 1:
-        raise CliError(
-            "--batching=full takes the whole batch in one step; it needs --minibatches=1"
-        )
+        raise CliError("--batching=full takes the whole batch in one step; it needs "
+                       "--minibatches=1")
     if batching.keeps_groups_whole(cfg.batching) and cfg.minibatches > cfg.prompts_per_step:
-        raise CliError(
-            f"--batching={cfg.batching} keeps groups whole: --minibatches={cfg.minibatches} "
-            f"exceeds the {cfg.prompts_per_step} groups of a batch"
-        )
+        raise CliError(f"--batching={cfg.batching} keeps groups whole: --minibatches="
+                       f"{cfg.minibatches} exceeds the {cfg.prompts_per_step} groups of a batch")
 
 
 def check_fits(cfg):
-    """The task fits the block, the run fits the memory, and --out_dir can be written."""
+    """The task fits the block, the run fits the memory, --compile has a compiler, and
+    --out_dir can be written."""
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
     need = toy_tasks.longest_prompt(task) + task.max_new_tokens
     if need > BLOCK_SIZE:
-        raise CliError(
-            f"--task={cfg.task} --digits={cfg.digits} --scratchpad={cfg.scratchpad} needs "
-            f"{need} tokens of prompt + completion, more than the block size {BLOCK_SIZE}"
-        )
+        raise CliError(f"--task={cfg.task} --digits={cfg.digits} --scratchpad={cfg.scratchpad} "
+                       f"needs {need} tokens of prompt + completion, more than the block size "
+                       f"{BLOCK_SIZE}")
     gib, have = memory_estimate(cfg) / 2 ** 30, available_memory() / 2 ** 30
     if gib > have:
-        raise CliError(
-            f"this model and batch need about {gib:.1f} GiB, more than the {have:.1f} GiB here; "
-            f"use smaller --n_layer/--n_embd/--prompts_per_step/--group_size/--eval_size/--pass_k"
-        )
+        raise CliError(f"this model and batch need about {gib:.1f} GiB, more than the "
+                       f"{have:.1f} GiB here; use smaller --n_layer/--n_embd/--prompts_per_step/"
+                       f"--group_size/--eval_size/--pass_k")
+    if cfg.compile and not compiler_works():  # torch.compile would fail at the first step
+        raise CliError("--compile=true needs a working C++ compiler (torch.compile builds its "
+                       "kernels with it; $CXX, else g++): install one, or leave --compile out")
     if cfg.resume and cfg.overwrite:
-        raise CliError(
-            "--resume continues the run in --out_dir and --overwrite replaces it: give one"
-        )
+        raise CliError("--resume continues the run in --out_dir and --overwrite replaces it: "
+                       "give one")
     check_out_dir(cfg.out_dir, "--out_dir")
 
 
-BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds it so)
-FLOAT_MAX = 1e6  # no float flag needs more; fp32 overflows at 3.4e38
-INT_MAX = 2 ** 31 - 1
+def compiler_works():
+    """Whether the C++ compiler torch.compile would use ($CXX, else g++, c++, clang++)
+    builds a one-line program (in a temp folder that vanishes)."""
+    cxx = os.environ.get("CXX") or next(filter(shutil.which, ("g++", "c++", "clang++")), None)
+    if not cxx:
+        return False
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            return subprocess.run([cxx, "-x", "c++", "-", "-o", os.path.join(d, "a")],
+                                  input="int main() { return 0; }\n", capture_output=True,
+                                  text=True, timeout=120).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
 
 
 def memory_estimate(cfg):
-    """Bytes a run needs, roughly: fp32 weights, grads and AdamW's two moments (16 B a
-    parameter), the activations of one rollout batch (about 20 floats per layer,
-    token and width, kept for the backward pass), and the KV cache of the largest
-    sampling call (rollouts, the greedy evaluation, or --diagnostics' 2k samples
-    for each of 64 problems), held twice while a group's prompt cache is copied."""
+    """Bytes a run needs, roughly: weights, grads and AdamW's moments (16 B a parameter),
+    one rollout batch's activations (about 20 floats per layer, token and width), and
+    the KV cache of the largest sampling call, held twice while a prompt's is copied."""
     params = 12 * cfg.n_layer * cfg.n_embd ** 2 + cfg.n_embd * (2 * 32 + BLOCK_SIZE)
     acts = cfg.prompts_per_step * cfg.group_size * BLOCK_SIZE * cfg.n_layer * cfg.n_embd * 20 * 4
     rows = max(cfg.prompts_per_step * cfg.group_size, cfg.eval_size,
@@ -599,24 +446,47 @@ def memory_estimate(cfg):
 
 def available_memory():
     """Physical memory of this machine, or of its largest CUDA device if that is larger."""
+    import torch
     try:
         ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         ram = 2 ** 40
+    return max([ram] + [torch.cuda.get_device_properties(i).total_memory
+                        for i in range(torch.cuda.device_count())])
+
+
+def _writable(flag, path, d):
+    """A file can be created in folder d, probed with a temp file that vanishes at once
+    (os.access says yes to root, also in /proc)."""
     try:
-        import torch
-        if torch.cuda.is_available():
-            ram = max(ram, max(torch.cuda.get_device_properties(i).total_memory
-                               for i in range(torch.cuda.device_count())))
-    except Exception:
-        pass
-    return ram
+        tempfile.TemporaryFile(dir=d).close()
+    except OSError as e:
+        raise CliError(f"{flag}={path}: cannot write in {d} ({e.strerror})") from None
+
+
+def check_out_file(path, flag, exts):
+    """A file we may write: a name with one of ``exts`` in an existing, writable folder,
+    not itself a folder or a special file. Creates nothing."""
+    if not path:
+        raise CliError(f"{flag} is empty")
+    if os.path.isdir(path):
+        raise CliError(f"{flag}={path} is a folder")
+    ext = os.path.splitext(path)[1].lstrip(".").lower()
+    if ext not in exts:
+        raise CliError(f"{flag}={path}: unknown file type {ext or '(none)'!r}; use one of "
+                       f"{', '.join(exts)}")
+    d = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(d):
+        raise CliError(f"{flag}={path}: its folder {d} does not exist"
+                       + (" (it is a file)" if os.path.exists(d) else ""))
+    if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, a socket
+        raise CliError(f"{flag}={path} is not a regular file")
+    _writable(flag, path, d)
 
 
 def check_out_dir(path, flag):
     """A folder we may write in: an existing folder, or one whose nearest existing
-    parent is a folder where a file can be created (probed with a temp file that
-    vanishes at once). Creates nothing."""
+    parent is a writable folder. Creates nothing."""
     if not path:
         raise CliError(f"{flag} is empty")
     if os.path.exists(path) and not os.path.isdir(path):
@@ -626,10 +496,4 @@ def check_out_dir(path, flag):
         d = os.path.dirname(d)
     if not os.path.isdir(d):
         raise CliError(f"{flag}={path}: {d} is a file, not a folder")
-    try:
-        with tempfile.TemporaryFile(dir=d):
-            pass
-    except OSError as e:
-        raise CliError(
-            f"{flag}={path}: cannot write in {d} ({e.strerror or type(e).__name__})"
-        ) from None
+    _writable(flag, path, d)

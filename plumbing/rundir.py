@@ -1,27 +1,19 @@
 """rundir.py: a run's folder. Who may write it, what a new run may replace, and how a run resumes.
 
-What it teaches
----------------
-A run finished yesterday must survive anything typed today. Three rules:
+What it teaches: a run finished yesterday must survive anything typed today.
 
-1. **One writer.** A process that writes an --out_dir holds an exclusive
-   ``flock`` on the folder itself for as long as it runs. The lock lives in the
-   kernel, not in a file: it goes away when the process dies, however it dies,
-   so a killed run never leaves a stale lock, and taking it writes nothing. A
-   second writer (a fresh run, --resume or --overwrite) is refused with one
-   line naming the holder's pid (read from /proc/locks).
-2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint
-   (against config.json: every flag it was written with, and its optimizer
-   state against --optimizer), the resume state and the lock while the folder
-   is untouched. Only then does ``start_writing`` delete an old run
-   (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume).
-   --overwrite refuses to delete a file the run is about to read (--init_from
-   inside the folder).
-3. **Resume continues the same run.** ``resumed_config`` takes the saved
-   config (a flag that contradicts it is an error), and the checkpoint's resume
-   state (checkpoint.py) must match the number of processes: each rank's
-   random streams are saved and restored, so a different world size could not
-   continue them and is refused.
+1. **One writer.** A process that writes an --out_dir holds an exclusive ``flock`` on
+   the folder itself. The lock lives in the kernel, not in a file: it goes away when
+   the process dies, however it dies, and taking it writes nothing. A second writer is
+   refused with one line naming the holder's pid (read from /proc/locks).
+2. **Validate, then write.** ``open_run`` checks every flag, the checkpoint (against
+   config.json and --optimizer), the resume state and the lock while the folder is
+   untouched. Only then does ``start_writing`` delete an old run (--overwrite) or cut
+   metrics.jsonl back to the checkpoint (--resume). --overwrite refuses to delete a file
+   the run is about to read (--init_from in the folder, also through a link).
+3. **Resume continues the same run.** The saved config rules (a flag that contradicts it
+   is an error); each rank's random streams are restored, so the world size must match.
+   A finished run has no step left: its resume changes nothing and says so.
 """
 
 import errno
@@ -35,22 +27,34 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from lab import objectives
 from model import rl_optimizer
 from plumbing import checkpoint, dist_utils
 from plumbing.config import Config, default_of
 from plumbing.config import validate as validate_config
 from plumbing.errors import CliError
 
-# ----------------------------------------------------------------------------- runs in an --out_dir
-
 RUN_FILES = ("config.json", "metrics.jsonl", "ckpt.pt", "warm_start.pt")
 KEEP = ("out_dir", "resume", "overwrite")  # flags a resumed run may change
+
+
+class Finished(Exception):
+    """--resume of a run that reached its end: there is nothing to do, and nothing is
+    written. Its message is the one line to print; ``summary`` is the run's."""
+
+    def __init__(self, out_dir, summary):
+        super().__init__(f"{out_dir} holds a finished run (its summary is in metrics.jsonl); "
+                         f"--resume has no step left to run and changed nothing")
+        self.summary = summary
 
 
 def holds_run(out_dir):
     """The files of a run already in out_dir."""
     return [f for f in RUN_FILES if os.path.exists(os.path.join(out_dir, f))]
+
+
+def own_adv(loss):
+    """What --adv=auto means for --loss=loss (the lab says, through Config)."""
+    return Config(loss=loss).adv
 
 
 def saved_config(path):
@@ -63,14 +67,10 @@ def saved_config(path):
         raise CliError(f"--resume: {path} is missing or not JSON") from None
     if not isinstance(saved, dict) or not {"task", "seed", "out_dir"} <= set(saved):
         raise CliError(f"--resume: {path} is not a config of this project")
-    for f in fields(Config):
-        if f.name not in saved:
-            continue
+    for f in (f for f in fields(Config) if f.name in saved):
         v = saved[f.name]
-        ok = {bool: isinstance(v, bool), str: isinstance(v, str),
-              int: isinstance(v, int) and not isinstance(v, bool),
-              float: isinstance(v, (int, float)) and not isinstance(v, bool)}[f.type]
-        if not ok:
+        if not (isinstance(v, (int, float) if f.type is float else f.type)
+                and isinstance(v, bool) == (f.type is bool)):
             raise CliError(f"--resume: {path} says {f.name}={json.dumps(v)}, which is not "
                            f"a value of --{f.name} ({f.type.__name__})")
         saved[f.name] = float(v) if f.type is float else v
@@ -78,38 +78,28 @@ def saved_config(path):
 
 
 def resumed_config(cfg, given=None):
-    """The config of the run in cfg.out_dir, from its config.json alone. A flag given
-    now (``given``: {name: value}, the command line's) that differs from the saved
-    value is refused, also one set back to its default; a flag the run predates takes
-    its default, which is what the older version did (``--adv=auto`` resolves to the
-    saved objective's own estimator). Without ``given`` (a Config built in code), the
-    flags that differ from their defaults count as given."""
+    """The config of the run in cfg.out_dir, from its config.json alone. A flag given now
+    (``given``, the command line's; None: those that differ from their defaults) that
+    differs from the saved value is refused, also one set back to its default; a flag the
+    run predates takes its default, as the older version did (--adv: the loss's own)."""
     path = os.path.join(cfg.out_dir, "config.json")
     saved = saved_config(path)
     if given is None:
         given = {f.name: getattr(cfg, f.name) for f in fields(Config)
                  if getattr(cfg, f.name) != default_of(f.name, cfg.task)}
-    values = {}
-    for f in fields(Config):
-        name = f.name
+    values, their_adv = {}, own_adv(saved.get("loss", Config.loss))
+    for name in (f.name for f in fields(Config)):
         if name in KEEP:
             values[name] = getattr(cfg, name)
             continue
-        if name in given:
-            mine = given[name]
-            if name == "adv" and mine == "auto":  # what auto means for the run's own objective
-                mine = objectives.own_estimator(saved.get("loss", Config.loss))
-            theirs = saved.get(name, default_of(name, saved["task"]))
-            if name == "adv" and name not in saved:
-                theirs = objectives.own_estimator(saved.get("loss", Config.loss))
-            if mine != theirs:
-                raise CliError(f"--resume continues the run as configured in {path}, where "
-                               f"{name}={flag_text(theirs)}; drop --{name}={flag_text(mine)}")
-        if name in saved:
-            values[name] = saved[name]
-        elif name != "adv":  # adv: left at auto, resolved from the saved objective
-            values[name] = default_of(name, saved["task"])
-    new = Config(**values)  # flags the run predates: their defaults (adv: auto, resolved)
+        theirs = saved.get(name, their_adv if name == "adv" else default_of(name, saved["task"]))
+        mine = their_adv if name == "adv" and given.get(name) == "auto" else given.get(name)
+        if name in given and mine != theirs:
+            raise CliError(f"--resume continues the run as configured in {path}, where "
+                           f"{name}={flag_text(theirs)}; drop --{name}={flag_text(mine)}")
+        if name in saved or name != "adv":  # adv the run predates: auto, resolved by Config
+            values[name] = theirs
+    new = Config(**values)
     validate_config(new)
     return new
 
@@ -122,10 +112,7 @@ def flag_text(v):
 def init_from_checks(cfg, model, ck):
     """--init_from: the task must match; model sizes come from the checkpoint; SFT flags
     are ignored (a warning), size flags that contradict the checkpoint are an error."""
-    t = ck["task"]
-    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-        raise CliError(f"checkpoint was trained on task {t}, not on "
-                       f"task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+    same_task(cfg, ck, "checkpoint")
     for k in ("n_layer", "n_head", "n_embd"):
         mine, theirs = getattr(cfg, k), getattr(model.cfg, k)
         if mine != theirs and mine != default_of(k, cfg.task):
@@ -139,52 +126,60 @@ def init_from_checks(cfg, model, ck):
     return replace(cfg, n_layer=model.cfg.n_layer, n_head=model.cfg.n_head, n_embd=model.cfg.n_embd)
 
 
+def same_task(cfg, ck, where):
+    t = ck["task"]
+    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
+        raise CliError(f"{where} was trained on task {t}, not on task={cfg.task} "
+                       f"digits={cfg.digits} scratchpad={cfg.scratchpad}")
+
+
+def inside(path, folder):
+    """Whether file ``path`` lies in ``folder``, as named or through any chain of links."""
+    real = os.path.realpath(folder)
+    return real in (os.path.realpath(os.path.dirname(os.path.abspath(path))),
+                    os.path.dirname(os.path.realpath(path)))
+
+
 # ----------------------------------------------------------------------------- a run's folder
 
 def open_run(cfg, world=1, given=None):
-    """Check --out_dir, --resume and --overwrite before anything is written.
-    Returns (cfg, device, found, model, saved): the config to run (a resumed run's own),
-    the device it runs on (a resumed run's own: its random streams belong to that
-    device), the run files already there, and for --resume with a ckpt.pt its model
-    and resume state (else None, None)."""
+    """Check --out_dir, --resume and --overwrite before anything is written. Returns
+    (cfg, device, found, model, saved): the config and device to run on (a resumed run's
+    own: its random streams belong to that device), the run files already there, and for
+    --resume its model and resume state (else None). Finished: a finished run's resume."""
     found = holds_run(cfg.out_dir) if os.path.isdir(cfg.out_dir) else []
     if found and not (cfg.resume or cfg.overwrite):
         raise CliError(f"--out_dir={cfg.out_dir} holds another run ({', '.join(found)}); "
                        f"continue it with --resume or replace it with --overwrite")
     if cfg.resume and "config.json" not in found:
         raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
-    if cfg.overwrite and cfg.init_from and found and (os.path.realpath(os.path.dirname(
-            os.path.abspath(cfg.init_from))) == os.path.realpath(cfg.out_dir)):
+    if cfg.overwrite and cfg.init_from and found and inside(cfg.init_from, cfg.out_dir):
         raise CliError(f"--overwrite would delete --init_from={cfg.init_from} before the run reads "
                        f"it; copy it out of --out_dir first")
     if cfg.resume:  # the saved config names the device the run was on ("cpu" or "cuda")
         cfg = resumed_config(cfg, given)
     device = dist_utils.resolve_device(cfg.device)
-    if cfg.resume and "ckpt.pt" not in found and finished(cfg.out_dir):
+    if cfg.resume and "ckpt.pt" not in found and summary_of(cfg.out_dir):
         raise CliError(f"--resume: {cfg.out_dir} holds a finished run whose ckpt.pt is missing; "
                        f"resuming would start it again over its metrics.jsonl: put ckpt.pt "
                        f"back, or start again with --overwrite")
     if not (cfg.resume and "ckpt.pt" in found):
         return cfg, device, found, None, None
+    where = f"--resume: {cfg.out_dir}/ckpt.pt"
     model, ck = checkpoint.load_checkpoint(os.path.join(cfg.out_dir, "ckpt.pt"), device)
     if "resume" not in ck:
-        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt holds no resume state")
+        raise CliError(f"{where} holds no resume state")
     saved = ck["resume"]
-    for r, st in enumerate(saved["streams"]):  # the sampling generator lives on one device
+    for st in saved["streams"]:  # the sampling generator lives on one device
         if checkpoint.is_cuda_generator_state(st["torch_gen"].cpu()) != (device == "cuda"):
-            raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was sampled on another device "
-                           f"than this run's {device}, so its random streams cannot continue")
-    t = ck["task"]
-    if (t["task"], t["digits"], t["scratchpad"]) != (cfg.task, cfg.digits, cfg.scratchpad):
-        raise CliError(f"--resume: {cfg.out_dir}/ckpt.pt was trained on task {t}, not on this "
-                       f"run's task={cfg.task} digits={cfg.digits} scratchpad={cfg.scratchpad}")
+            raise CliError(f"{where} was sampled on another device than this run's {device}, "
+                           f"so its random streams cannot continue")
+    same_task(cfg, ck, where)
     if saved["world"] != world:
-        raise CliError(
-            f"--resume: the run was trained by {saved['world']} process(es) and this "
-            f"is {world}; each process restores its own random streams, so resume with "
-            + (f"torchrun --nproc_per_node={saved['world']}" if saved["world"] > 1
-               else "one process")
-        )
+        raise CliError(f"--resume: the run was trained by {saved['world']} process(es) and this "
+                       f"is {world}; each process restores its own random streams, so resume "
+                       f"with " + (f"torchrun --nproc_per_node={saved['world']}"
+                                   if saved["world"] > 1 else "one process"))
     check_saved_config(cfg, ck["config"], cfg.out_dir)
     check_saved_optimizer(cfg, saved, cfg.out_dir)
     if cfg.beta and saved["phase"] == "rl":  # --beta's reference must load before anything changes
@@ -197,33 +192,40 @@ def open_run(cfg, world=1, given=None):
     if have < saved["metrics_bytes"]:
         raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
                        f"checkpoint says ({saved['metrics_bytes']})")
+    summary = summary_of(cfg.out_dir)
+    if summary:  # no flag that sets the length may change: a finished run has no step left
+        if dist_utils.env_world()[0] == 0:  # a writer at work is refused, as for any resume
+            unlock(lock_run(cfg, found))
+        raise Finished(cfg.out_dir, summary)
     return cfg, device, found, model, saved
+
+
+def summary_of(out_dir):
+    """The summary line of the run's metrics.jsonl (it reached its end), or None."""
+    try:
+        with open(os.path.join(out_dir, "metrics.jsonl"), "rb") as f:
+            lines = [line for line in f if b'"phase": "summary"' in line]
+        return json.loads(lines[-1]) if lines else None
+    except (OSError, ValueError):
+        return None
 
 
 def finished(out_dir):
     """Whether the run's metrics.jsonl holds its summary line (the run reached its end)."""
-    try:
-        with open(os.path.join(out_dir, "metrics.jsonl"), "rb") as f:
-            return any(b'"phase": "summary"' in line for line in f)
-    except OSError:
-        return False
+    return summary_of(out_dir) is not None
 
 
 def check_saved_config(cfg, theirs, out_dir):
-    """config.json (``cfg``, as resumed_config read it) against the config its ckpt.pt was
-    written with (``theirs``), every flag but those a resume may change and --device (the
-    checkpoint keeps it as given: "auto"): a config.json edited by hand would continue
+    """config.json (``cfg``) against the config ckpt.pt was written with (``theirs``), but
+    KEEP and --device (kept as given: "auto"): a config.json edited by hand would continue
     the run under flags it was not trained with."""
-    for f in fields(Config):
-        if f.name in KEEP or f.name == "device":
-            continue
-        mine, old = getattr(cfg, f.name), theirs.get(f.name, default_of(f.name, cfg.task))
-        if f.name == "adv":  # "auto" is the objective's own estimator
-            mine, old = (objectives.own_estimator(cfg.loss) if v == "auto" else v
-                         for v in (mine, old))
+    for name in (f.name for f in fields(Config) if f.name not in KEEP + ("device",)):
+        mine, old = getattr(cfg, name), theirs.get(name, default_of(name, cfg.task))
+        if name == "adv":  # "auto" is the objective's own estimator
+            mine, old = (own_adv(cfg.loss) if v == "auto" else v for v in (mine, old))
         if mine != old:
-            raise CliError(f"--resume: {out_dir}/config.json says {f.name}={flag_text(mine)}, "
-                           f"but ckpt.pt was written with {f.name}={flag_text(old)}; put "
+            raise CliError(f"--resume: {out_dir}/config.json says {name}={flag_text(mine)}, "
+                           f"but ckpt.pt was written with {name}={flag_text(old)}; put "
                            f"config.json back as it was")
 
 
@@ -232,10 +234,10 @@ def check_saved_optimizer(cfg, saved, out_dir):
     --optimizer at --lr in RL, SFT's AdamW at --sft_lr (as train.sft builds it) in SFT."""
     if saved["phase"] == "rl":
         lr, what = cfg.lr, f"--optimizer={cfg.optimizer}"
-        build = lambda p: rl_optimizer(p, cfg.optimizer, cfg.lr)
+        build = lambda p: rl_optimizer(p, cfg.optimizer, cfg.lr)  # noqa: E731
     else:
         lr, what = cfg.sft_lr, "SFT's AdamW"
-        build = lambda p: torch.optim.AdamW(p, lr=cfg.sft_lr, weight_decay=0.0)
+        build = lambda p: torch.optim.AdamW(p, lr=cfg.sft_lr, weight_decay=0.0)  # noqa: E731
     try:
         checkpoint.check_optimizer(saved["optimizer"], build, what)
     except ValueError as e:
@@ -247,20 +249,18 @@ def check_saved_optimizer(cfg, saved, out_dir):
 
 
 def lock_run(cfg, found):
-    """The last check before writing: create --out_dir if needed and take an
-    exclusive flock on it (held until the process ends or ``unlock``). Refuses
-    if another process holds it, or if the folder's run files changed since
-    ``open_run`` looked. Returns the locked file descriptor."""
+    """The last check before writing: an exclusive flock on --out_dir (made if needed), held
+    until the process ends or ``unlock``; refused if another process holds it or the run
+    files changed since ``open_run`` looked. Returns the locked file descriptor."""
     os.makedirs(cfg.out_dir, exist_ok=True)
     fd = os.open(cfg.out_dir, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         os.close(fd)
-        raise CliError(
-            f"--out_dir={cfg.out_dir} is being written by another process "
-            f"({_holder(cfg.out_dir)}); wait for it or choose another --out_dir"
-        ) from None
+        raise CliError(f"--out_dir={cfg.out_dir} is being written by another process "
+                       f"({_holder(cfg.out_dir)}); wait for it or choose another --out_dir"
+                       ) from None
     if sorted(holds_run(cfg.out_dir)) != sorted(found):
         os.close(fd)
         raise CliError(f"--out_dir={cfg.out_dir} changed while this run was starting; try again")
@@ -277,13 +277,10 @@ def _holder(folder):
     try:
         st = os.stat(folder)
         ino = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
-        for line in open("/proc/locks"):
-            parts = line.split()
-            if "FLOCK" in parts and parts[-3] == ino:
-                return f"pid {parts[-4]}"
-    except (OSError, IndexError):
-        pass
-    return "pid unknown"
+        with open("/proc/locks") as f:
+            return next(f"pid {p[-4]}" for p in map(str.split, f) if "FLOCK" in p and p[-3] == ino)
+    except (OSError, IndexError, StopIteration):
+        return "pid unknown"
 
 
 def start_writing(cfg, found, resolved, saved):
@@ -291,14 +288,12 @@ def start_writing(cfg, found, resolved, saved):
     run (--overwrite) or cut metrics.jsonl back to the checkpoint (--resume), write
     config.json (the resolved config: what actually runs) and print it."""
     checkpoint.clear_stale_temps(cfg.out_dir)
-    if cfg.overwrite:
-        for f in found:
-            os.remove(os.path.join(cfg.out_dir, f))
+    for f in found if cfg.overwrite else ():
+        os.remove(os.path.join(cfg.out_dir, f))
     os.makedirs(cfg.out_dir, exist_ok=True)
     if not cfg.resume:
-        checkpoint.atomic_write_text(
-            json.dumps(resolved, indent=1), os.path.join(cfg.out_dir, "config.json")
-        )
+        checkpoint.atomic_write_text(json.dumps(resolved, indent=1),
+                                     os.path.join(cfg.out_dir, "config.json"))
     # every flag as it resolved, wrapped at 100 characters (config.json holds the same)
     print(textwrap.fill(" ".join(f"{k}={v}" for k, v in resolved.items()), width=100,
                         initial_indent="config: ", subsequent_indent="  ",
@@ -333,25 +328,15 @@ class RunDir:
         Every rank calls it: each contributes its own random streams."""
         streams = dist_utils.gather_objects(state.streams())
         if self.master:
-            checkpoint.save_checkpoint(
-                os.path.join(self.cfg.out_dir, name),
-                self.raw,
-                self.cfg,
-                state.phase,
-                state.step,
-                state.capture(opt, self.metrics.tell(), streams),
-            )
+            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg,
+                                       state.phase, state.step,
+                                       state.capture(opt, self.metrics.tell(), streams))
 
     def warm_start(self, step):
         """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
         if self.master:
-            checkpoint.save_checkpoint(
-                os.path.join(self.cfg.out_dir, "warm_start.pt"),
-                self.raw,
-                self.cfg,
-                "warm_start",
-                step,
-            )
+            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"),
+                                       self.raw, self.cfg, "warm_start", step)
 
     def close(self):
         if self.master:

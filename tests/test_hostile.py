@@ -154,7 +154,25 @@ def test_a_run_without_sft_but_with_beta_resumes(finished, tmp_path):
     assert "warm_start.pt" in os.listdir(d)
     ck = torch.load(d / "ckpt.pt", weights_only=True)
     assert ck["resume"]["phase"] == "rl"
-    train.main(parse_args(["--resume", f"--out_dir={d}"]))  # must not raise
+    cut_summary(d)  # so that the resume runs the end of the run again
+    assert train.main(parse_args(["--resume", f"--out_dir={d}"]))["final_acc"] is not None
+
+
+def cut_summary(d):
+    lines = [x for x in open(d / "metrics.jsonl") if '"summary"' not in x]
+    open(d / "metrics.jsonl", "w").writelines(lines)
+
+
+def test_the_resume_of_a_finished_run_changes_nothing_and_says_so(finished, tmp_path, capsys):
+    d = copy_run(finished, tmp_path)
+    before = digest(d)
+    train.cli(["--resume", f"--out_dir={d}"])
+    out = capsys.readouterr()
+    assert out.err == "" and "finished run" in out.out and len(out.out.splitlines()) == 1
+    assert digest(d) == before  # its summary line, with its "seconds", is kept
+    cut_summary(d)
+    train.cli(["--resume", f"--out_dir={d}"])  # a run cut before its summary does resume
+    assert "resuming after rl step 3" in capsys.readouterr().out
 
 
 def test_a_second_writer_is_refused_while_the_lock_is_held(finished, tmp_path, capsys):

@@ -317,10 +317,10 @@ def save_record(path, rec):
 
 
 def set_aside(path, why):
-    """Rename a damaged cache file to NAME.bad (kept to look at, never read again) and say
-    so in one line; returns None."""
-    os.replace(path, path + ".bad")
-    print(f"warning: {path} {why}: set aside as {os.path.basename(path)}.bad; computing it "
+    """Rename a damaged cache file to NAME.bad (NAME.bad.1, ... if taken: kept to look at,
+    never read again) and say so in one line; returns None."""
+    bad = checkpoint.set_aside(path)
+    print(f"warning: {path} {why}: set aside as {os.path.basename(bad)}; computing it "
           f"again", file=sys.stderr)
     return None
 
