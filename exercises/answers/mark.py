@@ -322,8 +322,9 @@ def submissions(top):
         sheet = os.path.join(s, "sheet.py")
         if not os.path.isfile(sheet) or os.path.islink(sheet):
             raise MarkError(f"{s}: no sheet.py (a regular file)")
-        seen.setdefault(student_name(s, read_sheet(sheet)), []).append(os.path.basename(s))
-    for name, folders in seen.items():
+        name = student_name(s, read_sheet(sheet))  # "ada lovelace" is Ada Lovelace too
+        seen.setdefault(name.casefold(), (name, []))[1].append(os.path.basename(s))
+    for name, folders in seen.values():
         if len(folders) > 1:
             print(f"warning: {len(folders)} folders name the same student "
                   f"{check.clean(name, 60)!r} ({', '.join(folders)}): each gets its own row",
@@ -346,6 +347,7 @@ def main(argv):
             print(f"error: {e}", file=sys.stderr)
             return 2
         hide = [ROOT, os.path.abspath(top), work]
+        sandbox.allow()
         pool = ThreadPoolExecutor(max_workers=opts["jobs"])
         try:
             self_test(base, work, opts, hide)
@@ -355,6 +357,7 @@ def main(argv):
         except sandbox.SandboxError as e:  # the tool failed: no marks at all, not zeros
             sandbox.kill_all()
             pool.shutdown(wait=True, cancel_futures=True)
+            sandbox.allow()  # every thread has ended: nothing is left to stop
             print(f"error: {e}", file=sys.stderr)
             return 2
         except KeyboardInterrupt:  # stop every sandbox now, not after its time limit

@@ -89,6 +89,12 @@ def kill_all():
                 pass
 
 
+def allow():
+    """Let sandboxes start again after kill_all (a new marking in the same process)."""
+    with _LOCK:
+        _STOPPED.clear()
+
+
 def mode():
     """'root' (become an unused uid), 'userns' (a user namespace), or raise SandboxError."""
     if "mode" not in _MODE:
