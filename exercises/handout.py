@@ -180,17 +180,19 @@ def anchor(heading):
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def fix_links(rel, text, texts):
+def fix_links(rel, text, texts, files=()):
     """``text`` (the Markdown file ``rel``) with every relative link that would not resolve
-    in the copy (``texts``: {path: text} of its files) reduced to its text, or to its file
-    when only the anchor is missing."""
+    in the copy (``texts``: {path: text} of its Markdown files, ``files``: every path it
+    holds, pictures too) reduced to its text, or to its file when only the anchor is
+    missing."""
+    files = set(texts) | set(files)
     def one(m):
         bang, label, target = m.groups()
         if re.match(r"[a-z]+:", target) or target.startswith("#") and not target[1:]:
             return m.group(0)
         path, _, frag = target.partition("#")
         full = os.path.normpath(os.path.join(os.path.dirname(rel), path)) if path else rel
-        if full not in texts and not any(f.startswith(full + "/") for f in texts):
+        if full not in files and not any(f.startswith(full + "/") for f in files):
             return label if not bang else f"({label})"
         if frag and full.endswith(".md"):
             heads = {anchor(h) for h in re.findall(r"^#+ (.*)$", texts[full], re.M)}
@@ -294,7 +296,7 @@ def contents(files, extra):
         text = TEACHER_SECTION.sub("", texts[rel])
         texts[rel] = text
     for rel, text in texts.items():
-        out[rel] = (fix_links(rel, text, texts).encode("utf-8"), out[rel][1])
+        out[rel] = (fix_links(rel, text, texts, out).encode("utf-8"), out[rel][1])
     return out
 
 
@@ -312,11 +314,13 @@ def write_all(tmp, copy):
 def parse(argv):
     """OUT_DIR, --roster=FILE, --allow_dirty; HandoutError on anything else."""
     usage = "usage: python -m exercises.handout OUT_DIR [--roster=FILE] [--allow_dirty]"
-    opts, outs = {"roster": None, "allow_dirty": False}, []
+    opts, outs, given = {"roster": None, "allow_dirty": False}, [], set()
     for a in argv:
+        key = a.split("=", 1)[0]
+        if key in given and key in ("--roster", "--allow_dirty"):  # else one would be lost
+            raise HandoutError(f"{key} is given twice; give it once")
+        given.add(key)
         if a.startswith("--roster="):
-            if opts["roster"] is not None:
-                raise HandoutError("--roster is given twice")
             opts["roster"] = a.split("=", 1)[1]
         elif a == "--allow_dirty":
             opts["allow_dirty"] = True
@@ -335,10 +339,13 @@ def main(argv):
     out_arg, tmp = "", None
     try:
         out_arg, opts = parse(argv)
-        out_dir = os.path.abspath(out_arg)
+        if not out_arg:
+            raise HandoutError("OUT_DIR is empty; name a new folder")
+        # real paths: a link (or a chain of them) to the repository leads inside it
+        out_dir, root = os.path.realpath(out_arg), os.path.realpath(ROOT)
         if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
             raise HandoutError(f"{out_arg} exists and is not an empty folder; name a new one")
-        if out_dir == ROOT or out_dir.startswith(ROOT + os.sep):
+        if out_dir == root or out_dir.startswith(root + os.sep):
             raise HandoutError(f"{out_arg} lies inside this repository; name a folder outside it")
         parent = os.path.dirname(out_dir)
         if not os.path.isdir(parent):

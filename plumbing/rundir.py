@@ -153,8 +153,7 @@ def open_run(cfg, world=1, given=None):
                        f"continue it with --resume or replace it with --overwrite")
     if cfg.resume and "config.json" not in found:
         raise CliError(f"--resume: --out_dir={cfg.out_dir} holds no run to resume")
-    if cfg.overwrite and cfg.init_from and found and (os.path.realpath(os.path.dirname(
-            os.path.abspath(cfg.init_from))) == os.path.realpath(cfg.out_dir)):
+    if cfg.overwrite and cfg.init_from and found and deletes(cfg.init_from, cfg.out_dir, found):
         raise CliError(f"--overwrite would delete --init_from={cfg.init_from} before the run reads "
                        f"it; copy it out of --out_dir first")
     if cfg.resume:  # the saved config names the device the run was on ("cpu" or "cuda")
@@ -198,6 +197,16 @@ def open_run(cfg, world=1, given=None):
         raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
                        f"checkpoint says ({saved['metrics_bytes']})")
     return cfg, device, found, model, saved
+
+
+def deletes(path, out_dir, found):
+    """Whether --overwrite, deleting the run files ``found`` in ``out_dir``, would delete
+    ``path``: a file in that folder, or one a link (or a chain of links) leads to there.
+    Real paths are compared: a link's own folder says nothing of where its file lies."""
+    real = os.path.realpath(path)
+    here = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    return here == os.path.realpath(out_dir) or any(
+        real == os.path.realpath(os.path.join(out_dir, f)) for f in found)
 
 
 def finished(out_dir):
