@@ -218,6 +218,26 @@ def finished(out_dir):
         return False
 
 
+def finished_summary(cfg, master=True):
+    """--resume of a run that reached its end: nothing is left to run, so nothing is
+    written (its summary line, "seconds" too, stays as it was). Returns that summary line
+    (a dict) after one line that says so, or None for any other run."""
+    if not (cfg.resume and finished(cfg.out_dir)):
+        return None
+    summary = {}
+    with open(os.path.join(cfg.out_dir, "metrics.jsonl"), "rb") as f:
+        for line in f:
+            if b'"phase": "summary"' in line:
+                try:
+                    summary = json.loads(line)
+                except ValueError:
+                    summary = {}
+    if master:
+        print(f"--resume: {cfg.out_dir} holds a finished run (RL step {cfg.rl_steps} of "
+              f"{cfg.rl_steps}); nothing to run, nothing changed")
+    return summary
+
+
 def check_saved_config(cfg, theirs, out_dir):
     """config.json (``cfg``, as resumed_config read it) against the config its ckpt.pt was
     written with (``theirs``), every flag but those a resume may change and --device (the

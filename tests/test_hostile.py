@@ -4,6 +4,7 @@ byte-identical afterwards. Also: one writer per run folder (an OS lock that a
 killed process never leaves behind), and resume states that fail their schema."""
 import fcntl
 import hashlib
+import json
 import os
 import shutil
 import signal
@@ -154,7 +155,23 @@ def test_a_run_without_sft_but_with_beta_resumes(finished, tmp_path):
     assert "warm_start.pt" in os.listdir(d)
     ck = torch.load(d / "ckpt.pt", weights_only=True)
     assert ck["resume"]["phase"] == "rl"
+    lines = open(d / "metrics.jsonl").readlines()  # stopped before its summary line: the
+    open(d / "metrics.jsonl", "w").writelines(lines[:-1])  # resume has something to do
     train.main(parse_args(["--resume", f"--out_dir={d}"]))  # must not raise
+    assert '"phase": "summary"' in open(d / "metrics.jsonl").readlines()[-1]
+
+
+def test_a_finished_run_resumed_changes_nothing_and_says_so(finished, tmp_path, capsys):
+    """No step is left: its files stay byte-identical, its summary's "seconds" too."""
+    d = copy_run(finished, tmp_path)
+    before = digest(d)
+    summary = json.loads(open(d / "metrics.jsonl").readlines()[-1])
+    assert summary["phase"] == "summary" and summary["seconds"] > 0
+    assert train.main(parse_args(["--resume", f"--out_dir={d}"])) == summary
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == [f"--resume: {d} holds a finished run (RL step 3 of 3); nothing to run, "
+                   f"nothing changed"], out
+    assert digest(d) == before
 
 
 def test_a_second_writer_is_refused_while_the_lock_is_held(finished, tmp_path, capsys):

@@ -318,9 +318,25 @@ def save_record(path, rec):
 
 def set_aside(path, why):
     """Rename a damaged cache file to NAME.bad (kept to look at, never read again) and say
-    so in one line; returns None."""
-    os.replace(path, path + ".bad")
-    print(f"warning: {path} {why}: set aside as {os.path.basename(path)}.bad; computing it "
+    so in one line; returns None. An earlier one is kept too: the name is the first of
+    NAME.bad, NAME.bad.1, NAME.bad.2 ... that nothing holds (a file, a folder or a link).
+    os.link takes the name only if it is free, so no other process's file is replaced."""
+    n, dst = 0, path + ".bad"
+    while True:
+        try:
+            os.link(path, dst, follow_symlinks=False)
+            os.remove(path)
+            break
+        except FileExistsError:
+            n += 1
+            dst = f"{path}.bad.{n}"
+        except OSError:  # a file system without hard links: the name was free a moment ago
+            if not os.path.lexists(dst):
+                os.rename(path, dst)
+                break
+            n += 1
+            dst = f"{path}.bad.{n}"
+    print(f"warning: {path} {why}: set aside as {os.path.basename(dst)}; computing it "
           f"again", file=sys.stderr)
     return None
 
