@@ -99,7 +99,7 @@ def committed_files():
 
 # ----------------------------------------------------------------------------- Python
 
-def replace_bodies(source, bodies, module):
+def replace_bodies(source, bodies):
     """source with each named top-level function's body, after its docstring, replaced by
     ``bodies[name]`` (text). Functions not defined here are left to other files."""
     lines = source.splitlines(keepends=True)
@@ -122,7 +122,7 @@ def stub(source, functions, module):
             f"    raise NotImplementedError(\"exercise {ex[2:]}: write {module[:-3]}.{name} \"\n"
             "                              \"(EXERCISES.md; check: python -m exercises.check "
             f"{ex})\")\n")
-    out, found = replace_bodies(source, bodies, module)
+    out, found = replace_bodies(source, bodies)
     missing = set(functions) - found
     if missing:
         raise HandoutError(f"{module} has no function {sorted(missing)[0]} to stub")
@@ -284,7 +284,7 @@ def contents(files, extra):
             if rel in STUBS:
                 text = stub(text, STUBS[rel], rel)
             if any(f"def {name}(" in text for name in REWRITES):
-                text = replace_bodies(text, REWRITES, rel)[0]
+                text = replace_bodies(text, REWRITES)[0]
             if rel.startswith("tests/test_"):
                 text = skip_results_tests(text)
             data = text.encode("utf-8")

@@ -140,7 +140,7 @@ def test_the_rewritten_mixed_rows_finds_the_same_rows():
     whose rewards are not all equal."""
     source = ('def mixed_rows(rewards, group):\n    """doc"""\n    raise AssertionError\n')
     namespace = {"torch": torch}
-    exec(handout.replace_bodies(source, handout.REWRITES, "x.py")[0], namespace)
+    exec(handout.replace_bodies(source, handout.REWRITES)[0], namespace)
     g = torch.Generator().manual_seed(0)
     for _ in range(50):
         n = int(torch.randint(1, 30, (), generator=g))

@@ -205,7 +205,7 @@ def run_exercise(base, work, folder, ex, opts, hide):
     out = check.verdicts(ex, calls, results, local=False)
     for what, fn in MARKER_ONLY[ex]:
         pairs = [(c, r) for c, r in zip(calls, results) if c["prop"] == what]
-        out.append((what, check.judge(ex, what, fn, pairs)))
+        out.append((what, check.judge(ex, fn, pairs)))
     return out
 
 
