@@ -28,7 +28,9 @@ import errno
 import fcntl
 import json
 import os
+import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -159,6 +161,8 @@ def open_run(cfg, world=1, given=None):
     if cfg.resume:  # the saved config names the device the run was on ("cpu" or "cuda")
         cfg = resumed_config(cfg, given)
     device = dist_utils.resolve_device(cfg.device)
+    if cfg.compile:
+        check_compiler()
     if cfg.resume and "ckpt.pt" not in found and finished(cfg.out_dir):
         raise CliError(f"--resume: {cfg.out_dir} holds a finished run whose ckpt.pt is missing; "
                        f"resuming would start it again over its metrics.jsonl: put ckpt.pt "
@@ -197,6 +201,25 @@ def open_run(cfg, world=1, given=None):
         raise CliError(f"--resume: {path} is shorter ({have} bytes) than its "
                        f"checkpoint says ({saved['metrics_bytes']})")
     return cfg, device, found, model, saved
+
+
+def check_compiler():
+    """--compile: torch.compile builds C++ (and, on a GPU, Triton's launchers) with the
+    compiler inductor finds. It compiles lazily, at the first forward pass, when the run
+    folder is already written; so find that compiler now and build a one-line program
+    with it: a machine without one is one line, and nothing is written."""
+    try:
+        from torch._inductor import cpp_builder
+        cxx = cpp_builder.get_cpp_compiler()
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "probe.cpp"), "w") as f:
+                f.write("int main() { return 0; }\n")
+            subprocess.run([cxx, os.path.join(d, "probe.cpp"), "-o", os.path.join(d, "probe")],
+                           check=True, capture_output=True, timeout=300)
+    except Exception as e:  # whatever the reason, torch.compile would fail the same way
+        raise CliError(f"--compile needs a working C++ compiler, and none was found or it "
+                       f"failed ({type(e).__name__}); install g++, or leave --compile out"
+                       ) from None
 
 
 def deletes(path, out_dir, found):

@@ -378,3 +378,27 @@ def test_experiments_refuse_bad_input_and_leave_results_unchanged(tmp_path, caps
     assert digest(os.path.join(ROOT, "results")) == before
     assert sorted(os.listdir(tmp_path)) == out_before and not os.listdir(tmp_path / "empty")
     assert inputs == {p: open(p, "rb").read() for p in inputs}
+
+
+@pytest.mark.parametrize("compiler", ["missing", "broken"])
+def test_compile_without_a_working_compiler_is_one_line_and_writes_nothing(
+        tmp_path, capsys, compiler):
+    """torch.compile compiles at the first forward pass, after the run folder is written:
+    the compiler is tried first. One that is not there, and one that answers --version but
+    builds nothing, are refused alike."""
+    from torch._inductor import config as inductor
+    cxx = tmp_path / "cxx"
+    if compiler == "broken":
+        cxx.write_text('#!/bin/sh\n[ "$1" = --version ] && exit 0\nexit 1\n')
+        cxx.chmod(0o755)
+    with inductor.patch({"cpp.cxx": (str(cxx),)}):  # the compiler inductor would take
+        refused(TINY + ["--compile", f"--out_dir={tmp_path}/run"], capsys,
+                "--compile needs a working C++ compiler")
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_compiler_check_passes_where_torch_compile_finds_a_compiler():
+    import shutil as sh
+    if not (sh.which("g++") or sh.which("c++")):
+        pytest.skip("no C++ compiler on this machine")
+    rundir.check_compiler()  # must not raise
