@@ -7,6 +7,7 @@ student copy. The marker's sandbox is tested in tests/test_classroom_marker.py."
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -381,7 +382,8 @@ def test_the_student_copy_checks_a_filled_sheet(student_copy):
 def test_the_student_copy_passes_its_tests_and_its_link_check(student_copy):
     """A subset of the copy's suite (the whole takes over 6 minutes on 2 cores): the tests of
     the stubbed functions, the tests that read results/ (skipped there, with the reason),
-    the Markdown link check, and the source rules the rewritten files must still meet.
+    the Markdown link check, the docs' promises (the README's picture among them), the
+    source rules the rewritten files must still meet, and the fast tests of bad input.
     tests/test_classroom_handout.py checks the rewritten mixed_rows."""
     proc = in_copy(student_copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                    "tests/test_loss.py", "tests/test_batching.py", "tests/test_structure.py",
@@ -389,8 +391,12 @@ def test_the_student_copy_passes_its_tests_and_its_link_check(student_copy):
                    "tests/test_stats.py::test_the_bottom_line_repeats_only_numbers_the_json_holds",
                    "tests/test_handout.py::test_md_links_finder_is_not_vacuous",
                    "tests/test_handout.py::test_every_relative_link_in_every_markdown_file_"
-                   "resolves_inside_the_repository", timeout=600)
+                   "resolves_inside_the_repository", "tests/test_docs.py", "tests/test_bounds.py",
+                   "tests/test_links.py", "tests/test_unused_arguments.py", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    readme = (student_copy / "README.md").read_text(encoding="utf-8")
+    pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", readme)
+    assert pictures and all((student_copy / p).is_file() for p in pictures), pictures
     assert "needs a solved exercise: exercise 2" in proc.stdout, proc.stdout[-3000:]
     assert "needs results/, the lab report's data" in proc.stdout, proc.stdout[-3000:]
 
