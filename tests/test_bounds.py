@@ -122,3 +122,24 @@ def test_the_marker_bounds_each_number(capsys, tmp_path, name):
 
 if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):  # the student copy
     del test_the_marker_bounds_each_number
+
+
+def test_an_empty_output_is_refused_by_every_entry_point_that_writes_one(capsys, tmp_path):
+    """--out= (or --out_dir=, or an empty OUT_DIR) would write nowhere, or somewhere no one
+    asked: one line, exit 2, at every entry point that takes one."""
+    from lab import bench, ledger_plot, plot
+    from lab.experiments import e1_flips
+    (tmp_path / "metrics.jsonl").write_text("")
+    calls = {"train.py": lambda: train.cli(["--out_dir="]),
+             "lab.see": lambda: see.cli([NO_CKPT, "--out="]),
+             "lab.plot": lambda: errors.cli(plot.parse, [str(tmp_path), "--out="]),
+             "lab.ledger_plot": lambda: errors.cli(ledger_plot.parse, [str(tmp_path), "--out="]),
+             "lab.bench": lambda: errors.cli(bench.parse, ["--out="]),
+             "e1_flips": lambda: errors.cli(e1_flips.main, ["--quick", "--out="])}
+    for name, call in calls.items():
+        line = one_error(capsys, call, name)
+        assert "empty" in line or "needs a file name" in line, (name, line)
+    if os.path.isdir(os.path.join(ROOT, "exercises", "answers")):  # the teacher's handout
+        from exercises import handout
+        assert handout.main(["", "--allow_dirty"]) == 2
+        assert "empty" in capsys.readouterr().err

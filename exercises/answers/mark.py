@@ -17,6 +17,10 @@ SUBMISSIONS holds one folder per student with their ``sheet.py`` and whichever o
   reference answers. Nothing the student's code prints, and no exit status, is a verdict;
 * the written answers are listed as present or missing (they are yours to read).
 
+Before anyone is marked, a self-test marks a known-good submission in the sandbox with
+the teacher's limits: a machine that cannot build the sandbox, or limits too tight for
+right code, stop the marking in one line (a fault of the tool is never a student's 0).
+
 Prints a Markdown table (one row per student: numbers right, properties that hold), then
 every failing property with its one-line reason. Exit status 0 when marking finished, 2
 for bad input or a machine that cannot sandbox code (one line), 130 on Ctrl-C.
