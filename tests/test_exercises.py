@@ -465,3 +465,14 @@ def test_handout_refuses_a_used_folder_an_unknown_flag_and_an_impossible_folder(
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "x"]
     assert (tmp_path / "x").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("args", [["--allow_dirty", "--allow_dirty"],
+                                  ["--roster=a.txt", "--roster=b.txt", "--allow_dirty"]])
+def test_handout_refuses_a_flag_given_twice(tmp_path, capsys, args):
+    """Else one of the two would be dropped without a word (every entry point refuses it)."""
+    from exercises import handout
+    assert handout.main([str(tmp_path / "class"), *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --") and "given twice" in lines[0]
+    assert os.listdir(tmp_path) == []
