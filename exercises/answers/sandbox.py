@@ -184,8 +184,9 @@ SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/
 
 def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
     """Run ``python argv...`` in a sandboxed copy of ``copy_dir`` (cwd /sandbox, or
-    /sandbox-N where the host's Python lies at /sandbox; HOME and TMPDIR /tmp). ``hide``: folders that must stay invisible even if they lie under a bound
-    one (the teacher's tree, the submissions, the marker's temporary folder)."""
+    /sandbox-N where the host's Python lies at /sandbox; HOME and TMPDIR /tmp). ``hide``:
+    folders that must stay invisible even if they lie under a bound one (the teacher's
+    tree, the submissions, the marker's temporary folder)."""
     limits = limits or Limits()
     kind = kind or mode()
     work = os.path.dirname(os.path.abspath(copy_dir))
