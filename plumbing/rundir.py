@@ -243,8 +243,9 @@ def finished(out_dir):
 
 def finished_summary(cfg, master=True):
     """--resume of a run that reached its end: nothing is left to run, so nothing is
-    written (its summary line, "seconds" too, stays as it was). Returns that summary line
-    (a dict) after one line that says so, or None for any other run."""
+    written (its summary line, "seconds" too, stays as it was). Returns that summary (the
+    dict train.main returns at a run's end) after one line that says so, or None for any
+    other run."""
     if not (cfg.resume and finished(cfg.out_dir)):
         return None
     summary = {}
@@ -252,8 +253,9 @@ def finished_summary(cfg, master=True):
         for line in f:
             if b'"phase": "summary"' in line:
                 try:
-                    summary = json.loads(line)
-                except ValueError:
+                    summary = {k: v for k, v in json.loads(line).items()
+                               if k not in ("phase", "step")}
+                except (ValueError, AttributeError):
                     summary = {}
     if master:
         print(f"--resume: {cfg.out_dir} holds a finished run (RL step {cfg.rl_steps} of "
