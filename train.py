@@ -412,7 +412,7 @@ def main(cfg, given=None):
     dist_utils.check_world(cfg, world)
     # every check before anything is written; on --resume, the saved config, device and model
     cfg, device, found, model, saved = rundir.open_run(cfg, world, given)
-    done = rundir.finished_summary(cfg, rank == 0)  # a finished run: nothing to write
+    done = rundir.finished_summary(cfg, found, rank == 0)  # a finished run: nothing to write
     if done is not None:
         return done
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)

@@ -131,23 +131,29 @@ def stub(source, functions, module):
 
 def needs_results(source):
     """Names of the test functions of a test module that read a committed file under
-    results/: ``os.path.join(ROOT, "results", ...)`` in their own body, or in a module-level
-    helper or fixture they name."""
+    results/: ``os.path.join(ROOT, "results", ...)`` or ``os.path.join(common.RESULTS,
+    ...)`` in their own body, in a module-level name they read (``README = ...``), or in a
+    module-level helper or fixture they name."""
     tree = ast.parse(source)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
+    def folder(x):  # ROOT, "results" or RESULTS (a name or an attribute)
+        return (isinstance(x.args[0], (ast.Name, ast.Attribute)) and len(x.args) >= 3
+                and isinstance(x.args[1], ast.Constant) and x.args[1].value == "results") or (
+            len(x.args) >= 2 and getattr(x.args[0], "attr", getattr(x.args[0], "id", None))
+            == "RESULTS")
+
     def reads(node):
         return any(isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
-                   and x.func.attr == "join" and len(x.args) >= 3
-                   and isinstance(x.args[0], ast.Name)
-                   and isinstance(x.args[1], ast.Constant) and x.args[1].value == "results"
-                   for x in ast.walk(node))
+                   and x.func.attr == "join" and x.args and folder(x) for x in ast.walk(node))
 
     def names(node):
         return {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} | {
             a.arg for a in node.args.args}
 
-    tainted = {n for n, f in funcs.items() if any(reads(b) for b in f.body)}
+    paths = {t.id for n in tree.body if isinstance(n, ast.Assign) and reads(n.value)
+             for t in n.targets if isinstance(t, ast.Name)}  # README = join(ROOT, "results"...)
+    tainted = {n for n, f in funcs.items() if any(reads(b) for b in f.body) or names(f) & paths}
     while True:  # helpers of helpers
         more = {n for n, f in funcs.items() if n not in tainted and names(f) & tainted}
         if not more:

@@ -241,7 +241,7 @@ def finished(out_dir):
         return False
 
 
-def finished_summary(cfg, master=True):
+def finished_summary(cfg, found, master=True):
     """--resume of a run that reached its end: nothing is left to run, so nothing is
     written (its summary line, "seconds" too, stays as it was). Returns that summary (the
     dict train.main returns at a run's end) after one line that says so, or None for any
@@ -249,14 +249,18 @@ def finished_summary(cfg, master=True):
     if not (cfg.resume and finished(cfg.out_dir)):
         return None
     summary = {}
-    with open(os.path.join(cfg.out_dir, "metrics.jsonl"), "rb") as f:
-        for line in f:
-            if b'"phase": "summary"' in line:
-                try:
-                    summary = {k: v for k, v in json.loads(line).items()
-                               if k not in ("phase", "step")}
-                except (ValueError, AttributeError):
-                    summary = {}
+    fd = lock_run(cfg, found) if master else None  # a writer at work: refused, as any resume
+    try:
+        with open(os.path.join(cfg.out_dir, "metrics.jsonl"), "rb") as f:
+            for line in f:
+                if b'"phase": "summary"' in line:
+                    try:
+                        summary = {k: v for k, v in json.loads(line).items()
+                                   if k not in ("phase", "step")}
+                    except (ValueError, AttributeError):
+                        summary = {}
+    finally:
+        unlock(fd)
     if master:
         print(f"--resume: {cfg.out_dir} holds a finished run (RL step {cfg.rl_steps} of "
               f"{cfg.rl_steps}); nothing to run, nothing changed")
