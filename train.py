@@ -273,7 +273,7 @@ def rl_step(run, opt, ref_model):
     if step <= MIXED_START_STEPS:  # one batch of 16 groups is a noisy estimate: average a few
         state.sums["mixed_start_sum"] += mixed
         state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
-    if step == 1 and run.master and (hint := weak_start_hint(mixed)):
+    if step == 1 and run.master and (hint := weak_start_hint(mixed, cfg)):
         tqdm.write(hint)
     # 5. held-out greedy accuracy every --eval_every steps
     if run.master and (step % cfg.eval_every == 0 or step == cfg.rl_steps):

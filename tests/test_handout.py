@@ -228,12 +228,13 @@ def test_experiment_help_has_one_flag_per_line():
 # --------------------------------------------------------------------------- runs that cannot learn
 
 def test_weak_start_hint_names_the_flags():
-    hint = train.weak_start_hint(0.06)
+    cfg = Config()
+    hint = train.weak_start_hint(0.06, cfg)
     assert hint.startswith("hint: only 6 % of groups are mixed")
     assert all(len(line) <= 100 for line in hint.splitlines())
     for flag in ("--sft_steps", "--sft_flawed", "--group_size", "--temperature"):
         assert flag in hint
-    assert train.weak_start_hint(0.2) == "" and train.weak_start_hint(0.75) == ""
+    assert train.weak_start_hint(0.2, cfg) == "" and train.weak_start_hint(0.75, cfg) == ""
 
 
 def test_summary_line_never_prints_nan():
