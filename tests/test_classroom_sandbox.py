@@ -71,14 +71,15 @@ print(py)
 '''
 
 # The child's Python in a sandbox built by that venv's Python: it starts, and finds its
-# packages (torch through the .pth file) where they lie, read-only.
+# packages (numpy through the .pth file: torch's import would add seconds and prove no
+# more) where they lie, read-only.
 PROBE = r'''
 import os, sys, tempfile
 from exercises.answers import sandbox
 with tempfile.TemporaryDirectory(prefix="mark ü ") as work:
     os.mkdir(os.path.join(work, "copy"))
     o = sandbox.run(os.path.join(work, "copy"), ["-E", "-s", "-c",
-                    "import sys, torch; print(sys.prefix, torch.tensor([2.0]).sum().item())"],
+                    "import sys, numpy; print(sys.prefix, float(numpy.array([2.0]).sum()))"],
                     limits=sandbox.Limits(seconds=120), hide=[os.getcwd(), work])
 print(o.status, o.code, o.stdout.decode().strip(), o.stderr.decode()[-300:])
 '''
