@@ -89,7 +89,7 @@ def group_std(x, group):
     return (var * n / (n - 1)).sqrt()
 
 
-def advantages(rewards, group, scale=True):
+def advantages(rewards, group, scale=True, eps=EPS):
     """Â_i = (r_i - mu_g) / (sigma_g + eps) (GRPO), or r_i - mu_g with ``scale=False``
     (Dr. GRPO: no division by sigma, which weighs groups by their spread). Centred in
     every group either way. Pass the whole rollout batch: the statistics are per group."""
@@ -101,7 +101,7 @@ def advantages(rewards, group, scale=True):
         return r - mu
     var = per_group((r - mu) ** 2, g, k) / n
     sigma = (var * n / (n - 1)).sqrt()  # the sample sd (Bessel), as TRL and verl
-    return (r - mu) / (sigma + EPS)
+    return (r - mu) / (sigma + eps)
 
 
 def mixed_fraction(rewards, group):

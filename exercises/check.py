@@ -707,7 +707,7 @@ CHECKS = {ex: [w for w, _ in PROPS.get(ex, [])] + [w for w, _ in SHEET.get(ex, [
           for ex in ("ex1", "ex2", "ex3", "ex4", "ex5", "ex6", "ex7")}
 
 
-def judge(ex, what, fn, pairs):
+def judge(ex, fn, pairs):
     """None when the property holds on these (call, result) pairs, else why not."""
     for c, r in pairs:
         if "error" in r:
@@ -735,11 +735,11 @@ def verdicts(ex, calls, results, local=True):
     for what, fn in PROPS[ex]:
         if isinstance(fn, tuple):
             if local:
-                out.append((what, judge(ex, what, fn[1], [])))
+                out.append((what, judge(ex, fn[1], [])))
             continue
         pairs = [(c, r) for c, r in zip(calls, results)
                  if c["prop"] == what or what in EVERY_CALL]
-        out.append((what, judge(ex, what, fn, pairs)))
+        out.append((what, judge(ex, fn, pairs)))
     return out
 
 

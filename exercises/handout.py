@@ -99,7 +99,7 @@ def committed_files():
 
 # ----------------------------------------------------------------------------- Python
 
-def replace_bodies(source, bodies, module):
+def replace_bodies(source, bodies):
     """source with each named top-level function's body, after its docstring, replaced by
     ``bodies[name]`` (text). Functions not defined here are left to other files."""
     lines = source.splitlines(keepends=True)
@@ -122,7 +122,7 @@ def stub(source, functions, module):
             f"    raise NotImplementedError(\"exercise {ex[2:]}: write {module[:-3]}.{name} \"\n"
             "                              \"(EXERCISES.md; check: python -m exercises.check "
             f"{ex})\")\n")
-    out, found = replace_bodies(source, bodies, module)
+    out, found = replace_bodies(source, bodies)
     missing = set(functions) - found
     if missing:
         raise HandoutError(f"{module} has no function {sorted(missing)[0]} to stub")
@@ -131,23 +131,29 @@ def stub(source, functions, module):
 
 def needs_results(source):
     """Names of the test functions of a test module that read a committed file under
-    results/: ``os.path.join(ROOT, "results", ...)`` in their own body, or in a module-level
-    helper or fixture they name."""
+    results/: ``os.path.join(ROOT, "results", ...)`` or ``os.path.join(common.RESULTS,
+    ...)`` in their own body, in a module-level name they read (``README = ...``), or in a
+    module-level helper or fixture they name."""
     tree = ast.parse(source)
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
 
+    def folder(x):  # ROOT, "results" or RESULTS (a name or an attribute)
+        return (isinstance(x.args[0], (ast.Name, ast.Attribute)) and len(x.args) >= 3
+                and isinstance(x.args[1], ast.Constant) and x.args[1].value == "results") or (
+            len(x.args) >= 2 and getattr(x.args[0], "attr", getattr(x.args[0], "id", None))
+            == "RESULTS")
+
     def reads(node):
         return any(isinstance(x, ast.Call) and isinstance(x.func, ast.Attribute)
-                   and x.func.attr == "join" and len(x.args) >= 3
-                   and isinstance(x.args[0], ast.Name)
-                   and isinstance(x.args[1], ast.Constant) and x.args[1].value == "results"
-                   for x in ast.walk(node))
+                   and x.func.attr == "join" and x.args and folder(x) for x in ast.walk(node))
 
     def names(node):
         return {x.id for x in ast.walk(node) if isinstance(x, ast.Name)} | {
             a.arg for a in node.args.args}
 
-    tainted = {n for n, f in funcs.items() if any(reads(b) for b in f.body)}
+    paths = {t.id for n in tree.body if isinstance(n, ast.Assign) and reads(n.value)
+             for t in n.targets if isinstance(t, ast.Name)}  # README = join(ROOT, "results"...)
+    tainted = {n for n, f in funcs.items() if any(reads(b) for b in f.body) or names(f) & paths}
     while True:  # helpers of helpers
         more = {n for n, f in funcs.items() if n not in tainted and names(f) & tainted}
         if not more:
@@ -180,17 +186,19 @@ def anchor(heading):
 LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 
 
-def fix_links(rel, text, texts):
+def fix_links(rel, text, texts, files=()):
     """``text`` (the Markdown file ``rel``) with every relative link that would not resolve
-    in the copy (``texts``: {path: text} of its files) reduced to its text, or to its file
-    when only the anchor is missing."""
+    in the copy (``texts``: {path: text} of its Markdown files, ``files``: every path it
+    holds, pictures too) reduced to its text, or to its file when only the anchor is
+    missing."""
+    files = set(texts) | set(files)
     def one(m):
         bang, label, target = m.groups()
         if re.match(r"[a-z]+:", target) or target.startswith("#") and not target[1:]:
             return m.group(0)
         path, _, frag = target.partition("#")
         full = os.path.normpath(os.path.join(os.path.dirname(rel), path)) if path else rel
-        if full not in texts and not any(f.startswith(full + "/") for f in texts):
+        if full not in files and not any(f.startswith(full + "/") for f in files):
             return label if not bang else f"({label})"
         if frag and full.endswith(".md"):
             heads = {anchor(h) for h in re.findall(r"^#+ (.*)$", texts[full], re.M)}
@@ -282,7 +290,7 @@ def contents(files, extra):
             if rel in STUBS:
                 text = stub(text, STUBS[rel], rel)
             if any(f"def {name}(" in text for name in REWRITES):
-                text = replace_bodies(text, REWRITES, rel)[0]
+                text = replace_bodies(text, REWRITES)[0]
             if rel.startswith("tests/test_"):
                 text = skip_results_tests(text)
             data = text.encode("utf-8")
@@ -294,7 +302,7 @@ def contents(files, extra):
         text = TEACHER_SECTION.sub("", texts[rel])
         texts[rel] = text
     for rel, text in texts.items():
-        out[rel] = (fix_links(rel, text, texts).encode("utf-8"), out[rel][1])
+        out[rel] = (fix_links(rel, text, texts, out).encode("utf-8"), out[rel][1])
     return out
 
 
@@ -312,11 +320,13 @@ def write_all(tmp, copy):
 def parse(argv):
     """OUT_DIR, --roster=FILE, --allow_dirty; HandoutError on anything else."""
     usage = "usage: python -m exercises.handout OUT_DIR [--roster=FILE] [--allow_dirty]"
-    opts, outs = {"roster": None, "allow_dirty": False}, []
+    opts, outs, given = {"roster": None, "allow_dirty": False}, [], set()
     for a in argv:
+        key = a.split("=", 1)[0]
+        if key in given and key in ("--roster", "--allow_dirty"):  # else one would be lost
+            raise HandoutError(f"{key} is given twice; give it once")
+        given.add(key)
         if a.startswith("--roster="):
-            if opts["roster"] is not None:
-                raise HandoutError("--roster is given twice")
             opts["roster"] = a.split("=", 1)[1]
         elif a == "--allow_dirty":
             opts["allow_dirty"] = True
@@ -335,10 +345,13 @@ def main(argv):
     out_arg, tmp = "", None
     try:
         out_arg, opts = parse(argv)
-        out_dir = os.path.abspath(out_arg)
+        if not out_arg:
+            raise HandoutError("OUT_DIR is empty; name a new folder")
+        # real paths: a link (or a chain of them) to the repository leads inside it
+        out_dir, root = os.path.realpath(out_arg), os.path.realpath(ROOT)
         if os.path.exists(out_dir) and (not os.path.isdir(out_dir) or os.listdir(out_dir)):
             raise HandoutError(f"{out_arg} exists and is not an empty folder; name a new one")
-        if out_dir == ROOT or out_dir.startswith(ROOT + os.sep):
+        if out_dir == root or out_dir.startswith(root + os.sep):
             raise HandoutError(f"{out_arg} lies inside this repository; name a folder outside it")
         parent = os.path.dirname(out_dir)
         if not os.path.isdir(parent):

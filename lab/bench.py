@@ -568,7 +568,10 @@ def parse(argv):
     if opts["ddp"] and one_gpu:  # train.py runs one process per GPU (dist_utils.check_world)
         raise CliError("--ddp on cuda needs 2 GPUs (one per process); this machine has "
                        f"{torch.cuda.device_count()}")
+    if "out" in given and not opts["out"]:  # else the lines would go nowhere without a word
+        raise CliError("--out is empty; give a file name, or leave --out out")
     if opts["out"]:
+        check_out_kept(opts["out"])
         if os.path.isdir(opts["out"]):
             raise CliError(f"--out={opts['out']} is a folder; give a file name")
         if os.path.exists(opts["out"]) and not os.path.isfile(opts["out"]):
@@ -577,6 +580,24 @@ def parse(argv):
         if not os.path.isdir(os.path.dirname(opts["out"]) or "."):
             raise CliError(f"--out={opts['out']}: its folder does not exist")
     return opts
+
+
+def check_out_kept(out):
+    """--out replaces an earlier --out of the bench, never a file someone keeps: not one in
+    the committed results/, not a file of another kind (its first line is not a JSON
+    object). Real paths are compared: a link, or a chain of them, into results/ is in it."""
+    real = os.path.realpath(out)
+    results = os.path.realpath(os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), "results"))
+    if real == results or real.startswith(results + os.sep):
+        raise CliError(f"--out={out} lies in results/, whose files are committed; name a file "
+                       f"outside it")
+    if os.path.isfile(real) and os.path.getsize(real):
+        with open(real, "rb") as f:
+            first = f.readline(1 << 16).strip()
+        if not (first.startswith(b"{") and first.endswith(b"}")):
+            raise CliError(f"--out={out} holds something else than the bench's lines; "
+                           f"name a new file (the bench replaces only its own)")
 
 
 def main(argv):
@@ -613,7 +634,7 @@ def main(argv):
     emit(bench_syncs(P, device), device, out)
     emit({"name": "memory"}, device, out)
     if out:
-        checkpoint.atomic_write_text(out.getvalue(), opts["out"])
+        checkpoint.atomic_write_text(out.getvalue(), os.path.realpath(opts["out"]))  # a link stays
 
 
 def cli(argv):

@@ -20,7 +20,9 @@ even under exchangeable weights; tests/test_advantage.py checks each row of the
 Notation: mu_g and sigma_g = mean and sample sd (Bessel) of group g's rewards;
 mean_B, sd_B = the same over the whole rollout batch (every group, every
 process); L_i = completion length; b_g = the reward of the greedy completion of
-prompt g; eps = 1e-6 (TRL uses 1e-4 where it divides by a sd).
+prompt g; eps = 1e-6 (TRL uses 1e-4 where it divides by a sd), the ``eps`` of
+``advantages``: every row that divides by a sd adds it (the token-whitened rows use
+verl's own 1e-8 inside a square root, written in their formula).
 Each estimator is one record in ``ESTIMATORS`` below (its formula, whether it
 is centred, and its upstream source); THEORY.md shows the table they generate
 (``table()``; tests/test_docs.py checks the copy).
@@ -46,7 +48,9 @@ from loss import compact, group_mean, group_std, group_sum
 
 def _token_whiten(x, lengths):
     """verl's masked_whiten of a per-sequence value repeated on each of its L_i
-    tokens: mean and (Bessel) variance over the batch's tokens, rsqrt(var + 1e-8)."""
+    tokens: mean and (Bessel) variance over the batch's tokens, rsqrt(var + 1e-8).
+    The 1e-8 is verl's, inside the square root, and the formula says so: ``eps`` (added
+    to a sd) does not apply here, and these rows do not read it."""
     w = lengths.to(x.dtype)
     n = w.sum()
     m = (w * x).sum() / n
@@ -112,7 +116,7 @@ def estimator(name):
 
 # The estimators (THEORY.md's table). Each fn reads (r, group, mu, n, lengths, baseline,
 # eps): the rewards, the group ids, the group mean and size per row, and the rest.
-register(Estimator("grpo", lambda r, g, mu, n, L, b, eps: loss.advantages(r, g, scale=True),
+register(Estimator("grpo", lambda r, g, mu, n, L, b, eps: loss.advantages(r, g, True, eps),
     formula="(r_i - mu_g)/(sigma_g + eps)", centred=True, centred_text="yes",
     upstream='verl `grpo`; TRL `scale_rewards="group"`'))
 register(Estimator("dr_grpo", lambda r, g, mu, n, L, b, eps: loss.advantages(r, g, scale=False),
@@ -166,7 +170,7 @@ def table():
     return "\n".join(lines)
 
 
-def advantages(rewards, group, name="grpo", lengths=None, baseline=None, eps=1e-6):
+def advantages(rewards, group, name="grpo", lengths=None, baseline=None, eps=loss.EPS):
     """Per-sequence advantages Â_i [N] (the table above) of one whole rollout batch.
 
     rewards [N], group [N] ids; lengths [N] completion lengths (``opo`` and the

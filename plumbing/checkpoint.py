@@ -141,14 +141,23 @@ def _alive(pid):
 
 
 def set_aside(path):
-    """Rename a damaged file to NAME.bad (then NAME.bad.1, ...: an earlier one is never
-    overwritten), to look at and never read again; returns the new name."""
-    bad, n = path + ".bad", 0
-    while os.path.lexists(bad):
+    """Rename a damaged file to the first of NAME.bad, NAME.bad.1, ... that nothing holds (a
+    file, a folder or a link), to look at and never read again; returns the new name.
+    os.link takes a name only if it is free, so no other process's file is replaced."""
+    n, bad = 0, path + ".bad"
+    while True:
+        try:
+            os.link(path, bad, follow_symlinks=False)
+            os.remove(path)
+            return bad
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: the name was free a moment ago
+            if not os.path.lexists(bad):
+                os.rename(path, bad)
+                return bad
         n += 1
         bad = f"{path}.bad.{n}"
-    os.rename(path, bad)  # (a race with another writer of the same NAME.bad is not handled)
-    return bad
 
 
 # ----------------------------------------------------------------------------- save / load

@@ -165,3 +165,28 @@ def test_sgd_and_permuted_rewards_run(tmp_path):
     assert conf["optimizer"] == "sgd" and conf["permute_rewards"] is True
     with pytest.raises(CliError, match="unknown optimizer"):
         parse_args(["--optimizer=adam"])
+
+
+def test_eps_reaches_every_estimator_whose_formula_divides_by_a_sd():
+    """eps moves exactly the rows whose formula adds it (none accepts it and ignores it);
+    grpo at TRL's 1e-4 agrees with an independent computation (statistics.stdev, float64,
+    TRL's scale_rewards="group"); the default stays loss.EPS, to the bit."""
+    import statistics
+    g = torch.Generator().manual_seed(0)
+    r = torch.randint(0, 2, (24,), generator=g).float() * torch.rand(24, generator=g)
+    group = torch.arange(6).repeat_interleave(4)
+    lens = torch.randint(1, 9, (24,), generator=g)
+    base = torch.randint(0, 2, (24,), generator=g).float()
+    for name, est in estimators.ESTIMATORS.items():
+        a, b = (estimators.advantages(r, group, name, lens, base, eps=e) for e in (1e-6, 0.5))
+        assert (not torch.equal(a, b)) == ("eps" in est.formula), name
+    got = estimators.advantages(r, group, "grpo", eps=1e-4)
+    rows = r.tolist()
+    want = []
+    for i, x in enumerate(rows):
+        mine = [y for y, k in zip(rows, group.tolist()) if k == group[i]]
+        want.append((x - statistics.fmean(mine)) / (statistics.stdev(mine) + 1e-4))
+    torch.testing.assert_close(got, torch.tensor(want), rtol=1e-5, atol=1e-6)
+    assert not torch.allclose(got, estimators.advantages(r, group, "grpo"), rtol=0, atol=1e-7)
+    assert torch.equal(estimators.advantages(r, group, "grpo"), loss.advantages(r, group))
+    assert torch.equal(loss.advantages(r, group), loss.advantages(r, group, eps=loss.EPS))

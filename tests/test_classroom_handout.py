@@ -19,6 +19,7 @@ if not os.path.isdir(os.path.join(ROOT, "exercises", "answers")):
     pytest.skip("teacher's copy only", allow_module_level=True)
 
 from exercises import handout  # noqa: E402
+from tests import test_links  # noqa: E402
 
 
 def roster_file(tmp_path, data):
@@ -139,7 +140,7 @@ def test_the_rewritten_mixed_rows_finds_the_same_rows():
     whose rewards are not all equal."""
     source = ('def mixed_rows(rewards, group):\n    """doc"""\n    raise AssertionError\n')
     namespace = {"torch": torch}
-    exec(handout.replace_bodies(source, handout.REWRITES, "x.py")[0], namespace)
+    exec(handout.replace_bodies(source, handout.REWRITES)[0], namespace)
     g = torch.Generator().manual_seed(0)
     for _ in range(50):
         n = int(torch.randint(1, 30, (), generator=g))
@@ -148,3 +149,18 @@ def test_the_rewritten_mixed_rows_finds_the_same_rows():
         rewards[::3] *= 0.5
         want = torch.tensor([len(set(rewards[group == x].tolist())) > 1 for x in group.tolist()])
         assert torch.equal(namespace["mixed_rows"](rewards, group), want)
+
+
+@pytest.mark.parametrize("kind", test_links.KINDS)
+def test_the_handout_refuses_a_folder_in_the_repository_reached_through_links(
+        tmp_path, capsys, monkeypatch, kind):
+    repo = tmp_path / "repo"  # stands for the repository: nothing real is at stake
+    (repo / "docs").mkdir(parents=True)
+    monkeypatch.setattr(handout, "ROOT", str(repo))
+    out = test_links.link(tmp_path, kind, str(repo / "docs"), "copy")
+    if kind == "file":  # a link to a new name in the repository
+        out = str(tmp_path / "links" / "f")
+    assert handout.main([out, "--allow_dirty"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "lies inside this repository" in err[0], err
+    assert os.listdir(repo / "docs") == []

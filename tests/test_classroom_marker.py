@@ -222,7 +222,7 @@ def test_the_marking_tool_refuses_a_deeply_nested_sheet_in_one_line(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["{tmp}/nowhere"], "usage"),
     (["{tmp}", "--timeout=soon"], "--timeout takes a whole number"),
-    (["{tmp}", "--timeout=0"], "at least 1"),
+    (["{tmp}", "--timeout=0"], "must be in 1..86400"),
     (["{tmp}", "--timeout=5", "--timeout=6"], "given twice"),
     (["{tmp}", "--fast"], "unknown flag"),
     (["{tmp}"], "holds no student folder"),

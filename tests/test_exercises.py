@@ -7,6 +7,7 @@ student copy. The marker's sandbox is tested in tests/test_classroom_marker.py."
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -381,7 +382,9 @@ def test_the_student_copy_checks_a_filled_sheet(student_copy):
 def test_the_student_copy_passes_its_tests_and_its_link_check(student_copy):
     """A subset of the copy's suite (the whole takes over 6 minutes on 2 cores): the tests of
     the stubbed functions, the tests that read results/ (skipped there, with the reason),
-    the Markdown link check, and the source rules the rewritten files must still meet.
+    the Markdown link check, the docs' promises (the README's picture among them), and the
+    source rules the rewritten files must still meet. The copy's whole suite, with
+    matplotlib and without, is run by hand (results/README.md, the measurements).
     tests/test_classroom_handout.py checks the rewritten mixed_rows."""
     proc = in_copy(student_copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                    "tests/test_loss.py", "tests/test_batching.py", "tests/test_structure.py",
@@ -389,8 +392,12 @@ def test_the_student_copy_passes_its_tests_and_its_link_check(student_copy):
                    "tests/test_stats.py::test_the_bottom_line_repeats_only_numbers_the_json_holds",
                    "tests/test_handout.py::test_md_links_finder_is_not_vacuous",
                    "tests/test_handout.py::test_every_relative_link_in_every_markdown_file_"
-                   "resolves_inside_the_repository", timeout=600)
+                   "resolves_inside_the_repository", "tests/test_docs.py",
+                   "tests/test_unused_arguments.py", timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+    readme = (student_copy / "README.md").read_text(encoding="utf-8")
+    pictures = re.findall(r"!\[[^]]*\]\(([^)]+)\)", readme)
+    assert pictures and all((student_copy / p).is_file() for p in pictures), pictures
     assert "needs a solved exercise: exercise 2" in proc.stdout, proc.stdout[-3000:]
     assert "needs results/, the lab report's data" in proc.stdout, proc.stdout[-3000:]
 
@@ -459,3 +466,14 @@ def test_handout_refuses_a_used_folder_an_unknown_flag_and_an_impossible_folder(
         assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), proc
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f", "x"]
     assert (tmp_path / "x").read_text() == "keep me"
+
+
+@pytest.mark.parametrize("args", [["--allow_dirty", "--allow_dirty"],
+                                  ["--roster=a.txt", "--roster=b.txt", "--allow_dirty"]])
+def test_handout_refuses_a_flag_given_twice(tmp_path, capsys, args):
+    """Else one of the two would be dropped without a word (every entry point refuses it)."""
+    from exercises import handout
+    assert handout.main([str(tmp_path / "class"), *args]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --") and "given twice" in lines[0]
+    assert os.listdir(tmp_path) == []

@@ -73,7 +73,7 @@ def test_e7_last3_and_settings():
     assert e7.last3([0.5, 0.6, 0.7, 0.8, 0.9]) == pytest.approx((0.7 + 0.8 + 0.9) / 3)
     assert e7.last3([0.5, 0.6, 0.8]) == pytest.approx(0.7)  # the warm start (first) never counts
     assert e7.last3([0.5]) is None
-    assert [(n, e, len(a)) for n, e, a in e7.settings({})] == [
+    assert [(n, e, len(a)) for n, e, a in e7.settings()] == [
         ("1 epoch", 1, 5),
         ("2 epochs", 2, 4),
     ]

@@ -334,3 +334,23 @@ def test_a_damaged_rl_state_is_set_aside(tmp_path):
     torch.save({"model": {}, "optimizer": {}, "step": 0}, good)
     cut.write_bytes(good.read_bytes()[:30])
     assert common.loads(str(good)) and not common.loads(str(cut))
+
+
+def test_a_damaged_record_is_set_aside_under_a_name_that_never_collides(tmp_path, capsys):
+    """NAME.bad, then NAME.bad.1, NAME.bad.2 ...: each damaged copy is kept. A folder or a
+    link already at NAME.bad takes nothing and loses nothing."""
+    path = tmp_path / "rec.json"
+    (tmp_path / "rec.json.bad.1").mkdir()  # a folder where the second would go
+    (tmp_path / "rec.json.bad.2").symlink_to(tmp_path / "nowhere")  # a dangling link
+    for i in range(3):
+        path.write_text("{cut " + str(i))
+        assert common.load_record(str(path), ("x",)) is None
+        assert not path.exists()
+    assert (tmp_path / "rec.json.bad").read_text() == "{cut 0"
+    assert (tmp_path / "rec.json.bad.3").read_text() == "{cut 1"
+    assert (tmp_path / "rec.json.bad.4").read_text() == "{cut 2"
+    assert (tmp_path / "rec.json.bad.1").is_dir() and os.listdir(tmp_path / "rec.json.bad.1") == []
+    assert os.readlink(tmp_path / "rec.json.bad.2") == str(tmp_path / "nowhere")
+    err = capsys.readouterr().err.splitlines()
+    assert [line.split("set aside as ")[1].split(";")[0] for line in err] == [
+        "rec.json.bad", "rec.json.bad.3", "rec.json.bad.4"], err

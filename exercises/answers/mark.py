@@ -17,6 +17,10 @@ SUBMISSIONS holds one folder per student with their ``sheet.py`` and whichever o
   reference answers. Nothing the student's code prints, and no exit status, is a verdict;
 * the written answers are listed as present or missing (they are yours to read).
 
+Before anyone is marked, a self-test marks a known-good submission in the sandbox with
+the teacher's limits: a machine that cannot build the sandbox, or limits too tight for
+right code, stop the marking in one line (a fault of the tool is never a student's 0).
+
 Prints a Markdown table (one row per student: numbers right, properties that hold), then
 every failing property with its one-line reason. Exit status 0 when marking finished, 2
 for bad input or a machine that cannot sandbox code (one line), 130 on Ctrl-C.
@@ -55,6 +59,9 @@ FILE_LIMIT = 1 << 20  # a submitted file larger than 1 MB is not a solution
 # -E -s: no PYTHON* variables, no user site; -c puts the working directory (/sandbox) first
 CHILD = ["-E", "-s", "-c", "from exercises import check; check.serve()"]
 UNSEEN = "agrees with the reference on unseen inputs"
+
+
+LIMITS = {"--timeout": (1, 24 * 3600), "--jobs": (1, 256), "--memory": (1024, 1 << 20)}
 
 
 class MarkError(Exception):
@@ -157,8 +164,11 @@ def properties(ex):
 # ----------------------------------------------------------------------------- running
 
 def base_copy(where):
-    """The Python files of a student copy of the last commit (no roster, no tests)."""
-    files = handout.contents(handout.committed_files(), {})
+    """The Python files of a student copy of the last commit (no roster, no tests), and
+    beside it known-good/loss.py: the last commit's own, the self-test's submission."""
+    committed = handout.committed_files()
+    files = handout.contents(committed, {})
+    files["../known-good/loss.py"] = committed["loss.py"]
     for rel, (data, _) in files.items():
         if rel.endswith(".py") and not rel.startswith(("tests/", "docs/")):
             dst = os.path.join(where, rel)
@@ -189,13 +199,17 @@ def run_exercise(base, work, folder, ex, opts, hide):
     limits = sandbox.Limits(seconds=opts["timeout"], memory=opts["memory"] << 20)
     outcome = sandbox.run(copy, CHILD, stdin=request, limits=limits, hide=hide)
     shutil.rmtree(os.path.dirname(copy), ignore_errors=True)
+    if outcome.status in ("setup", "error"):  # the tool's fault, never a student's mark
+        why = (outcome.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        raise sandbox.SandboxError(f"the sandbox failed on this machine ({check.clean(why)}); "
+                                   f"no one was marked")
     results, why = read_results(outcome, len(calls), opts)
     if why:
         return [(w, why) for w in names]
     out = check.verdicts(ex, calls, results, local=False)
     for what, fn in MARKER_ONLY[ex]:
         pairs = [(c, r) for c, r in zip(calls, results) if c["prop"] == what]
-        out.append((what, check.judge(ex, what, fn, pairs)))
+        out.append((what, check.judge(ex, fn, pairs)))
     return out
 
 
@@ -223,10 +237,23 @@ def read_results(outcome, n, opts):
     return results, None
 
 
+def self_test(base, work, opts, hide):
+    """Mark a known-good submission (the last commit's loss.py) inside the sandbox, with
+    the teacher's limits: where the sandbox cannot be built, or the limits are too tight
+    for right code, every student would get the zero. Raises SandboxError."""
+    folder = os.path.join(os.path.dirname(base), "known-good")
+    for what, why in run_exercise(base, work, folder, "ex2", opts, hide):
+        if why is not None:
+            raise sandbox.SandboxError(
+                f"a known-good submission fails in the sandbox on this machine (ex2 {what}: "
+                f"{why}); no one was marked: fix the machine or the limits (--timeout, "
+                f"--memory)")
+
+
 def mark_one(base, work, folder, opts, hide, pool):
     """(name, number marks, {exercise: [(property, why)]}, written answers present)."""
     sheet = read_sheet(os.path.join(folder, "sheet.py"))
-    name = canonical(getattr(sheet, "STUDENT", "") or "") or os.path.basename(folder)
+    name = student_name(folder, sheet)
     numbers = marks(name, sheet)
     jobs = {ex: pool.submit(run_exercise, base, work, folder, ex, opts, hide)
             for ex in CODE_EXERCISES}
@@ -265,9 +292,9 @@ def parse(argv):
                 opts[key[2:]] = int(value)
             except ValueError:
                 raise MarkError(f"{key} takes a whole number, got {value!r}") from None
-            low = {"--timeout": 1, "--jobs": 1, "--memory": 1024}[key]
-            if opts[key[2:]] < low:
-                raise MarkError(f"{key} must be at least {low}, got {opts[key[2:]]}")
+            low, high = LIMITS[key]
+            if not low <= opts[key[2:]] <= high:
+                raise MarkError(f"{key} must be in {low}..{high}, got {value}")
         elif a.startswith("-"):
             raise MarkError(f"unknown flag {a!r}")
         else:
@@ -278,16 +305,34 @@ def parse(argv):
     return folders[0], opts
 
 
+def student_name(folder, sheet):
+    return canonical(getattr(sheet, "STUDENT", "") or "") or os.path.basename(folder)
+
+
 def submissions(top):
-    subs = sorted(os.path.join(top, d) for d in os.listdir(top)
-                  if os.path.isdir(os.path.join(top, d)) and not d.startswith("."))
+    """The student folders of ``top``, every sheet read as data before anything runs.
+    A folder whose name starts with '.' is skipped and two folders of the same student
+    are both marked, each with a warning line."""
+    names = sorted(d for d in os.listdir(top) if os.path.isdir(os.path.join(top, d)))
+    for d in names:
+        if d.startswith("."):
+            print(f"warning: {os.path.join(top, d)} is skipped: a folder whose name starts "
+                  f"with '.' is not a submission (rename it to mark it)", file=sys.stderr)
+    subs = [os.path.join(top, d) for d in names if not d.startswith(".")]
     if not subs:
         raise MarkError(f"{top} holds no student folder")
-    for s in subs:  # every sheet must read as data before anything runs
+    seen = {}
+    for s in subs:
         sheet = os.path.join(s, "sheet.py")
         if not os.path.isfile(sheet) or os.path.islink(sheet):
             raise MarkError(f"{s}: no sheet.py (a regular file)")
-        read_sheet(sheet)
+        name = student_name(s, read_sheet(sheet))  # "ada lovelace" is Ada Lovelace too
+        seen.setdefault(name.casefold(), (name, []))[1].append(os.path.basename(s))
+    for name, folders in seen.values():
+        if len(folders) > 1:
+            print(f"warning: {len(folders)} folders name the same student "
+                  f"{check.clean(name, 60)!r} ({', '.join(folders)}): each gets its own row",
+                  file=sys.stderr)
     return subs
 
 
@@ -306,11 +351,19 @@ def main(argv):
             print(f"error: {e}", file=sys.stderr)
             return 2
         hide = [ROOT, os.path.abspath(top), work]
+        sandbox.allow()
         pool = ThreadPoolExecutor(max_workers=opts["jobs"])
         try:
+            self_test(base, work, opts, hide)
             pending = [mark_one(base, work, s, opts, hide, pool) for s in subs]
             rows = [(name, numbers, {ex: job.result() for ex, job in jobs.items()}, written)
                     for name, numbers, jobs, written in pending]
+        except sandbox.SandboxError as e:  # the tool failed: no marks at all, not zeros
+            sandbox.kill_all()
+            pool.shutdown(wait=True, cancel_futures=True)
+            sandbox.allow()  # every thread has ended: nothing is left to stop
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         except KeyboardInterrupt:  # stop every sandbox now, not after its time limit
             pool.shutdown(wait=False, cancel_futures=True)
             sandbox.kill_all()

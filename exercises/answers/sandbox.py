@@ -61,7 +61,8 @@ class Limits:
 
 @dataclass
 class Outcome:
-    status: str  # "exited", "timeout", "output" (printed past the limit), "error"
+    status: str  # "exited", "timeout", "output" (printed past the limit), "error" (could
+    # not start), "setup" (the sandbox could not be built: no code of the child ran)
     code: int
     stdout: bytes
     stderr: bytes
@@ -74,16 +75,24 @@ class SandboxError(Exception):
 
 _MODE = {}
 LIVE, _LOCK = set(), threading.Lock()  # children still running, for kill_all on Ctrl-C
+_STOPPED = []  # kill_all was called: a sandbox that starts later is killed at once
 
 
 def kill_all():
-    """Kill every sandbox still running (the marker is being interrupted)."""
+    """Kill every sandbox still running, and any started later (the marker is stopping)."""
     with _LOCK:
+        _STOPPED.append(True)
         for p in list(LIVE):
             try:
                 os.killpg(p.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+def allow():
+    """Let sandboxes start again after kill_all (a new marking in the same process)."""
+    with _LOCK:
+        _STOPPED.clear()
 
 
 def mode():
@@ -100,7 +109,7 @@ def _probe():
         return SandboxError(f"marking code needs Linux namespaces; this is {sys.platform}")
     if shutil.which("unshare") is None:
         return SandboxError("marking code needs util-linux's unshare, which is not installed")
-    want = "root" if os.geteuid() == 0 else "userns"
+    want = "root" if os.geteuid() == 0 and _uids_mapped() else "userns"
     try:
         p = subprocess.run(_unshare(want) + ["true"], capture_output=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -112,6 +121,17 @@ def _probe():
     return want
 
 
+def _uids_mapped():
+    """Whether this user namespace maps the uids root mode gives its children (root inside
+    a container's user namespace may map only itself: then a user namespace of our own)."""
+    try:
+        with open("/proc/self/uid_map") as f:
+            rows = [[int(x) for x in line.split()] for line in f if line.strip()]
+    except (OSError, ValueError):
+        return True
+    return any(inner <= UIDS[0] and UIDS[1] <= inner + count for inner, _, count in rows)
+
+
 def _unshare(kind):
     cmd = ["unshare", "--mount", "--pid", "--net", "--ipc", "--uts", "--fork",
            "--kill-child", "--propagation", "private"]
@@ -119,16 +139,43 @@ def _unshare(kind):
 
 
 def python_paths():
-    """The folders the child's Python needs: its prefixes, its site-packages and the real
-    paths behind any symlink among them."""
-    import site
-    out = set()
-    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-              os.path.dirname(os.path.dirname(sys.executable)), *site.getsitepackages()]:
-        for q in (os.path.abspath(p), os.path.realpath(p)):
-            if os.path.isdir(q):
-                out.add(q)
-    return sorted(out)
+    """The folders the child's Python needs: its prefixes, its site-packages, the folders
+    its .pth files add (what ``python -I`` puts on sys.path: not the working folder, not
+    PYTHONPATH) and the real paths behind any symlink among them."""
+    if "paths" not in _MODE:
+        import site
+        found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+                 os.path.dirname(os.path.dirname(sys.executable)), *site.getsitepackages()]
+        try:
+            p = subprocess.run([sys.executable, "-I", "-c",
+                                "import os, sys; sys.stdout.write(os.pathsep.join(sys.path))"],
+                               capture_output=True, timeout=60)
+            found += os.fsdecode(p.stdout).split(os.pathsep) if p.returncode == 0 else []
+        except (OSError, subprocess.TimeoutExpired):
+            pass  # the self-test of the marker says whether the child's Python starts
+        out = set()
+        for p in found:
+            for q in (os.path.abspath(p), os.path.realpath(p)) if p else ():
+                if os.path.isdir(q) and q != "/":
+                    out.add(q)
+        _MODE["paths"] = sorted(out)
+    return list(_MODE["paths"])
+
+
+# The sandbox's own folders in its new root. They are made first, on the new root's own
+# tmpfs, so that a host folder bound later may lie inside one of them (a Python under
+# /tmp) without taking its place; the copy's folder takes another name where a bound host
+# folder lies at /sandbox.
+OWN = ("/tmp", "/dev", "/proc")
+
+
+def copy_name(binds):
+    """/sandbox, or /sandbox-N where a bound host folder lies at or under /sandbox."""
+    name, n = "/sandbox", 0
+    while any(b == name or b.startswith(name + "/") for b in binds):
+        n += 1
+        name = f"/sandbox-{n}"
+    return name
 
 
 SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/ld.so.cache",
@@ -136,23 +183,26 @@ SYSTEM = ["/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc/
 
 
 def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
-    """Run ``python argv...`` in a sandboxed copy of ``copy_dir`` (cwd /sandbox, HOME and
-    TMPDIR /tmp). ``hide``: folders that must stay invisible even if they lie under a bound
-    one (the teacher's tree, the submissions, the marker's temporary folder)."""
+    """Run ``python argv...`` in a sandboxed copy of ``copy_dir`` (cwd /sandbox, or
+    /sandbox-N where the host's Python lies at /sandbox; HOME and TMPDIR /tmp). ``hide``:
+    folders that must stay invisible even if they lie under a bound one (the teacher's
+    tree, the submissions, the marker's temporary folder)."""
     limits = limits or Limits()
     kind = kind or mode()
     work = os.path.dirname(os.path.abspath(copy_dir))
     newroot = os.path.join(work, "root")
     os.makedirs(newroot, exist_ok=True)
+    binds = SYSTEM + python_paths()
     spec = {
         "root": newroot, "copy": os.path.abspath(copy_dir), "kind": kind,
         "uid": UIDS[0] + int.from_bytes(os.urandom(4), "big") % (UIDS[1] - UIDS[0]),
-        "binds": SYSTEM + python_paths(),
+        "binds": binds, "at": copy_name(binds),
         "hide": sorted({os.path.realpath(h) for h in hide} | {os.path.abspath(h) for h in hide}),
         "tmpfs": limits.tmpfs,
         "rlimits": {"AS": limits.memory, "NPROC": limits.processes, "FSIZE": limits.file_size,
                     "CPU": int(limits.seconds) + 5, "NOFILE": 256, "CORE": 0},
         "argv": [sys.executable, *argv],
+        "nonce": os.urandom(8).hex(),  # a failed setup says so with it; the child never sees it
         "env": {"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
     }
@@ -166,13 +216,17 @@ def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
         return Outcome("error", -1, b"", f"could not start: {e.strerror}".encode(), 0.0)
     with _LOCK:
         LIVE.add(p)
+        if _STOPPED:
+            os.killpg(p.pid, signal.SIGKILL)
     try:
         status, out, err = _talk(p, stdin, limits, start)
     finally:
         _kill(p)
         with _LOCK:
             LIVE.discard(p)
-    return Outcome(status, p.returncode if status == "exited" else -1, out, err,
+    if status == "exited" and p.returncode == 125 and f"[{spec['nonce']}]".encode() in err:
+        status = "setup"  # the sandbox, not the child: no student code ran
+    return Outcome(status, p.returncode if status in ("exited", "setup") else -1, out, err,
                    time.monotonic() - start)
 
 
@@ -253,7 +307,7 @@ def _libc():
 
 
 def _mount(libc, src, dst, fstype, flags, data=None):
-    enc = lambda s: None if s is None else s.encode()
+    enc = lambda s: None if s is None else os.fsencode(s)  # any name the host's folders have
     if libc.mount(enc(src), enc(dst), enc(fstype), ctypes.c_ulong(flags), enc(data)) != 0:
         e = ctypes.get_errno()
         raise OSError(e, f"mount {src or fstype} on {dst}: {os.strerror(e)}")
@@ -280,6 +334,16 @@ def _bind(libc, src, dst, writable=False):
     _mount(libc, src, dst, None, MS_BIND | MS_REC)
     flags = MS_REMOUNT | MS_BIND | MS_NOSUID | _locked_flags(dst)
     _mount(libc, None, dst, None, flags | (0 if writable else MS_RDONLY))
+
+
+def _inside(root, path):
+    """root + path, refused where a link on the way (one made for /bin -> usr/bin) would
+    lead out of the new root: a mount must never land on the host's own folders."""
+    dst, top = root + path, os.path.realpath(root)
+    real = os.path.realpath(os.path.dirname(dst))
+    if real != top and not real.startswith(top + "/"):
+        raise OSError(f"{path} would lie outside the new root")
+    return dst
 
 
 def _drop_capabilities(libc):
@@ -310,36 +374,38 @@ def _setup(spec):
     _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
     _mount(libc, "tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV,
            f"size={spec['tmpfs']},mode=755")
+    # the sandbox's own folders first: a host folder bound below may lie inside one
+    for own in OWN:
+        os.makedirs(root + own)
+    os.chmod(root + "/tmp", 0o1777)
+    for dev in ("null", "zero", "random", "urandom"):
+        _bind(libc, "/dev/" + dev, f"{root}/dev/{dev}", writable=True)
+    try:
+        _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    except OSError:
+        pass  # some containers forbid it; the child then has no /proc at all
+    shutil.copytree(spec["copy"], root + spec["at"], symlinks=False)
     for path in spec["binds"]:
-        if not os.path.lexists(path):
+        if not os.path.lexists(path) or path in OWN:
             continue
-        dst = root + path
+        dst = _inside(root, path)
         if os.path.islink(path) and os.path.dirname(path) == "/":  # /bin -> usr/bin
-            os.symlink(os.readlink(path), dst)
+            if not os.path.lexists(dst):
+                os.symlink(os.readlink(path), dst)
         elif not os.path.lexists(dst):
             _bind(libc, path, dst)
     for path in spec["hide"]:  # a teacher's folder inside a bound one: cover it
         inside = any(path == b or path.startswith(b.rstrip("/") + "/") for b in spec["binds"])
         if inside and os.path.isdir(root + path) and not os.path.islink(root + path):
-            _mount(libc, "tmpfs", root + path, "tmpfs",
+            _mount(libc, "tmpfs", _inside(root, path), "tmpfs",
                    MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, "size=4k,mode=000")
-    shutil.copytree(spec["copy"], root + "/sandbox", symlinks=False)
-    os.makedirs(root + "/tmp")
-    os.chmod(root + "/tmp", 0o1777)
-    for dev in ("null", "zero", "random", "urandom"):
-        _bind(libc, "/dev/" + dev, f"{root}/dev/{dev}", writable=True)
-    os.makedirs(root + "/proc")
-    try:
-        _mount(libc, "proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-    except OSError:
-        pass  # some containers forbid it; the child then has no /proc at all
     if spec["kind"] == "root":
-        for d, _, files in os.walk(root + "/sandbox"):
+        for d, _, files in os.walk(root + spec["at"]):
             for x in [d] + [os.path.join(d, f) for f in files]:
                 os.chown(x, spec["uid"], NOBODY)
     os.chdir(root)
     os.chroot(".")
-    os.chdir("/sandbox")
+    os.chdir(spec["at"])
     for name, value in spec["rlimits"].items():
         lim = getattr(resource, "RLIMIT_" + name)
         resource.setrlimit(lim, (value, value))
@@ -354,8 +420,11 @@ def _setup(spec):
 
 
 if __name__ == "__main__":
+    nonce = "?"
     try:
-        _setup(json.loads(sys.argv[1]))
+        spec = json.loads(sys.argv[1])
+        nonce = spec["nonce"]
+        _setup(spec)
     except BaseException as e:  # the marker reads this line as the reason
-        sys.stderr.write(f"sandbox setup failed: {type(e).__name__}: {e}\n")
+        sys.stderr.write(f"sandbox setup failed [{nonce}]: {type(e).__name__}: {e}\n")
         os._exit(125)

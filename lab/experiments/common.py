@@ -131,6 +131,9 @@ def announce(name):
           f"changes its design writes out/partial/)")
 
 
+MOST = {"jobs": 256, "threads": 1024}  # processes and threads: more is a typo, not a machine
+
+
 def values(argv, extra, doc, unused):
     """(the flags' values, the names given) of parse, checked, before anything is done
     with them.
@@ -175,6 +178,8 @@ def values(argv, extra, doc, unused):
             continue
         if isinstance(v, int) and v < (0 if key == "threads" else 1):
             raise CliError(f"--{key} must be at least {0 if key == 'threads' else 1}, got {v}")
+        if key in MOST and v > MOST[key]:
+            raise CliError(f"--{key} must be at most {MOST[key]}, got {v}")
         if isinstance(v, float) and not (
             math.isfinite(v) and (v > 0 if key.endswith("lr") else v >= 0)
         ):
@@ -281,8 +286,9 @@ def float_list(key, raw):
         xs = [float(s) for s in str(raw).split(",") if s.strip() != ""]
     except ValueError:
         raise CliError(f"--{key} takes a comma-separated list of numbers, got {raw!r}") from None
-    if not xs or not all(math.isfinite(x) and x > 0 for x in xs):
-        raise CliError(f"--{key} needs finite numbers > 0, got {raw!r}")
+    if not xs or not all(math.isfinite(x) and 0 < x <= config.FLOAT_MAX for x in xs):
+        raise CliError(f"--{key} needs finite numbers > 0 and at most {config.FLOAT_MAX:g}, "
+                       f"got {raw!r}")
     return xs
 
 

@@ -659,7 +659,7 @@ def plot(plt, data):
     common.caption(fig, "Left: a calibrated arm's drift is read at adamw's KL on the seed, "
                    "between its runs at lr*/2 and 2 lr*; green band: the permuted arm's "
                    "equivalence margin (+-0.85 nats). Right: KL, a run's mean over its steps of "
-                   "KL(pi_new || pi_old) on its sampled tokens; 1 is adamw's.", width=130)
+                   "KL(pi_new || pi_old) on its sampled tokens; 1 is adamw's.")
     return fig
 
 

@@ -111,7 +111,7 @@ EXTRA = {
 }
 
 
-def settings(o):
+def settings():
     """[(name, epochs, arms)]: full only in the one-epoch setting (the on-policy reference)."""
     return [("1 epoch", 1, ("full",) + MINI), ("2 epochs", 2, MINI)]
 
@@ -181,7 +181,7 @@ def main(argv):
     for seed in o["seeds"]:  # train missing warm starts here, not twice in parallel workers
         warm(o, seed)
     t0 = time.time()
-    plan = [(s, e, arm) for _, e, arms in settings(o) for arm in arms for s in o["seeds"]]
+    plan = [(s, e, arm) for _, e, arms in settings() for arm in arms for s in o["seeds"]]
     plan.sort(key=lambda p: -p[1])  # the longer two-epoch runs first: better packing over workers
     opts = {
         k: o[k]
@@ -198,12 +198,12 @@ def main(argv):
             )
             for arm in arms
         }
-        for name, e, arms in settings(o)
+        for name, e, arms in settings()
     }
     seeds = o["seeds"]
     last = lambda name, arm, k: [r[k][-1] for r in runs[name][arm]]
     primary, secondary, per_arm, rows = {}, {}, {}, []
-    for name, e, arms in settings(o):
+    for name, e, arms in settings():
         for arm, sign in PREDICTED.items():
             for k, label in (
                 ("style_drift_restate", "|restate drift|"),
@@ -431,7 +431,6 @@ def plot(plt, data):
         "of KL(pi_new || pi_old) at histories before a group's divergence point. Accuracy: "
         f"greedy, {data['eval_size']} held-out problems; dotted: the warm start. full (grey): one "
         "optimizer step per batch, the on-policy reference, in no contrast. " + band,
-        width=190,
     )
     return fig
 

@@ -357,7 +357,6 @@ def plot(plt, data):
         "restatement) - log π('(')|; dotted: ln 2, both forms equally likely. Bottom: per-seed "
         "differences against grpo (same warm start and seed), mean and 95 % paired t interval; "
         "line at zero. A DFPO residual of 0 holds by construction and is not shown as evidence.",
-        width=230,
     )
     return fig
 

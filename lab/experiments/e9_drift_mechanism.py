@@ -573,7 +573,6 @@ def plot(plt, data):
         "interval, not Holm-adjusted (the adjusted p-values are in the JSON and the report). "
         "Bottom right: in units of each arm's own advantage (grpo's is divided by the "
         "group's standard deviation, so its scale is larger).",
-        width=140,
     )
     return fig
 

@@ -47,7 +47,7 @@ def mean_band(ax, x, columns, color, label, **line):
                     color=color, alpha=0.15)
 
 
-def caption(fig, text, width=150):
+def caption(fig, text):
     """The figure's caption is the markdown beside it (results/README.md), readable at any
     width; the text is kept on the figure object, not drawn."""
     fig.caption_text = text
