@@ -159,7 +159,7 @@ def rl(run):
         if step <= MIXED_START_STEPS:  # one batch of 16 groups is noisy: average a few
             state.sums["mixed_start_sum"] += rec["mixed"]
             state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
-        if step == 1 and run.master and (hint := weak_start_hint(rec["mixed"], cfg)):
+        if step == 1 and run.master and (hint := weak_start_hint(rec["mixed"])):
             tqdm.write(hint)  # too few mixed groups: say how to strengthen the warm start
         run.out.log(rec)
         # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
@@ -320,7 +320,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
     if lab_:  # how far the step's copies of each shared token were from cancelling
-        out.update(lab_.step(mb, coef, seen, batch, adv))
+        out.update(lab_.step(mb, coef, seen, adv))
     return out
 
 

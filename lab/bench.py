@@ -437,7 +437,7 @@ def ddp_worker(P, device, size):
     """Run under torchrun by bench_ddp: rank 0 prints one JSON line."""
     import torch.distributed as dist
     rank, local_rank, world = dist_utils.env_world()
-    backend = dist_utils.setup_device(device, local_rank, world)
+    backend = dist_utils.setup_device(device, local_rank)
     dist.init_process_group(backend, timeout=dist_utils.TIMEOUT)
     rec = ddp_steps(P, device, size)
     if rank == 0:

@@ -64,7 +64,7 @@ class Instruments:
 
     # ------------------------------------------------------------------ each optimizer step
 
-    def step(self, mb, coef, parts, batch, adv):
+    def step(self, mb, coef, parts, adv):
         """One optimizer step on mini-batch ``mb``: its coefficients ``coef`` (this process's
         rows) and, per part, (positions, log pi, (old log pi, mask, Â, groups), the number
         of parts a --norm=local loss is divided by, the loss as a function of the log-probs

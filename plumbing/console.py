@@ -28,7 +28,7 @@ MIXED_HINT_FLAGS = ("  strengthen the warm start (more --sft_steps, a --sft_flaw
                     "  or sample more per prompt (--group_size=16, --temperature=1.2)")
 
 
-def weak_start_hint(mixed, cfg):
+def weak_start_hint(mixed):
     """A hint when too few groups are mixed for RL to learn (only a group with both right
     and wrong rollouts has a non-zero advantage); '' otherwise."""
     if mixed >= MIXED_HINT_BELOW:

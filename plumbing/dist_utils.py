@@ -88,7 +88,7 @@ def wrap(model, cfg, device, local_rank, world):
     model to train, the plain module: sampling, evaluation and checkpoints use it).
     One process: (model, model)."""
     if world > 1:
-        backend = setup_device(device, local_rank, world)
+        backend = setup_device(device, local_rank)
         dist.init_process_group(
             backend, rank=int(os.environ["RANK"]), world_size=world, timeout=TIMEOUT
         )
@@ -118,7 +118,7 @@ def finish_worker():
         os._exit(0)
 
 
-def setup_device(device, local_rank, world):
+def setup_device(device, local_rank):
     """The device and backend of this rank: nccl on CUDA (one GPU per local rank),
     gloo on CPU. ``device`` stays "cuda" (the current device is set)."""
     if device == "cuda":

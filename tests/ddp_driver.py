@@ -101,7 +101,7 @@ def share(batch, rank, world):
 
 def fixed_rollouts(batch):
     """A stand-in for train.rollouts: this rank's share of ``batch``, every step."""
-    def rollouts(model, task, draw, cfg, gen, device, n_prompts=None):
+    def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
         rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
         return dataclasses.replace(share(batch, rank, world), max_len=None)
     return rollouts

@@ -26,23 +26,13 @@ SHARED = {
     "lab/objectives.py": {"sequence_term": "the sequence terms share (x, s)"},
     "loss.py": dict.fromkeys(
         ("grpo", "dr_grpo", "dapo", "min_replace"),
-        "the objectives share one signature (loss.OBJECTIVES); min_replace is exercise 3's, "
+        "the objectives share one signature (loss.LOSSES); min_replace is exercise 3's, "
         "whose signature the student's answer must keep"),
     "lab/syncs.py": {"__torch_dispatch__": "torch's protocol"},
     "plumbing/checkpoint.py": {"__exit__": "Python's context-manager protocol"},
     "toy_tasks.py": dict.fromkeys(
         ("solution", "categories", "flawed"),
         "every task's functions share one signature (toy_tasks.Task)"),
-    "lab/instruments.py": dict.fromkeys(
-        ("step", "update"),
-        "train.py's calls pass the batch the instruments also hold; kept while train.py "
-        "and instruments.py are restructured"),
-    "plumbing/console.py": {
-        "weak_start_hint": "its cfg is unread; train.py's call is kept while train.py is "
-                           "restructured (drop both together)"},
-    "plumbing/dist_utils.py": {
-        "setup_device": "lab.bench and dist_utils call it alike; kept while dist_utils.py is "
-                        "restructured"},
     "exercises/check.py": {"check": "a property's check takes its (call, result) pairs"},
     "exercises/answers/mistakes.py": {
         "_wrong_ex4": "the three exercises' catalogues share (name, variant, right)"},
