@@ -5,10 +5,11 @@ takes several optimizer steps on it: the batch is cut into M mini-batches, and
 the cut is repeated for each of E epochs. The cut looks like bookkeeping, but
 it decides which rollouts meet inside one update (arXiv 2605.08666).
 
-A token that several rollouts of one group emit after the same history (the
-end of the prompt, a shared format prefix) gets the summed gradient
-(sum_i c_i) * grad log pi(a | h). With centred advantages, sum_i Â_i = 0, so
-that sum cancels, but only when all the copies are applied in the same step.
+A token that every rollout of one group emits after the same history (the
+end of the prompt, a shared format prefix: a group-shared token) gets the summed
+gradient (sum_i c_i) * grad log pi(a | h). With centred advantages, sum_i Â_i = 0,
+so with equal weights that sum cancels, but only when all the copies are applied
+in the same step.
 If the positive copies go into step 1 and the negative copies into step 2, the
 shared token is first pushed up and then pushed down at different
 parameters. Nothing cancels, and the token drifts.

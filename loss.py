@@ -3,7 +3,8 @@
 What it teaches
 ---------------
 A critic-free objective turns one reward r_i per completion into a loss on every
-token of it, in four steps, written in this order in each function below:
+token of it, in four steps: the first is ``advantages``, once per rollout batch; each
+objective below does the other three (``token_loss`` for the PPO-clipped ones):
 
   1. the advantage Â_i, one number per completion, from its group's rewards
      (``advantages``: computed once per rollout batch, before any mini-batch);
@@ -172,7 +173,7 @@ def token_loss(logp, old_logp, mask, adv, bounds, agg):
 
 # ----------------------------------------------------------------------------- the objectives
 
-def grpo(logp, old_logp, mask, adv, group, step, clip):
+def grpo(logp, old_logp, mask, adv, group, counts, clip):
     """GRPO (DeepSeekMath), TRL's loss_type="grpo", verl's seq-mean-token-mean:
 
         loss = -1/N sum_i 1/L_i sum_t min(rho_{i,t} Â_i, clip(rho_{i,t}) Â_i)
@@ -180,27 +181,28 @@ def grpo(logp, old_logp, mask, adv, group, step, clip):
 
     c_{i,t} = rho Â_i / (N L_i): the mean over a completion's tokens, then over the N
     completions. A shorter completion weighs each of its tokens more, so the copies of a
-    shared token do not cancel when the lengths differ. (``group`` is read by DFPO only:
-    the advantages already hold each group's statistics.)"""
+    token the whole group writes do not cancel when the lengths differ with the reward
+    (THEORY.md 2.7). (``group`` is read by DFPO only: the advantages already hold each
+    group's statistics.)"""
     lens = mask.sum(1)
-    agg = 1.0 / (step["n_seqs"] * lens.clamp(min=1).float())  # 4. 1 / (N L_i)
+    agg = 1.0 / (counts["n_seqs"] * lens.clamp(min=1).float())  # 4. 1 / (N L_i)
     return token_loss(logp, old_logp, mask, adv, clip, agg)  # 2-3: ratio, clip
 
 
-def dr_grpo(logp, old_logp, mask, adv, group, step, clip):
+def dr_grpo(logp, old_logp, mask, adv, group, counts, clip):
     """Dr. GRPO (arXiv 2503.20783), TRL's loss_type="dr_grpo", verl's seq-mean-token-sum-norm:
 
         loss = -1/(N L_max) sum_i sum_t min(rho_{i,t} Â_i, clip(rho_{i,t}) Â_i)
         Â_i  = r_i - mu_g                                       advantages(scale=False)
 
-    c_{i,t} = rho Â_i / (N L_max): one constant for every token, so copies of a shared token
-    cancel until a clip binds on some of them."""
+    c_{i,t} = rho Â_i / (N L_max): the weight 1/(N L_max) is one constant for every token,
+    so the copies of a token the whole group writes cancel until a clip binds on some."""
     lens = mask.sum(1)
-    agg = torch.full_like(lens, 1.0 / (step["n_seqs"] * step["max_len"]), dtype=torch.float)
+    agg = torch.full_like(lens, 1.0 / (counts["n_seqs"] * counts["max_len"]), dtype=torch.float)
     return token_loss(logp, old_logp, mask, adv, clip, agg)
 
 
-def dapo(logp, old_logp, mask, adv, group, step, clip):
+def dapo(logp, old_logp, mask, adv, group, counts, clip):
     """DAPO (arXiv 2503.14476), TRL's loss_type="dapo", verl's token-mean:
 
         loss = -1/sum_j L_j sum_i sum_t min(rho_{i,t} Â_i, clip(rho_{i,t}) Â_i)
@@ -209,7 +211,7 @@ def dapo(logp, old_logp, mask, adv, group, step, clip):
     c_{i,t} = rho Â_i / sum_j L_j: every token of the step counts once, whatever its
     completion's length. DAPO's own clip is asymmetric (--clip=higher: 1-0.2, 1+0.28)."""
     lens = mask.sum(1)
-    agg = torch.full_like(lens, 1.0 / max(step["n_tokens"], 1), dtype=torch.float)
+    agg = torch.full_like(lens, 1.0 / max(counts["n_tokens"], 1), dtype=torch.float)
     return token_loss(logp, old_logp, mask, adv, clip, agg)
 
 
@@ -249,7 +251,7 @@ def dfpo_weights(seq_ratio, adv, group, transform, bounds):
     return transform(w, adv, group).detach()
 
 
-def dfpo(logp, old_logp, mask, adv, group, step, clip, transform):
+def dfpo(logp, old_logp, mask, adv, group, counts, clip, transform):
     """DFPO [P1]: a detached group transform of the sequence ratios, no clip on the gradient:
 
         loss = -1/(N L_max) sum_i sg(w~_i) Â_i sum_t log pi(y_{i,t})
@@ -258,12 +260,12 @@ def dfpo(logp, old_logp, mask, adv, group, step, clip, transform):
 
     c_{i,t} = w~_i Â_i / (N L_max). On-policy s = 1 and both transforms return 1: this is
     dr_grpo. w~ is a per-group statistic: a step split into parts passes each part the
-    whole step's, as ``step["weights"]``."""
+    whole step's, as ``counts["weights"]``."""
     lens = mask.sum(1)
-    weights = step.get("weights")
+    weights = counts.get("weights")
     if weights is None:  # 2-3. the sequence ratio, truncated, then transformed
         weights = dfpo_weights(sequence_ratio(logp, old_logp, mask), adv, group, transform, clip)
-    agg = torch.full_like(lens, 1.0 / (step["n_seqs"] * step["max_len"]), dtype=torch.float)
+    agg = torch.full_like(lens, 1.0 / (counts["n_seqs"] * counts["max_len"]), dtype=torch.float)
     loss = -((weights * adv * agg)[:, None] * logp * mask.float()).sum()  # 4.
     if clip is None:
         return loss, adv.new_zeros(())
@@ -277,7 +279,7 @@ dfpo_orth = functools.partial(dfpo, transform=adv_orthogonal)
 
 # ----------------------------------------------------------------------------- the registries
 
-# --loss -> its function of (logp, old_logp, mask, adv, group, step, clip): train.py calls
+# --loss -> its function of (logp, old_logp, mask, adv, group, counts, clip): train.py calls
 # LOSSES[--loss]. The engines' catalogue (lab/objectives.py) adds its fifteen objectives.
 LOSSES = {"grpo": grpo, "dr_grpo": dr_grpo, "dapo": dapo,
           "dfpo_min": dfpo_min, "dfpo_orth": dfpo_orth}

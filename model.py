@@ -192,9 +192,9 @@ def token_entropy(model, h, temperature=1.0):
     return -(logp.exp() * logp).sum(-1)
 
 
-# The RL optimizers (--optimizer). AdamW rescales every parameter's step by its own
-# gradient history; plain SGD's step is lr times the gradient.
 # The RL optimizers (--optimizer): name -> (what it is, how it is built at a learning rate).
+# AdamW rescales every parameter's step by its own gradient history; plain SGD's step is lr
+# times the gradient.
 # They cross the two things Adam adds to SGD, momentum and a per-parameter step size:
 # sgd has neither, sgd_momentum momentum only, adam_b1_0 the normalisation only, adamw both
 # (lab/experiments/e11_optimizer.py).

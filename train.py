@@ -24,8 +24,11 @@ Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
 The lab (lab/, one folder away) measures cancellation at three points of the step: after
 the rollouts, after each optimizer step (reading the coefficients c_{i,t} = -d loss /
 d log pi(y_{i,t}) that the backward left), and after the update. --instruments=false
-switches it off, and nothing of it runs. Plumbing a reader can skip: plumbing/ (the
-flags, the run folder and --resume, torchrun). ``python train.py --key=value`` (--help).
+switches those off: no extra pass, no coefficient kept. (The lab's catalogue still
+resolves --adv=auto and checks the flags, and computes the loss when a switch of its own,
+--beta say, is on.) Plumbing: the flags, the run folder and --resume (plumbing/); under
+torchrun, plumbing/dist_utils.py gives each process its rows (shard, micro_batches) and
+sums the logged numbers (step_means). ``python train.py --key=value`` (--help).
 """
 
 import functools
@@ -40,7 +43,7 @@ import torch
 from tqdm import tqdm
 
 import batching
-import lab.instruments  # the lab: its instruments, and its catalogue joins loss.py's registries
+from lab import instruments, objectives  # the lab: instruments; the catalogue joins loss.py
 import loss
 import toy_tasks
 from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer
@@ -250,9 +253,9 @@ def rl_step(run, opt, ref_model):
 def rl_update(model, opt, batch, cfg, gen, lab_=None):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
-    # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES: GRPO's
-    # (r - mu_g)/(sigma_g + eps) in the demo); fixed for every epoch: the data are reused,
-    # the credit is not recomputed
+    # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES; --adv=
+    # auto is the --loss's own, GRPO's (r - mu_g)/(sigma_g + eps) in the demo); fixed for
+    # every epoch: the data are reused, the credit is not recomputed
     adv = loss.ADVANTAGES[cfg.adv](batch.rewards, batch.group, batch.mask.sum(1), batch.baseline)
     objective = objective_of(cfg)  # loss.grpo in the demo
     logs = []  # each optimizer step's numbers
@@ -283,10 +286,10 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
     parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
     # what every part shares: the *step's* N, sum L, L_max and DFPO weights, so that
     # splitting a step changes no copy's weight (--norm=local shows what breaks otherwise)
-    shares = step_shares(model, batch, adv, mb, parts, cfg)
+    counts_for = part_counts(model, batch, adv, mb, parts, cfg)
     n_parts = 1 if cfg.norm == "global" else len(parts) * world  # local: a mean of the parts
     coef = torch.zeros(len(mb), mask.shape[1], device=mask.device) if lab_ else None
-    acc, seen = {}, []  # the logged numbers, summed; what the lab reads of each part
+    sums, seen = {}, []  # the logged numbers, summed; what the lab reads of each part
     opt.zero_grad(set_to_none=True)  # gradients accumulate over the parts: one step
     for j, p in enumerate(parts):
         rows = mb[p]
@@ -296,10 +299,11 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
         if lab_:
             logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
         args = (batch.old_logprobs[rows], mask[rows], adv[rows], batch.group[rows])
-        step = dict(shares(p), extra=loss_extra(cfg, model, hidden, batch, rows))
-        # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py)
-        value, clip_frac = objective(logp, *args, step)
-        stats = dict(step["extra"].stats, clip_frac=clip_frac, finite=torch.isfinite(value))
+        counts = dict(counts_for(p), extra=loss_extra(cfg, model, hidden, batch, rows))
+        # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). Its value is
+        # about 0 on-policy (the advantages are centred); its gradient is not
+        value, clip_frac = objective(logp, *args, counts)
+        stats = dict(counts["extra"].stats, clip_frac=clip_frac, finite=torch.isfinite(value))
         # the step's loss is the sum of its parts' (--norm=global), as if taken whole
         term = value / n_parts
         # DDP *averages* the ranks' gradients; each rank's term is its share of the step's
@@ -308,12 +312,12 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
         if lab_:  # c_{i,t} = -d loss / d log pi(y_{i,t}), and the same loss with every ratio 1
             coef[p] = (-logp.grad / world).float()
             seen.append((p, logp.detach(), args, n_parts,
-                         lambda lp, a=args, s=step: objective(lp, *a, on_policy(s))[0]))
+                         lambda lp, a=args, c=counts: objective(lp, *a, on_policy(c))[0]))
         # kept as tensors and read back once per step (each read makes a GPU wait)
         for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
             v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
-            acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * len(p))
-    out = dist_utils.step_means(acc, len(mb), mask.device)
+            sums[k] = sums.get(k, 0.0) + (v if k == "loss" else v * len(p))
+    out = dist_utils.step_means(sums, len(mb), mask.device)
     if out.pop("finite") < 1:  # stop before a NaN reaches the weights
         raise FloatingPointError("loss is not finite")
     # the clip scales the whole step: it changes no ratio between two copies' weights
@@ -324,7 +328,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
     return out
 
 
-def step_shares(model, batch, adv, mb, parts, cfg):
+def part_counts(model, batch, adv, mb, parts, cfg):
     """p -> what part p shares with its whole optimizer step: the denominators N, sum L,
     L_max (loss.step_counts) and, for DFPO, w~ computed over every row of the step (a
     no-grad pass over each part, summed over ranks); under --norm=local, the part's own."""
@@ -355,22 +359,22 @@ def step_shares(model, batch, adv, mb, parts, cfg):
 
 
 def objective_of(cfg):
-    """--loss's function, of (logp, old_logp, mask, adv, group, step): loss.LOSSES maps each
+    """--loss's function, of (logp, old_logp, mask, adv, group, counts): loss.LOSSES maps each
     name to one (loss.grpo in the demo), and --clip's bounds are bound in. The engines'
     catalogue adds its objectives to loss.LOSSES; a switch of its own (--beta, --agg,
     --entropy_coef, ...) takes the catalogue's version of the objective (lab/objectives.py)."""
     fn = loss.LOSSES[cfg.loss]
     # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
-    if lab.objectives.switched(cfg):
-        fn = functools.partial(lab.objectives.catalogue_loss, cfg.loss)
+    if objectives.switched(cfg):
+        fn = functools.partial(objectives.catalogue_loss, cfg.loss)
     return functools.partial(fn, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
 
 
-def on_policy(step):
-    """The same step's settings with every ratio taken as 1: DFPO's w~ of the ratios at
-    pi_old (all 1), and the catalogue's switches as on-policy (for the lab's c°)."""
-    return dict(step, weights=None, extra=types.SimpleNamespace(**dict(vars(step["extra"]),
-                                                                      on_policy=True)))
+def on_policy(counts):
+    """A part's counts with every ratio taken as 1: DFPO's w~ of the ratios at pi_old (all
+    1), and the catalogue's switches as on-policy (for the lab's c°)."""
+    return dict(counts, weights=None, extra=types.SimpleNamespace(**dict(vars(counts["extra"]),
+                                                                        on_policy=True)))
 
 
 def loss_extra(cfg, model, hidden, batch, rows):
@@ -465,7 +469,7 @@ def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
         saved=saved,
     )
     # the lab's instruments, or None: --instruments=false runs the plain loop
-    inst = (lab.instruments.Instruments(cfg, state, rank == 0, task, held_out)
+    inst = (instruments.Instruments(cfg, state, rank == 0, task, held_out)
             if cfg.instruments else None)
     run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
               rank, world, inst, fast_decode.for_run(cfg, device))

@@ -1,31 +1,31 @@
-"""instruments.py: what the lab measures inside a run of train.py, at five points of the loop.
+"""instruments.py: what the lab measures inside a run of train.py, at three points of a step.
 
 What it teaches
 ---------------
 The lesson's RL step exposes two things: the rollout batch, and the coefficients
 c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimizer step
-(train.optimizer_step keeps them from its own backward pass). ``Instruments`` reads
-them and nothing else of the step, at these points (lab/__init__.py lists the seam):
+(train.optimizer_step keeps them from its own backward pass, only when the lab is on).
+``Instruments`` reads them and nothing else of the step; train.py calls it at:
 
-  rollouts(batch)                  before the update: the policy at the histories each
+  rollouts(model, batch)           before the update: the policy at the histories each
                                    group shares (for the learning tax), and the lengths
                                    of right and wrong completions
-  part(p, logp, old, mask, loss_at)  each micro-batch: the ratios' statistics, and the
-                                   on-policy coefficients c° = -d loss_at(log pi_old) /
-                                   d log pi (every ratio 1: no clip binds), which separate
-                                   the objective's own weights from what reuse adds
-  step(coef, batch, adv, mb)       each optimizer step: the residuals (residuals.py)
-  update(batch, adv, cut)          after the optimizer steps: the cancellation ledger
-                                   (ledger.py), how the scheduler's last cut split the groups
-  after(model, batch, mixed, rec)  after the update: the learning tax and the shift of the
-                                   shared tokens (diagnostics.py), the run's sums
-  summary(), lines()               the run's ledger, for metrics.jsonl and the last lines
+  step(mb, coef, parts, adv)       after each optimizer step: the ratios' statistics, the
+                                   on-policy coefficients c° (each part's loss at
+                                   log pi_old, every ratio 1: no clip binds), which
+                                   separate the objective's own weights from what reuse
+                                   adds, and the residuals (residuals.py)
+  after(model, rec, batch, adv, cut)  after the update: the cancellation ledger (ledger.py),
+                                   the learning tax and the shift of the shared tokens
+                                   (diagnostics.py); at an evaluation the --diagnostics
+  finish(summary)                  at the run's end: the run's ledger, and its last lines
 
 The cost: one loss evaluation and one autograd.grad through the loss alone per
 micro-batch (c°), two forward passes of the model per RL step (the policy at the
-shared histories before and after the update), and bookkeeping on the CPU (a trie of
+shared histories before and after the update), and bookkeeping on the host (a trie of
 the batch's tokens). ``--instruments=false`` switches all of it off; then an RL step
-runs no extra forward or backward pass, and the run logs none of these numbers.
+runs no extra forward or backward pass, keeps no coefficient, and logs none of these
+numbers. (The lab's catalogue still resolves the flags: lab/__init__.py.)
 """
 
 import types

@@ -24,12 +24,13 @@ An objective is one ``Objective`` record in ``OBJECTIVES``: its per-token term, 
 aggregation weight agg_i, its own advantage estimator (lab/estimators.py), what its
 clip bounds, which switches it allows, and its exchangeability verdict per regime.
 Everything else reads the records: ``policy_loss`` dispatches through them,
-plumbing/config.py's checks and ``--help``, the scoreboard's predictions
+the flag rules (lab/checks.py) and ``--help``, the scoreboard's predictions
 (lab/experiments/scoreboard.py), and the objective table of the docs (``table()``;
 tests/test_docs.py checks the copy). To add an objective, write its term and
-``register`` one record. The lesson's five objectives are records here too; a run
-uses the lesson's own function (loss.py) whenever no switch of this catalogue is on
-(``lesson_objective``), and this module's ``policy_loss`` otherwise: the same numbers.
+``register`` one record: it joins loss.LOSSES too. The lesson's five objectives are
+records here as well; a run uses the lesson's own function (loss.py) whenever no switch
+of this catalogue is on (train.objective_of), and ``catalogue_loss`` when one is
+(``switched``): the same numbers where both apply (tests/test_loss.py).
 
 Notation: N = sequences and sum L = completion tokens in the optimizer step,
 L_i = length of completion i, L_max = the task's longest completion, rho =
@@ -468,13 +469,13 @@ def switched(cfg):
     return any(getattr(cfg, k) != v for k, v in SWITCHES_OFF.items())
 
 
-def catalogue_loss(name, logp, old_logp, mask, adv, group, step, clip):
+def catalogue_loss(name, logp, old_logp, mask, adv, group, counts, clip):
     """Objective ``name`` of this catalogue with the run's switches, for one part of an
     optimizer step, in the lesson's signature (loss.LOSSES): (loss, clip fraction).
-    ``step["extra"]`` (train.loss_extra) gives the flags, the model and the part's hidden
+    ``counts["extra"]`` (train.loss_extra) gives the flags, the model and the part's hidden
     states (token entropies), the reference's log-probs (--beta), and whether to take every
     ratio as 1 (the lab's on-policy coefficients); its ``stats`` get the extra numbers."""
-    x = step["extra"]
+    x = counts["extra"]
     cfg = x.cfg
     if engines.needs_entropy(cfg) and x.entropy is None:  # once per part, before any step
         x.entropy = model.token_entropy(x.model, x.hidden, cfg.temperature)
@@ -483,7 +484,7 @@ def catalogue_loss(name, logp, old_logp, mask, adv, group, step, clip):
     keep = engines.token_keep(logp, old_logp, mask, adv, entropy, cfg)
     # weights None: a DFPO transform is recomputed from these rows' ratios (all 1 at pi_old)
     value, stats = policy_loss(LossBatch(
-        logp, old_logp, mask, adv, group, counts=step, weights=step.get("weights"),
+        logp, old_logp, mask, adv, group, counts=counts, weights=counts.get("weights"),
         ref_logprobs=x.ref_logprobs if cfg.beta else None, entropy=entropy, keep=keep),
         dataclasses.replace(LossSettings.from_config(cfg), objective=name), clip)
     clip_frac = stats.pop("clip_frac")
