@@ -1,0 +1,71 @@
+"""E12's pieces: the manipulation check, the per-seed numbers and the registered contrasts
+computed from hand-made records, and the quick run end to end (records, resumption)."""
+import json
+import os
+
+import pytest
+
+from lab.experiments import e12_covariance as e12
+
+
+def test_manipulation_by_hand():
+    assert e12.manipulation([-16, -12, -9, None, -15], "W+") == pytest.approx(3 / 5)
+    assert e12.manipulation([16, 12, 9, 10], "W-") == pytest.approx(3 / 4)
+    assert e12.manipulation([-16, -12], "W-") == 0.0  # the wrong way round counts for nothing
+    assert e12.manipulation([1, 2], "W0") is None  # no gap is made there
+
+
+def fake(drift, push=0.0, manip=1.0):
+    return {"drift": drift, "push_1L": push, "push": push, "manipulation": manip,
+            "length_incorrect": [20.0], "entropy_end": 0.5, "entropy_start": 0.6,
+            "p_end": 0.3, "seconds": 1.0, "ell": [(0, 0.0), (30, drift)]}
+
+
+def runs_for(seeds, manip_wp_dapo=1.0):
+    runs = {}
+    for k, s in enumerate(seeds):
+        runs[s] = {
+            # grpo - dapo: -1 - k/10 in W+, +1 in W-: I = 2 + k/10
+            "W+": {"grpo": fake(-1.5 - k / 10, -0.1), "dapo": fake(-0.5, 0.0,
+                                                                    manip_wp_dapo)},
+            "W-": {"grpo": fake(0.5, 0.1), "dapo": fake(-0.5)},
+            "W0": {"grpo": fake(0.1 * (-1) ** k), "dapo": fake(0.0)},
+            "NC": {"grpo": fake(-0.2), "dapo": fake(-0.2 + 0.05 * k)},
+            "PC+": {"dapo": fake(1.5)}, "PC-": {"dapo": fake(-1.0)},
+        }
+    return runs
+
+
+def test_per_seed_and_the_primary_by_hand():
+    seeds = [0, 1, 2]
+    primary, sec, checks, rows = e12.analyse(runs_for(seeds), seeds)
+    assert [r["I"] for r in rows] == pytest.approx([2.0, 2.1, 2.2])
+    c = next(iter(primary.values()))
+    assert c["diff"] == pytest.approx(2.1) and c["n"] == 3 and c["predicted"] == "> 0"
+    assert sec["[grpo - dapo]_W+"]["diff"] == pytest.approx(-1.1)
+    assert checks["positive control, PC+ - PC- (dapo)"]["diff"] == pytest.approx(2.5)
+    assert all(v["p_holm"] >= v["p"] for v in sec.values() if v["p"] is not None)
+    assert "equivalence" in sec["[grpo - dapo]_W0"]
+
+
+def test_a_void_run_leaves_its_seed_out_of_the_primary():
+    seeds = [0, 1, 2]
+    runs = runs_for(seeds)
+    runs[1]["W+"]["dapo"]["manipulation"] = 0.5  # the gap did not last: void, not null
+    _, _, checks, rows = e12.analyse(runs, seeds)
+    assert rows[1]["I"] is None and rows[1]["I_all"] == pytest.approx(2.1)
+    assert checks["primary with void runs kept"]["n"] == 3
+
+
+def test_quick_writes_records_and_resumes(tmp_path):
+    out = str(tmp_path / "q")
+    rows = e12.main(["--quick", f"--out={out}"])
+    names = sorted(os.listdir(os.path.join(out, "e12")))
+    runs = [n for n in names if not n.startswith("warm_")]
+    assert runs == sorted(f"{c}_{a}_s1100.json" for c in ("Wp", "Wm") for a in e12.ARMS)
+    rec = json.load(open(os.path.join(out, "e12", "Wp_grpo_s1100.json")))
+    assert rec["ell"][0][0] == 0 and rec["drift"] is not None and len(rec["gap"]) == 6
+    stamp = os.path.getmtime(os.path.join(out, "e12", "Wp_grpo_s1100.json"))
+    again = e12.main(["--quick", f"--out={out}"])  # every record is read back, none redone
+    assert again == rows
+    assert os.path.getmtime(os.path.join(out, "e12", "Wp_grpo_s1100.json")) == stamp
