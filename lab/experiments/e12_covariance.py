@@ -31,7 +31,7 @@ from the condition's warm start with the seed's problem stream and sampling gene
 
 The design, the primary, the secondaries, the checks, the seeds and the stopping rules
 are fixed in results/e12_preregistration.md, from the calibration seeds only
-(``--calibrate``, seeds 1000-1002, results/e12_calibration.json); the evaluation seeds are
+(``--calibrate``, seeds 1000-1001, results/e12_calibration.json); the evaluation seeds are
 0 upwards. Outcome of a run: the drift of the choice's log-odds against every other token,
 ell = mean over the held-out prompts of log pi(( | prompt) - log(1 - pi(( | prompt)),
 from the warm start to the measurement step (> 0: towards restating).
@@ -44,7 +44,7 @@ scratch (results/ckpt/, results/runs/, ignored by git). A run stopped half-way i
 again from its start; a record on disk is a finished run.
 
     python -m lab.experiments.e12_covariance --quick       # seed 1100, W+ and W-, small
-    python -m lab.experiments.e12_covariance --calibrate   # seeds 1000-1002
+    python -m lab.experiments.e12_covariance --calibrate   # seeds 1000-1001
     python -m lab.experiments.e12_covariance               # the evaluation seeds (results/)
     python -m lab.experiments.e12_covariance --replot
 """
@@ -70,15 +70,16 @@ ARMS = ("grpo", "dapo")
 LR = 3e-5          # RL learning rate (AdamW, train.py's): keeps the choice inside 0.1-0.9
 STEPS = 30         # the measurement step: every run stops there
 EVAL_EVERY = 10    # the choice's log-odds every 10 steps (the figure's curve)
-SFT_STEPS = 400    # SFT steps of each warm start (the loss is at its floor by 300)
+SFT_STEPS = 800    # SFT steps of each warm start: the check is learned in a jump, seen
+                   # between steps 200 and 300 or later (calibration seed 1000's W-: not by 300)
 SEEDS = ",".join(str(s) for s in range(16))  # from the power calculation
-CALIB_SEEDS = (1000, 1001, 1002)
+CALIB_SEEDS = (1000, 1001)
 QUICK_SEED = 1100
 GAP_MIN, GAP_SHARE = 10.0, 0.8  # the manipulation check: |gap| >= 10 in >= 80 % of steps
 PC_MIN = 2.0       # the positive control must move the instrument by >= 2 nats
 MARGIN = 0.75      # nats: equivalence margin of the W0 and NC contrasts (preregistration)
-EXTRA = {"seeds": (SEEDS, "evaluation seeds (quick: 1100; calibrate: 1000-1002)"),
-         "calibrate": (False, "the calibration on seeds 1000-1002 (results/e12_calibration.json)"),
+EXTRA = {"seeds": (SEEDS, "evaluation seeds (quick: 1100; calibrate: 1000-1001)"),
+         "calibrate": (False, "the calibration on seeds 1000-1001 (results/e12_calibration.json)"),
          "dr_grpo": (False, "add the dr_grpo arm (secondary)"),
          "small": (False, "tiny model and batches, for smoke tests")}
 
@@ -277,13 +278,15 @@ def per_arm_table(runs, seeds, arms):
 # ----------------------------------------------------------------------------- calibration
 
 def calibrate(o):
-    """Seeds 1000-1002 (never evaluation seeds): the checks the design must pass, the
-    effect's size from theory and from the runs, sd(I) and the seeds for 80 % power."""
+    """Seeds 1000-1001 (never evaluation seeds): W+ and W- on each, the positive control
+    on the first; the checks the design must pass, the effect's size from theory and from
+    the runs, sd(I) and the seeds for 80 % power. (W0 and the null are not calibrated:
+    the machine's time went to sd(I); their checks are registered for the evaluation.)"""
     t0 = time.time()
     seeds = list(CALIB_SEEDS)
-    runs = {s: seed_runs(o, s, ("W+", "W-"), ARMS, controls=False) for s in seeds}
-    s0 = seeds[0]  # one seed of the other conditions and of the positive control
-    runs[s0].update(seed_runs(o, s0, ("W0", "NC"), ARMS, controls=True))
+    s0 = seeds[0]  # the positive control on one seed, after its W+ and W-
+    runs = {s0: seed_runs(o, s0, ("W+", "W-"), ARMS, controls=True)}
+    runs.update({s: seed_runs(o, s, ("W+", "W-"), ARMS, controls=False) for s in seeds[1:]})
     rows = per_seed(runs, seeds)
     Is = [r["I_all"] for r in rows]
     sd_I = stats.paired(Is, [0.0] * len(Is))["sd"]
