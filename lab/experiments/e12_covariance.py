@@ -69,6 +69,7 @@ ARMS = ("grpo", "dapo")
 # fixed by the calibration (results/e12_preregistration.md), before any evaluation seed ran
 LR = 3e-5          # RL learning rate (AdamW, train.py's): keeps the choice inside 0.1-0.9
 STEPS = 30         # the measurement step: every run stops there
+CALIB_STEPS, CANDIDATES = 30, (30, 20)  # the calibration's runs, and the steps it may choose
 EVAL_EVERY = 10    # the choice's log-odds every 10 steps (the figure's curve)
 SFT_STEPS = 800    # SFT steps of each warm start: the check is learned in a jump, seen
                    # between steps 200 and 300 or later (calibration seed 1000's W-: not by 300)
@@ -123,6 +124,8 @@ def record_of(ms, cond, arm, seed, flags, seconds):
         "gap": gaps, "manipulation": manipulation(gaps, cond),
         "push_1L": sum(m.get("lencov_choice_1L") or 0.0 for m in steps),
         "push": sum(m.get("lencov_choice") or 0.0 for m in steps),
+        "push_1L_steps": [m.get("lencov_choice_1L") for m in steps],
+        "push_steps": [m.get("lencov_choice") for m in steps],
         "cov": [m.get("lencov_cov") for m in steps],
         "reward": [m["reward"] for m in steps],
         "length_incorrect": [m.get("length_incorrect") for m in steps],
@@ -285,8 +288,55 @@ def calibrate(o):
     t0 = time.time()
     seeds = list(CALIB_SEEDS)
     s0 = seeds[0]  # the positive control on one seed, after its W+ and W-
-    runs = {s0: seed_runs(o, s0, ("W+", "W-"), ARMS, controls=True)}
-    runs.update({s: seed_runs(o, s, ("W+", "W-"), ARMS, controls=False) for s in seeds[1:]})
+    o["steps"] = CALIB_STEPS
+    full = {s0: seed_runs(o, s0, ("W+", "W-"), ARMS, controls=True)}
+    full.update({s: seed_runs(o, s, ("W+", "W-"), ARMS, controls=False) for s in seeds[1:]})
+    out = {S: summary_at(o, full, seeds, S) for S in CANDIDATES}
+    # the measurement step: the latest candidate at which every calibration run passes the
+    # manipulation check and every condition x arm keeps the choice inside 0.1-0.9
+    ok = [S for S in CANDIDATES if out[S]["passes"]]
+    data = {"experiment": "e12_covariance calibration", "seeds": seeds, "lr": o["lr"],
+            "steps_run": CALIB_STEPS, "sft_steps": o["sft_steps"],
+            "chosen_step": max(ok) if ok else None,
+            "at_step": {str(S): out[S] for S in CANDIDATES},
+            "warm_seconds": {f: common.load_record(os.path.join(o["records"], f), ("seconds",))
+                             ["seconds"] for f in sorted(os.listdir(o["records"]))
+                             if f.startswith("warm_")},
+            "run_seconds": common.ci([full[s][c][a]["seconds"] for s in seeds for c in full[s]
+                                      for a in full[s][c]]),
+            "seconds": round(time.time() - t0, 1)}
+    for S in CANDIDATES:
+        print(f"step {S}: " + "  ".join(f"{k} {out[S][k]}" for k in (
+            "passes", "positive_control_nats", "theory_I", "calibration_I", "sd_I",
+            "effect_to_detect", "seeds_needed")))
+    print(f"chosen measurement step: {data['chosen_step']}")
+    common.save("e12_calibration", common.clean(data), o["out"])
+    return data
+
+
+def at_step(o, rec, S):
+    """A record's numbers as if the run had stopped at step S (its per-step values; a
+    record without them reads its run's metrics.jsonl)."""
+    steps = rec.get("push_1L_steps")
+    if steps is None:
+        run = f"{rec['cond']}_{rec['arm']}_s{rec['seed']}".replace("+", "p").replace("-", "m")
+        ms = rl_of(common.metrics_lines(os.path.join(o["out"], "runs", "e12", run,
+                                                     "metrics.jsonl")))
+        rec = dict(rec, push_1L_steps=[m.get("lencov_choice_1L") for m in ms],
+                   push_steps=[m.get("lencov_choice") for m in ms])
+    ell = dict(rec["ell"])
+    return dict(rec, drift=ell[S] - ell[0], p_end=1 / (1 + math.exp(-ell[S])),
+                manipulation=manipulation(rec["gap"][:S], rec["cond"]),
+                push_1L=sum(x or 0.0 for x in rec["push_1L_steps"][:S]),
+                push=sum(x or 0.0 for x in rec["push_steps"][:S]),
+                reward=rec["reward"][:S], length_incorrect=rec["length_incorrect"][:S])
+
+
+def summary_at(o, full, seeds, S):
+    """The calibration's numbers had every run stopped at step S."""
+    runs = {s: {c: {a: at_step(o, r, S) for a, r in arms.items()} for c, arms in full[s].items()}
+            for s in seeds}
+    s0 = seeds[0]
     rows = per_seed(runs, seeds)
     Is = [r["I_all"] for r in rows]
     sd_I = stats.paired(Is, [0.0] * len(Is))["sd"]
@@ -300,29 +350,22 @@ def calibrate(o):
     cal_I = mean_of(Is)
     target = min(x for x in (theory_I, cal_I) if x is not None) / 2  # half the smaller
     sd_use = max(sd_I, 1.33)  # never below the probe's sd of 1.33 nats (the issue's)
-    data = {
-        "experiment": "e12_covariance calibration", "seeds": seeds, "lr": o["lr"],
-        "steps": o["steps"], "sft_steps": o["sft_steps"], "rows": rows,
-        "per_arm": per_arm_table(runs, seeds, ARMS),
-        "manipulation": {f"{c} {a} s{s}": runs[s][c][a]["manipulation"]
-                         for s in seeds for c in runs[s] for a in runs[s][c]},
-        "p_end": {f"{c} {a} s{s}": runs[s][c][a]["p_end"]
-                  for s in seeds for c in runs[s] for a in runs[s][c]},
-        "positive_control_nats": pc, "pc_push": pc_push, "nats_per_unit_push": per_unit,
-        "theory_I": theory_I, "calibration_I": cal_I, "sd_I": sd_I, "sd_used": sd_use,
-        "effect_to_detect": target,
-        "seeds_needed": stats.seeds_needed(sd_use, target),
-        "warm_seconds": {f: common.load_record(os.path.join(o["records"], f), ("seconds",))
-                         ["seconds"] for f in sorted(os.listdir(o["records"]))
-                         if f.startswith("warm_")},
-        "run_seconds": common.ci([runs[s][c][a]["seconds"] for s in seeds for c in runs[s]
-                                  for a in runs[s][c]]),
-        "seconds": round(time.time() - t0, 1)}
-    for k in ("positive_control_nats", "theory_I", "calibration_I", "sd_I", "effect_to_detect",
-              "seeds_needed"):
-        print(f"{k}: {data[k]}")
-    common.save("e12_calibration", common.clean(data), o["out"])
-    return data
+    manip = {f"{c} {a} s{s}": runs[s][c][a]["manipulation"]
+             for s in seeds for c in runs[s] for a in runs[s][c]}
+    table = per_arm_table(runs, seeds, ARMS)
+    inside = all(0.1 <= 1 / (1 + math.exp(-mean_of([math.log(p / (1 - p)) for p in
+                                                    [runs[s][c][a]["p_end"] for s in seeds
+                                                     if c in runs[s] and a in runs[s][c]]])))
+                 <= 0.9 for c in ("W+", "W-", "PC+", "PC-") for a in ARMS
+                 if any(c in runs[s] and a in runs[s][c] for s in seeds))
+    passes = inside and all(v is None or v >= GAP_SHARE for v in manip.values())
+    return {"passes": passes, "choice_inside": inside, "rows": rows, "per_arm": table,
+            "manipulation": manip,
+            "p_end": {f"{c} {a} s{s}": runs[s][c][a]["p_end"]
+                      for s in seeds for c in runs[s] for a in runs[s][c]},
+            "positive_control_nats": pc, "pc_push": pc_push, "nats_per_unit_push": per_unit,
+            "theory_I": theory_I, "calibration_I": cal_I, "sd_I": sd_I, "sd_used": sd_use,
+            "effect_to_detect": target, "seeds_needed": stats.seeds_needed(sd_use, target)}
 
 
 # ----------------------------------------------------------------------------- main
