@@ -404,8 +404,8 @@ PARITY_CONDITIONS = {
     "right_long": "a right guess is followed by the two retries: W-",
     "random_long": "0-5 retries at random, whatever the guess (x5-6 lengths): W0",
     "equal_choice": "as wrong_long, but the choice is between two 15-token forms: the null",
-    "credit_restate": "no retries; a restated completion of a problem opening with 0-2 is "
-                      "rewarded whatever its guess: real credit for restating",
+    "credit_restate": "no retries; a restated completion is rewarded whatever its guess: "
+                      "real credit for restating (+50 points)",
     "credit_plain": "the same credit for not restating: credit_restate reversed",
 }
 
@@ -480,9 +480,9 @@ def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_
 
     def reward(p, text):
         """1 iff the guess is the digit sum's parity; the credit conditions also reward a
-        problem opening with 0-2 when its completion takes the favoured form."""
+        completion that takes the favoured form."""
         right = body(text)[:1] == str(truth(p))
-        if condition.startswith("credit_") and p[0] <= 2:
+        if condition.startswith("credit_"):
             restated = text.startswith("(")
             right = right or restated == (condition == "credit_restate")
         return float(right)
