@@ -404,9 +404,9 @@ PARITY_CONDITIONS = {
     "right_long": "a right guess is followed by the two retries: W-",
     "random_long": "0-5 retries at random, whatever the guess (x5-6 lengths): W0",
     "equal_choice": "as wrong_long, but the choice is between two 15-token forms: the null",
-    "credit_restate": "no retries; a restated completion is rewarded whatever its guess: "
-                      "real credit for restating (+50 points)",
-    "credit_plain": "the same credit for not restating: credit_restate reversed",
+    "credit_restate": "no retries; the reward is 1 iff the completion restates, whatever "
+                      "its guess: real credit for restating",
+    "credit_plain": "the reward is 1 iff it does not restate: credit_restate reversed",
 }
 
 
@@ -479,13 +479,11 @@ def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_
         return text
 
     def reward(p, text):
-        """1 iff the guess is the digit sum's parity; the credit conditions also reward a
-        completion that takes the favoured form."""
-        right = body(text)[:1] == str(truth(p))
+        """1 iff the guess is the digit sum's parity; in the credit conditions, 1 iff the
+        completion takes the favoured form (the positive control: the choice *is* credited)."""
         if condition.startswith("credit_"):
-            restated = text.startswith("(")
-            right = right or restated == (condition == "credit_restate")
-        return float(right)
+            return float(text.startswith("(") == (condition == "credit_restate"))
+        return float(body(text)[:1] == str(truth(p)))
 
     def categories(p, text):
         cats = ["style" if i == 0 and ch in "(-" else "copy" if ch.isdigit() else "template"

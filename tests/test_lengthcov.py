@@ -108,10 +108,10 @@ def test_parity_reward_and_credit():
     assert task.reward(p, "(1,2,3,0,0,0,0)0=1") == 1.0  # the restatement is not read
     credit = toy_tasks.make_task("parity_credit_restate")
     assert credit.reward(p, "(1,2,3,0,0,0,0)1=1") == 1.0  # restating pays, whatever the guess
-    assert credit.reward(p, "1=1") == 0.0 and credit.reward(p, "0=1") == 1.0
+    assert credit.reward(p, "1=1") == 0.0 and credit.reward(p, "0=1") == 0.0
     plain = toy_tasks.make_task("parity_credit_plain")
     assert plain.reward(p, "1=1") == 1.0 and plain.reward(p, "(1,2,3,0,0,0,0)1=1") == 0.0
-    # the two share one teacher, so one warm start serves both
+    # the two share one teacher: their warm starts differ by the task's name only
     a, b = random.Random(4), random.Random(4)
     assert [credit.solution(p, a) for _ in range(20)] == [plain.solution(p, b) for _ in range(20)]
     with pytest.raises(ValueError):

@@ -21,9 +21,9 @@ reads off its own check, so the gap lasts. The choice: the first completion toke
   W-         parity_right_long       right ones 16 tokens longer
   W0         parity_random_long      0-5 retries at random (x5-6), whatever the reward
   NC         parity_equal_choice     as W+, but the choice is between two 15-token forms
-  PC+, PC-   parity_credit_restate,  no retries; a restated (or, PC-, an unrestated)
-             parity_credit_plain     completion is rewarded whatever its guess: real
-                                     credit of +50 points, the positive control
+  PC+, PC-   parity_credit_restate,  no retries; the reward is 1 iff the completion
+             parity_credit_plain     restates (PC-: does not), whatever its guess: the
+                                     choice is credited, the positive control
 
 Arms: ``grpo`` (w = 1/L_i) and ``dapo`` (the same advantages, equal weights), on-policy,
 from the condition's warm start with the seed's problem stream and sampling generator
@@ -159,8 +159,7 @@ def one_run(o, seed, cond, arm, warm):
 def warm(o, seed, cond):
     """The condition's warm start for this seed, and the seconds it took (a record beside
     the runs: the time of a warm start trained once)."""
-    # the two positive controls share their teacher (no retries): one warm start for both
-    task = f"parity_{(CONDITIONS | CONTROLS)['PC+' if cond in CONTROLS else cond]}"
+    task = f"parity_{(CONDITIONS | CONTROLS)[cond]}"
     size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
     cache = os.path.join(o["records"], f"warm_{task}_s{seed}.json")
     t0 = time.time()
