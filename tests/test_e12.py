@@ -69,3 +69,9 @@ def test_quick_writes_records_and_resumes(tmp_path):
     again = e12.main(["--quick", f"--out={out}"])  # every record is read back, none redone
     assert again == rows
     assert os.path.getmtime(os.path.join(out, "e12", "Wp_grpo_s1100.json")) == stamp
+
+
+def test_the_gate_by_hand():
+    assert e12.gate_passes(-12.0, "W+") and not e12.gate_passes(-9.0, "W+")
+    assert e12.gate_passes(10.0, "W-") and not e12.gate_passes(-16.0, "W-")
+    assert not e12.gate_passes(None, "NC") and e12.gate_passes(None, "W0")

@@ -60,8 +60,11 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.exit(2)
 from lab.experiments import common
 from lab.experiments import stats
-from lab import diagnostics
+import torch
+
+from lab import diagnostics, lengthcov
 from plumbing import checkpoint
+import loss as lesson_loss
 import toy_tasks
 
 CONDITIONS = {"W+": "wrong_long", "W-": "right_long", "W0": "random_long", "NC": "equal_choice"}
@@ -69,18 +72,21 @@ CONTROLS = {"PC+": "credit_restate", "PC-": "credit_plain"}
 ARMS = ("grpo", "dapo")
 # fixed by the calibration (results/e12_preregistration.md), before any evaluation seed ran
 LR = 3e-5          # RL learning rate (AdamW, train.py's): keeps the choice inside 0.1-0.9
-STEPS = 30         # the measurement step: every run stops there
+STEPS = 20         # the measurement step, chosen by --calibrate: every run stops there
 CALIB_STEPS, CANDIDATES = 30, (30, 20)  # the calibration's runs, and the steps it may choose
 EVAL_EVERY = 10    # the choice's log-odds every 10 steps (the figure's curve)
 SFT_STEPS = 800    # SFT steps of each warm start: the check is learned in a jump, seen
                    # between steps 200 and 300 or later (calibration seed 1000's W-: not by 300)
-SEEDS = ",".join(str(s) for s in range(16))  # from the power calculation
+VALID = 16         # seeds passing the warm-start gate: the power calculation's number
+DETECT = 1.0       # nats of I the power calculation is for (results/e12_preregistration.md)
 CALIB_SEEDS = (1000, 1001)
 QUICK_SEED = 1100
 GAP_MIN, GAP_SHARE = 10.0, 0.8  # the manipulation check: |gap| >= 10 in >= 80 % of steps
 PC_MIN = 2.0       # the positive control must move the instrument by >= 2 nats
 MARGIN = 0.75      # nats: equivalence margin of the W0 and NC contrasts (preregistration)
-EXTRA = {"seeds": (SEEDS, "evaluation seeds (quick: 1100; calibrate: 1000-1001)"),
+EXTRA = {"seeds": ("0", "the first evaluation seed; seeds follow until --valid pass the gate "
+                    "(quick: 1100; calibrate: 1000-1001)"),
+         "valid": (VALID, "evaluation seeds whose W+ and W- warm starts pass the gate"),
          "calibrate": (False, "the calibration on seeds 1000-1001 (results/e12_calibration.json)"),
          "dr_grpo": (False, "add the dr_grpo arm (secondary)"),
          "small": (False, "tiny model and batches, for smoke tests")}
@@ -171,11 +177,40 @@ def warm(o, seed, cond):
     return path
 
 
+def warm_gap(o, seed, cond, path):
+    """The gate of a warm start, before any RL: the within-group right - wrong length gap
+    (lencov_gap) of its own rollouts, 32 training problems x 8 at temperature 1 from a
+    stream of their own; cached beside the runs. SFT learns the check in a jump that
+    some seeds had not made by their last SFT step (calibration), so a warm start whose
+    retries do not follow its check is found here, not after its runs."""
+    task = f"parity_{(CONDITIONS | CONTROLS)[cond]}"
+    cache = os.path.join(o["records"], f"gate_{task}_s{seed}.json")
+    rec = common.load_record(cache, ("gap",))
+    if rec is not None:
+        return rec["gap"]
+    _, b = common.sample_checkpoint(path, task, seed, 9000 + seed, 4 if o["small"] else 32)
+    adv = lesson_loss.advantages(b.rewards, b.group)
+    gap = lengthcov.batch_metrics(adv, torch.ones_like(adv), b.group, b.mask.sum(1),
+                                  b.rewards)["lencov_gap"]
+    common.save_record(cache, {"seed": seed, "task": task, "gap": gap})
+    return gap
+
+
+def gate_passes(gap, cond):
+    """A warm start passes if its gap is at least GAP_MIN the way its condition makes it."""
+    sign = {"W+": -1, "NC": -1, "W-": 1}.get(cond)
+    return sign is None or (gap is not None and sign * gap >= GAP_MIN)
+
+
 def seed_runs(o, seed, conds, arms, controls=True):
-    """Every run of one seed: {cond: {arm: record}}."""
+    """Every run of one seed: {cond: {arm: record}}; {"void": cond} instead when the
+    warm start of W+ or W- fails its gate (the seed is left out before any RL)."""
     out = {}
     for cond in conds:
         w = warm(o, seed, cond)
+        if cond in ("W+", "W-") and not o["quick"] and not gate_passes(
+                warm_gap(o, seed, cond, w), cond):
+            return {"void": cond}
         out[cond] = {arm: one_run(o, seed, cond, arm, w) for arm in arms}
     if controls:
         for cond in CONTROLS:
@@ -290,15 +325,22 @@ def calibrate(o):
     seeds = list(CALIB_SEEDS)
     s0 = seeds[0]  # the positive control on one seed, after its W+ and W-
     o["steps"] = CALIB_STEPS
-    full = {s0: seed_runs(o, s0, ("W+", "W-"), ARMS, controls=True)}
+    full = {s0: seed_runs(o, s0, ("W+", "W-"), ARMS, controls=False)}
     full.update({s: seed_runs(o, s, ("W+", "W-"), ARMS, controls=False) for s in seeds[1:]})
+    full[s0].update({c: {"dapo": one_run(o, s0, c, "dapo", warm(o, s0, c))} for c in CONTROLS})
+    trained = lambda s, c: os.path.exists(os.path.join(o["records"],
+                                                       f"warm_parity_{CONDITIONS[c]}_s{s}.json"))
+    gates = {f"{c} s{s}": warm_gap(o, s, c, warm(o, s, c)) for s in seeds for c in ("W+", "W-")
+             if trained(s, c)}
+    void = [s for s in seeds if "void" in full[s]]
+    seeds = [s for s in seeds if s not in void]
     out = {S: summary_at(o, full, seeds, S) for S in CANDIDATES}
     # the measurement step: the latest candidate at which every calibration run passes the
     # manipulation check and every condition x arm keeps the choice inside 0.1-0.9
     ok = [S for S in CANDIDATES if out[S]["passes"]]
     data = {"experiment": "e12_covariance calibration", "seeds": seeds, "lr": o["lr"],
             "steps_run": CALIB_STEPS, "sft_steps": o["sft_steps"],
-            "chosen_step": max(ok) if ok else None,
+            "chosen_step": max(ok) if ok else None, "gates": gates, "void_seeds": void,
             "at_step": {str(S): out[S] for S in CANDIDATES},
             "warm_seconds": {f: common.load_record(os.path.join(o["records"], f), ("seconds",))
                              ["seconds"] for f in sorted(os.listdir(o["records"]))
@@ -349,8 +391,14 @@ def summary_at(o, full, seeds, S):
     push_I = [runs[s]["W-"]["grpo"]["push_1L"] - runs[s]["W+"]["grpo"]["push_1L"] for s in seeds]
     theory_I = per_unit * mean_of(push_I) if per_unit is not None else None
     cal_I = mean_of(Is)
-    target = min(x for x in (theory_I, cal_I) if x is not None) / 2  # half the smaller
-    sd_use = max(sd_I, 1.33)  # never below the probe's sd of 1.33 nats (the issue's)
+    # the effect to detect: DETECT nats, about two thirds of the calibration's I at the
+    # chosen step (one valid seed); the theory's figure, the positive control's nats per unit
+    # of push times the 1/L push, is reported beside it, not used: AdamW's steps do not grow
+    # with the push (the control's push was 6 times larger and moved the choice 1.3 times)
+    target = DETECT
+    # an sd from fewer than two valid seeds does not exist; never below the earlier probe's
+    # 1.33 nats (3 RL seeds of a chain variant)
+    sd_use = 1.33 if sd_I is None or sd_I != sd_I else max(sd_I, 1.33)
     manip = {f"{c} {a} s{s}": runs[s][c][a]["manipulation"]
              for s in seeds for c in runs[s] for a in runs[s][c]}
     table = per_arm_table(runs, seeds, ARMS)
@@ -384,17 +432,27 @@ def main(argv):
     arms = ARMS + (("dr_grpo",) if o["dr_grpo"] else ())
     conds = ("W+", "W-") if o["quick"] else tuple(CONDITIONS)
     t0 = time.time()
-    runs = {}
-    for seed in o["seeds"]:
-        runs[seed] = seed_runs(o, seed, conds, arms, controls=not o["quick"])
-        print(f"seed {seed} done [{time.time() - t0:.0f}s]", flush=True)
-    seeds = o["seeds"]
+    runs, void = {}, {}
+    # seeds in order until --valid of them pass the warm-start gate (a seed is left out
+    # before any of its RL runs, so the rule cannot look at an outcome)
+    seed = o["seeds"][0]
+    while len(runs) < (1 if o["quick"] else o["valid"]) and seed < o["seeds"][0] + 3 * o["valid"]:
+        r = seed_runs(o, seed, conds, arms, controls=not o["quick"])
+        if "void" in r:
+            void[seed] = r["void"]
+            print(f"seed {seed}: the {r['void']} warm start fails its gate; left out", flush=True)
+        else:
+            runs[seed] = r
+            print(f"seed {seed} done [{time.time() - t0:.0f}s]", flush=True)
+        seed += 1
+    seeds = sorted(runs)
     if o["quick"]:
         rows = per_seed(runs, seeds)
         print({k: v for k, v in rows[0].items()})
         return rows
     primary, secondary, checks, rows = analyse(runs, seeds)
-    data = {"experiment": "e12_covariance", "seeds": seeds, "lr": o["lr"], "steps": o["steps"],
+    data = {"experiment": "e12_covariance", "seeds": seeds, "void_seeds": void,
+            "lr": o["lr"], "steps": o["steps"],
             "arms": arms, "margin": MARGIN, "primary": primary, "secondary": secondary,
             "checks": checks, "rows": rows, "per_arm": per_arm_table(runs, seeds, arms),
             "curves": {f"{c} {a}": [runs[s][c][a]["ell"] for s in seeds]
