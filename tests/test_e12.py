@@ -75,3 +75,18 @@ def test_the_gate_by_hand():
     assert e12.gate_passes(-12.0, "W+") and not e12.gate_passes(-9.0, "W+")
     assert e12.gate_passes(10.0, "W-") and not e12.gate_passes(-16.0, "W-")
     assert not e12.gate_passes(None, "NC") and e12.gate_passes(None, "W0")
+
+
+def test_the_full_path_on_a_tiny_model(tmp_path, monkeypatch):
+    """main's full path (every condition, the controls, the contrasts, the JSON) on one
+    seed of a tiny model, the gate waved through (a 20-step warm start cannot pass it)."""
+    monkeypatch.setattr(e12, "SFT_STEPS", 20)
+    monkeypatch.setattr(e12, "STEPS", 4)
+    monkeypatch.setattr(e12, "gate_passes", lambda gap, cond: True)
+    out = str(tmp_path / "f")
+    data = e12.main(["--small", "--valid=1", "--seeds=3000", f"--out={out}"])
+    assert data["seeds"] == [3000] and data["void_seeds"] == {}
+    assert set(data["per_arm"]) >= {"W+ grpo", "W0 dapo", "NC grpo", "PC+ dapo", "PC- dapo"}
+    assert os.path.exists(os.path.join(out, "e12_covariance.json"))
+    assert len([n for n in os.listdir(os.path.join(out, "e12")) if n.endswith("_s3000.json")
+                and not n.startswith(("warm_", "gate_"))]) == 10
