@@ -150,12 +150,15 @@ def one_run(o, seed, cond, arm, warm):
     name = f"{cond}_{arm}_s{seed}".replace("+", "p").replace("-", "m")
     cache = os.path.join(o["records"], f"{name}.json")
     rec = common.load_record(cache, ("flags", "drift"))
-    if rec is not None and rec["flags"] == flags:
+    # the record names its warm start relative to --out: it stays valid on another machine
+    kept = [f"--init_from={os.path.relpath(warm, o['out'])}" if f.startswith("--init_from=")
+            else f for f in flags]
+    if rec is not None and rec["flags"] == kept:
         return rec
     run_dir = os.path.join(o["out"], "runs", "e12", name)
     t0 = time.time()
     ms = common.run(flags, run_dir)
-    rec = record_of(ms, cond, arm, seed, flags, time.time() - t0)
+    rec = record_of(ms, cond, arm, seed, kept, time.time() - t0)
     rec["entropy_end"] = choice_entropy(os.path.join(run_dir, "ckpt.pt"), task, seed)
     rec["entropy_start"] = choice_entropy(warm, task, seed)
     common.save_record(cache, rec)  # a record on disk is a finished run
