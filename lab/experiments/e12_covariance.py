@@ -234,8 +234,13 @@ def per_seed(runs, seeds):
                           else d(c, "grpo") - d(c, "dapo"))
         ok = lambda c: all((r[c][a]["manipulation"] or 0) >= GAP_SHARE for a in ARMS) \
             if c in r else False
-        row = {"seed": s, **{f"diff {c}": diff(c) for c in CONDITIONS},
-               **{f"valid {c}": ok(c) for c in ("W+", "W-", "NC")},
+        # a run that fails the manipulation check is void: its condition's difference is
+        # left out of the contrasts (and kept in "raw diff" for the descriptive analysis)
+        valid = {c: ok(c) for c in ("W+", "W-", "NC")}
+        row = {"seed": s, **{f"diff {c}": diff(c) if valid.get(c, True) else None
+                             for c in CONDITIONS},
+               **{f"raw diff {c}": diff(c) for c in CONDITIONS},
+               **{f"valid {c}": v for c, v in valid.items()},
                "pc": (None if "PC+" not in r else d("PC+", "dapo") - d("PC-", "dapo")),
                **{f"push_1L {c}": r[c]["grpo"]["push_1L"] for c in CONDITIONS if c in r}}
         valid = row["valid W+"] and row["valid W-"]
