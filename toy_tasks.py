@@ -434,6 +434,9 @@ def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_
     forms, ``(...)`` or ``-...-``: the same choice without a length difference.
     ``PARITY_CONDITIONS`` lists the conditions. The flawed teacher is the one who guesses
     wrong; --sft_flawed=0.5 makes the warm start's guess a fair coin.
+
+    Long because: the grammar, the teachers of every condition and the verifier share the
+    problem's closure; together they are one task to read.
     """
     if condition not in PARITY_CONDITIONS:
         raise ValueError(f"unknown parity condition {condition!r}; choose one of "

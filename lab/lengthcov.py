@@ -34,12 +34,6 @@ units (c_i = Â_i agg_i, the weight the loss gives each token of rollout i).
 import torch
 
 from lab import objectives
-import loss as lesson_loss
-
-
-def groups_of(group):
-    """[(rows)] of each group id, in id order."""
-    return [torch.nonzero(group == g).flatten() for g in torch.unique(group)]
 
 
 def batch_metrics(adv, agg, group, lens, rewards, chosen=None):
@@ -57,43 +51,58 @@ def batch_metrics(adv, agg, group, lens, rewards, chosen=None):
                         order push on the choice's logit (> 0: towards it)
       lencov_choice_1L  the same with agg_i replaced by 1/(N L_i) - 1/sum_j L_j, grpo's
                         weights minus dapo's: the part of the push that 1/L_i alone makes
-    """
-    n = adv.numel()
-    adv, agg, lens = adv.double(), agg.double(), lens.double()
-    diff_w = 1.0 / (n * lens.clamp(min=1)) - 1.0 / lens.sum().clamp(min=1)
-    covs, gaps, push, ch, ch1 = [], [], 0.0, 0.0, 0.0
-    for rows in groups_of(group):
-        right = rewards[rows] > 0
-        if bool(right.all()) or not bool(right.any()):
-            continue  # all equal: Â = 0, nothing to push
-        a, w = adv[rows], agg[rows] * n
-        covs.append(float(((a - a.mean()) * (w - w.mean())).mean()))
-        gaps.append(float(lens[rows][right].mean() - lens[rows][~right].mean()))
-        push += float((a * agg[rows]).sum())
-        if chosen is not None:
-            x = chosen[rows].double()
-            x = x - x.mean()  # x_i - f_g
-            ch += float((a * agg[rows] * x).sum())
-            ch1 += float((a * diff_w[rows] * x).sum())
-    if not covs:
-        out = dict.fromkeys(("lencov_cov", "lencov_gap", "lencov_push"))
-        if chosen is not None:
-            out.update(lencov_choice=None, lencov_choice_1L=None)
-        return {"lencov_mixed": 0, **out}
-    out = {"lencov_mixed": len(covs), "lencov_cov": sum(covs) / len(covs),
-           "lencov_gap": sum(gaps) / len(gaps), "lencov_push": push}
+
+    Every group sum is a product with the same-group matrix, and the numbers are read
+    back once: the lab adds one read per RL step (tests/test_syncs.py)."""
+    n_rows = adv.numel()
+    a, lens = adv.double(), lens.double()
+    same = (group[:, None] == group[None, :]).double()  # [N, N]: rows of one group
+    size = same.sum(1)  # G, per row
+    right = (rewards > 0).double()
+    k = same @ right  # right rollouts in the row's group
+    mixed = ((k > 0) & (k < size)).double()
+    per = mixed / size  # a sum of per-row group values with these weights counts each group once
+    mean = lambda x: (same @ x) / size  # the row's group mean of x
+    w = agg.double() * n_rows
+    cov = mean((a - mean(a)) * (w - mean(w)))
+    gap = (same @ (lens * right)) / k.clamp(min=1) - (same @ (lens * (1 - right))) / (
+        size - k).clamp(min=1)
+    c = a * agg.double()
+    out = [per.sum(), (per * cov).sum(), (per * gap).sum(), (mixed * c).sum()]
     if chosen is not None:
-        out.update(lencov_choice=ch, lencov_choice_1L=ch1)
-    return out
+        x = chosen.double()
+        x = x - mean(x)  # x_i - f_g
+        diff_w = 1.0 / (n_rows * lens.clamp(min=1)) - 1.0 / lens.sum().clamp(min=1)
+        out += [(mixed * c * x).sum(), (mixed * a * diff_w * x).sum()]
+    vals = torch.stack(out).tolist()  # the one read
+    n = vals[0]
+    keys = ["lencov_cov", "lencov_gap", "lencov_push", "lencov_choice", "lencov_choice_1L"]
+    res = {"lencov_mixed": round(n)}
+    res.update({key: (v / n if key in ("lencov_cov", "lencov_gap") else v) if n > 0.5 else None
+                for key, v in zip(keys, vals[1:])})
+    return res
 
 
 def run_agg(cfg, mask, adv):
     """agg_i [N] of the run's objective and --agg over the whole rollout batch (one optimizer
-    step on it: the on-policy weights; dr_grpo's L_max is taken as the batch's longest,
-    which leaves its weights equal, all this module needs of them)."""
-    settings = objectives.LossSettings.from_config(cfg)
-    counts = lesson_loss.step_counts(mask, adv, int(mask.sum(1).max()))
-    return objectives.agg_weight(settings.aggregation(), mask.sum(1), counts)
+    step on it: the on-policy weights), built from tensors so that nothing is read back.
+    dr_grpo's L_max is the batch's longest, and a micro-batch's token count the batch's:
+    both leave the weights equal, which is all this module needs of them."""
+    mode = objectives.LossSettings.from_config(cfg).aggregation()
+    lens = mask.sum(1).double()
+    n = lens.numel()
+    one = torch.ones_like(lens)
+    if mode == "seq-mean-token-mean":
+        return 1.0 / (n * lens.clamp(min=1))
+    if mode in ("token-mean", "micro-token-mean"):
+        return one / lens.sum().clamp(min=1)
+    if mode == "seq-mean-token-sum-norm":
+        return one / (n * lens.max().clamp(min=1))
+    if mode == "seq-mean-token-sum":
+        return one / n
+    if mode == "positive-token-mean":
+        return one / (lens * (adv > 0)).sum().clamp(min=1)
+    return one  # token-sum
 
 
 def choice_log_odds(logp, choice_id):

@@ -142,3 +142,17 @@ def test_run_logs_them_without_diagnostics(tmp_path):
     evals = [m for m in lines if "choice_log_odds" in m]
     assert [m["step"] for m in evals] == [0, 2]
     assert all(math.isfinite(m["choice_log_odds"]) for m in evals)
+
+
+@pytest.mark.parametrize("loss", ["grpo", "dapo", "dr_grpo"])
+def test_run_agg_is_the_objectives_weight(loss):
+    """The instrument's weights are the loss's (lab/objectives.agg_weight), built without a
+    read back."""
+    from lab import objectives
+    import loss as lesson_loss
+    cfg = parse_args([f"--loss={loss}"])
+    mask = torch.arange(9)[None, :] < torch.tensor([3, 9, 5, 7])[:, None]
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    mode = objectives.LossSettings.from_config(cfg).aggregation()
+    want = objectives.agg_weight(mode, mask.sum(1), lesson_loss.step_counts(mask, adv))
+    assert torch.allclose(lengthcov.run_agg(cfg, mask, adv).float(), want.float())
