@@ -92,6 +92,7 @@ class Task:
     style_points: Callable = (
         None  # problem -> [(kind, prefix, (variant_a, variant_b))], choices the verifier ignores
     )
+    choice: str = None  # a token the first completion position may choose, its drift logged
 
     def encode(self, text):
         """Text -> token ids (every task writes in one alphabet, ALPHABET)."""
@@ -398,6 +399,121 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
                 style_points=style_points)
 
 
+# The parity testbed's conditions (THEORY.md 4.2): where the retries go and which choice opens.
+PARITY_CONDITIONS = {
+    "wrong_long": "a wrong guess is followed by two retries (+16 tokens): W+",
+    "right_long": "a right guess is followed by the two retries: W-",
+    "random_long": "0-5 retries at random, whatever the guess (x5-6 lengths): W0",
+    "equal_choice": "as wrong_long, but the choice is between two 15-token forms: the null",
+    "credit_restate": "no retries; the reward is 1 iff the completion restates, whatever "
+                      "its guess: real credit for restating",
+    "credit_plain": "the reward is 1 iff it does not restate: credit_restate reversed",
+}
+
+
+def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_units=5):
+    """``parity_*``: guess the parity of a digit sum, then check it, and retry when told to.
+
+    Prompt ``3141592=`` (``n_digits`` digits 0-9). Completion::
+
+        1=1001011                      guess, '=', the running parity of the digit sum
+        (3,1,4,1,5,9,2)1=1001011       the same, opened by a 15-token restatement
+        0=1001011;1001011;1001011      a guess the check contradicts, and two retries
+
+    The reward is 1 iff the guess (the first character after any restatement) is the
+    parity of the digit sum. The guess comes *before* the check: a small transformer does
+    not learn a 7-digit parity in one forward pass, so the guess stays a coin (accuracy
+    about 50 % through RL, groups stay mixed), while the check, worked digit by digit, is
+    easy, and tells the policy after the fact whether its guess was right. The retries
+    hang on that comparison (the teacher always retries on a contradicted guess in
+    ``wrong_long``, on a confirmed one in ``right_long``), not on a token RL can fix: the
+    length goes with the reward for the whole run, as a failing model's rambling does.
+
+    The restatement is the reward-irrelevant choice at the history every rollout of a
+    group shares (the prompt), with p = ``p_restate`` under the teacher; its ``(`` is
+    ``task.choice``. ``equal_choice`` opens every completion with one of two 15-token
+    forms, ``(...)`` or ``-...-``: the same choice without a length difference.
+    ``PARITY_CONDITIONS`` lists the conditions. The flawed teacher is the one who guesses
+    wrong; --sft_flawed=0.5 makes the warm start's guess a fair coin.
+
+    Long because: the grammar, the teachers of every condition and the verifier share the
+    problem's closure; together they are one task to read.
+    """
+    if condition not in PARITY_CONDITIONS:
+        raise ValueError(f"unknown parity condition {condition!r}; choose one of "
+                         f"{', '.join(PARITY_CONDITIONS)}")
+
+    def truth(p):
+        return sum(p) % 2
+
+    def check(p):
+        """The running parity of the digit sum, one digit per prompt digit."""
+        out, s = "", 0
+        for d in p:
+            s = (s + d) % 2
+            out += str(s)
+        return out
+
+    def opener(p, rng):
+        body = ",".join(str(d) for d in p)
+        if condition == "equal_choice":  # both forms restate, in 15 tokens each
+            return f"({body})" if rng.random() < p_restate else f"-{body}-"
+        return f"({body})" if rng.random() < p_restate else ""
+
+    def write(p, rng=None, wrong=False):
+        rng = rng or random
+        guess = 1 - truth(p) if wrong else truth(p)
+        text = opener(p, rng) + f"{guess}={check(p)}"
+        if condition == "random_long":
+            k = rng.randint(0, max_units)  # lengths vary, independent of the reward
+        elif condition in ("wrong_long", "equal_choice"):
+            k = units if wrong else 0
+        elif condition == "right_long":
+            k = 0 if wrong else units
+        else:  # credit_*: no retries
+            k = 0
+        return text + f";{check(p)}" * k
+
+    def body(text):
+        """The completion after its opening restatement (either form), if any."""
+        for a, b in (("(", ")"), ("-", "-")):
+            if text.startswith(a):
+                j = text.find(b, 1)
+                return text[j + 1:] if j > 0 else ""
+        return text
+
+    def reward(p, text):
+        """1 iff the guess is the digit sum's parity; in the credit conditions, 1 iff the
+        completion takes the favoured form (the positive control: the choice *is* credited)."""
+        if condition.startswith("credit_"):
+            return float(text.startswith("(") == (condition == "credit_restate"))
+        return float(body(text)[:1] == str(truth(p)))
+
+    def categories(p, text):
+        cats = ["style" if i == 0 and ch in "(-" else "copy" if ch.isdigit() else "template"
+                for i, ch in enumerate(text)]
+        k = len(text) - len(body(text))  # the guess: the one token the reward reads
+        if k < len(text):
+            cats[k] = "compute"
+        return cats + ["template"]  # EOS
+
+    def style_points(p):
+        return [("restate", "", (str(truth(p)), "("))]
+
+    most = {"random_long": max_units, "wrong_long": units, "right_long": units,
+            "equal_choice": units}.get(condition, 0)  # retries of the longest completion
+    longest = 2 * n_digits + 1 + 2 + n_digits + (n_digits + 1) * most
+    return Task(f"parity_{condition}", sample=lambda rng: tuple(rng.randint(0, 9)
+                                                                  for _ in range(n_digits)),
+                prompt=lambda p: "".join(map(str, p)) + "=",
+                solution=lambda p, rng=None: write(p, rng),
+                reward=reward, categories=categories,
+                answers=lambda p: [str(truth(p))],
+                flawed=lambda p, rng=None: write(p, rng, wrong=True),
+                max_new_tokens=longest + 1,
+                n_problems=10 ** n_digits, style_points=style_points, choice="(")
+
+
 def _chain_value(p, ops):
     v = p[0]
     for op, d in zip(p[1::2], p[2::2]):
@@ -436,6 +552,9 @@ TASKS = {
     "chain": lambda digits=2, scratchpad=False: make_chain(digits, scratchpad),
     "chain_check": lambda digits=2, scratchpad=False: make_chain(
         digits, scratchpad, min_ops=3, max_ops=3, max_checks=2, name="chain_check"),
+    **{f"parity_{c}": (lambda c: lambda digits=2, scratchpad=False:
+                       _no_scratchpad("parity", scratchpad) or make_parity(c))(c)
+       for c in PARITY_CONDITIONS},
 }
 
 

@@ -428,7 +428,7 @@ def main(cfg, given=None):
     torch.manual_seed(cfg.seed)
     random.seed(cfg.seed)
     if model is None:  # else it is ckpt.pt's (--resume)
-        cfg, model = initial_model(cfg, device)
+        cfg, model = initial_model(cfg, device, task)
     # the last check: one writer per folder (rank 0 writes)
     lock = rundir.lock_run(cfg, found) if rank == 0 else None
     summary = None
@@ -440,15 +440,17 @@ def main(cfg, given=None):
     return summary
 
 
-def initial_model(cfg, device):
-    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win)."""
+def initial_model(cfg, device, task=None):
+    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win); its
+    block is 64 tokens, or what ``task``'s longest prompt and completion need if more."""
     if cfg.init_from:
         model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
         return rundir.init_from_checks(cfg, model, ck), model
     # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
     # the coupling of two tokens through it can be measured (lab/probes.py, THEORY.md 4)
     gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
-                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=64)
+                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=max(
+                        64, toy_tasks.longest_prompt(task) + task.max_new_tokens if task else 0))
     return cfg, GPT(gpt).to(device)
 
 

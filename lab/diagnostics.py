@@ -224,6 +224,14 @@ def answer_drift(lp, lp_ref=None):
 
 
 @torch.no_grad()
+def next_logprobs(model, task, problems, temperature=1.0):
+    """[P, V] log pi(. | prompt) of the first completion token, for each problem."""
+    dev = next(model.parameters()).device
+    ids, valid, _ = left_pad([toy_tasks.encode(task.prompt(p)) for p in problems], PAD, dev)
+    return torch.log_softmax(model(ids, valid)[:, -1].float() / temperature, -1).cpu()
+
+
+@torch.no_grad()
 def style_log_odds(model, task, problems, temperature=1.0):
     """Log-odds between the two variants of every style point (task.style_points)
     of the problems: log pi(a | h) - log pi(b | h), a the teacher's majority form.

@@ -32,9 +32,10 @@ import types
 
 import torch
 
-from lab import batch_stats, diagnostics, ledger, residuals
+from lab import batch_stats, diagnostics, ledger, lengthcov, residuals
 from lab.syncs import host, to_host
 from plumbing import dist_utils
+import toy_tasks
 
 
 class Instruments:
@@ -47,6 +48,8 @@ class Instruments:
         self.task, self.held_out = task, held_out  # --diagnostics evaluates on them
         self.before = None
         self.steps = []  # (rows, c, c°) of each optimizer step of the current batch
+        choice = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad).choice
+        self.choice_id = None if choice is None else toy_tasks.encode(choice)[0]
 
     # ------------------------------------------------------------------ before the update
 
@@ -117,6 +120,10 @@ class Instruments:
             out = batch_stats.minibatch_stats(cut, b.group, adv, b.mask.sum(1))
             led = ledger.ledger_sums(self.steps, adv, b.tokens, b.mask, b.group)
         out["ledger_mass"] = led["mass"]
+        # what the run's weights push inside the mixed groups (lengthcov.py, THEORY.md 2.7)
+        choice = b.tokens[:, 0] == self.choice_id if self.choice_id is not None else None
+        out.update(lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv),
+                                           b.group, b.mask.sum(1), b.rewards, choice))
         out.update({f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
         for k, v in led.items():  # the run's ledger: sums, so that its shares weigh by mass
             self.state.sums[f"ledger_{k}"] += v
@@ -142,15 +149,19 @@ class Instruments:
     def evaluation(self, model):
         """--diagnostics at an evaluation: drift since the warm start, entropy, pass@k
         (diagnostics.py); the warm start's own values become drift's reference."""
+        out = {}
+        if self.choice_id is not None:  # the choice's log-odds, with or without --diagnostics
+            out["choice_log_odds"] = lengthcov.choice_log_odds(
+                diagnostics.next_logprobs(model, self.task, self.held_out[:256]), self.choice_id)
         if not self.cfg.diagnostics:
-            return {}
+            return out
         sums = self.state.sums
         d = diagnostics.eval_diagnostics(model, self.task, self.held_out, self.cfg,
                                          sums["diag_ref"])
         ref = d.pop("_ref")
         if sums["diag_ref"] is None:  # the warm start (RL step 0)
             sums["diag_ref"] = ref
-        return d
+        return {**d, **out}
 
     # ------------------------------------------------------------------ the run
 

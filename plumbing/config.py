@@ -266,6 +266,9 @@ TASK_DEFAULTS = {
     "add": {"scratchpad": True, "sft_steps": 400, "rl_steps": 100},  # the demo
     "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
     "chain_check": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
+    # the parity testbed: a fair-coin guess at the warm start (THEORY.md 4.2)
+    **{f"parity_{c}": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.5, "rl_steps": 200}
+       for c in toy_tasks.PARITY_CONDITIONS},
 }
 
 
@@ -276,11 +279,14 @@ def default_of(name, task):
 
 # Flags a task has no use for: giving one is an error, not a silent no-op.
 TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "chain_check": ("digits", "scratchpad"),
-                     "primes": ("digits",)}
+                     "primes": ("digits",),
+                     **{f"parity_{c}": ("digits", "scratchpad")
+                        for c in toy_tasks.PARITY_CONDITIONS}}
 
 # ----------------------------------------------------------------------------- checks
 
 BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds it so)
+MAX_BLOCK = 128  # a task that needs more than BLOCK_SIZE gets its own block, up to this
 FLOAT_MAX = 1e6  # no float flag needs more; fp32 overflows at 3.4e38
 INT_MAX = 2 ** 31 - 1
 FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
@@ -399,10 +405,10 @@ def check_fits(cfg):
     --out_dir can be written."""
     task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
     need = toy_tasks.longest_prompt(task) + task.max_new_tokens
-    if need > BLOCK_SIZE:
+    if need > MAX_BLOCK:
         raise CliError(f"--task={cfg.task} --digits={cfg.digits} --scratchpad={cfg.scratchpad} "
-                       f"needs {need} tokens of prompt + completion, more than the block size "
-                       f"{BLOCK_SIZE}")
+                       f"needs {need} tokens of prompt + completion, more than the largest "
+                       f"block size {MAX_BLOCK}")
     gib, have = memory_estimate(cfg) / 2 ** 30, available_memory() / 2 ** 30
     if gib > have:
         raise CliError(f"this model and batch need about {gib:.1f} GiB, more than the "

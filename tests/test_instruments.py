@@ -80,7 +80,7 @@ def test_the_instruments_change_no_number_of_the_training(tmp_path):
     strip = lambda ms: [{k: v for k, v in m.items() if k not in LAB_KEYS and k != "seconds"
                          and not k.startswith(("ledger", "tax", "mb_", "length_", "token_",
                                                "groups_", "exch", "first_", "seq_", "abs_",
-                                               "shared_"))} for m in ms]
+                                               "shared_", "lencov_", "choice_"))} for m in ms]
     assert strip(on) == strip(off)
     assert all(k in on[-2] for k in LAB_KEYS)  # the last RL step's line
 

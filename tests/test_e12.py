@@ -1,0 +1,92 @@
+"""E12's pieces: the manipulation check, the per-seed numbers and the registered contrasts
+computed from hand-made records, and the quick run end to end (records, resumption)."""
+import json
+import os
+
+import pytest
+
+from lab.experiments import e12_covariance as e12
+
+
+def test_manipulation_by_hand():
+    assert e12.manipulation([-16, -12, -9, None, -15], "W+") == pytest.approx(3 / 5)
+    assert e12.manipulation([16, 12, 9, 10], "W-") == pytest.approx(3 / 4)
+    assert e12.manipulation([-16, -12], "W-") == 0.0  # the wrong way round counts for nothing
+    assert e12.manipulation([1, 2], "W0") is None  # no gap is made there
+
+
+def fake(drift, push=0.0, manip=1.0):
+    return {"drift": drift, "push_1L": push, "push": push, "manipulation": manip,
+            "length_incorrect": [20.0], "entropy_end": 0.5, "entropy_start": 0.6,
+            "p_end": 0.3, "seconds": 1.0, "ell": [(0, 0.0), (30, drift)]}
+
+
+def runs_for(seeds, manip_wp_dapo=1.0):
+    runs = {}
+    for k, s in enumerate(seeds):
+        runs[s] = {
+            # grpo - dapo: -1 - k/10 in W+, +1 in W-: I = 2 + k/10
+            "W+": {"grpo": fake(-1.5 - k / 10, -0.1), "dapo": fake(-0.5, 0.0,
+                                                                    manip_wp_dapo)},
+            "W-": {"grpo": fake(0.5, 0.1), "dapo": fake(-0.5)},
+            "W0": {"grpo": fake(0.1 * (-1) ** k), "dapo": fake(0.0)},
+            "NC": {"grpo": fake(-0.2), "dapo": fake(-0.2 + 0.05 * k)},
+            "PC+": {"dapo": fake(1.5)}, "PC-": {"dapo": fake(-1.0)},
+        }
+    return runs
+
+
+def test_per_seed_and_the_primary_by_hand():
+    seeds = [0, 1, 2]
+    primary, sec, checks, rows = e12.analyse(runs_for(seeds), seeds)
+    assert [r["I"] for r in rows] == pytest.approx([2.0, 2.1, 2.2])
+    c = next(iter(primary.values()))
+    assert c["diff"] == pytest.approx(2.1) and c["n"] == 3 and c["predicted"] == "> 0"
+    assert sec["[grpo - dapo]_W+"]["diff"] == pytest.approx(-1.1)
+    assert checks["positive control, PC+ - PC- (dapo)"]["diff"] == pytest.approx(2.5)
+    assert all(v["p_holm"] >= v["p"] for v in sec.values() if v["p"] is not None)
+    assert "equivalence" in sec["[grpo - dapo]_W0"]
+
+
+def test_a_void_run_leaves_its_seed_out_of_the_primary():
+    seeds = [0, 1, 2]
+    runs = runs_for(seeds)
+    runs[1]["W+"]["dapo"]["manipulation"] = 0.5  # the gap did not last: void, not null
+    _, _, checks, rows = e12.analyse(runs, seeds)
+    assert rows[1]["I"] is None and rows[1]["I_all"] == pytest.approx(2.1)
+    assert checks["primary with void runs kept"]["n"] == 3
+
+
+def test_quick_writes_records_and_resumes(tmp_path):
+    out = str(tmp_path / "q")
+    rows = e12.main(["--quick", f"--out={out}"])
+    names = sorted(os.listdir(os.path.join(out, "e12")))
+    runs = [n for n in names if not n.startswith("warm_")]
+    assert runs == sorted(f"{c}_{a}_s1100.json" for c in ("Wp", "Wm") for a in e12.ARMS)
+    rec = json.load(open(os.path.join(out, "e12", "Wp_grpo_s1100.json")))
+    assert rec["ell"][0][0] == 0 and rec["drift"] is not None and len(rec["gap"]) == 6
+    stamp = os.path.getmtime(os.path.join(out, "e12", "Wp_grpo_s1100.json"))
+    again = e12.main(["--quick", f"--out={out}"])  # every record is read back, none redone
+    assert again == rows
+    assert os.path.getmtime(os.path.join(out, "e12", "Wp_grpo_s1100.json")) == stamp
+
+
+def test_the_gate_by_hand():
+    assert e12.gate_passes(-12.0, "W+") and not e12.gate_passes(-9.0, "W+")
+    assert e12.gate_passes(10.0, "W-") and not e12.gate_passes(-16.0, "W-")
+    assert not e12.gate_passes(None, "NC") and e12.gate_passes(None, "W0")
+
+
+def test_the_full_path_on_a_tiny_model(tmp_path, monkeypatch):
+    """main's full path (every condition, the controls, the contrasts, the JSON) on one
+    seed of a tiny model, the gate waved through (a 20-step warm start cannot pass it)."""
+    monkeypatch.setattr(e12, "SFT_STEPS", 20)
+    monkeypatch.setattr(e12, "STEPS", 4)
+    monkeypatch.setattr(e12, "gate_passes", lambda gap, cond: True)
+    out = str(tmp_path / "f")
+    data = e12.main(["--small", "--valid=1", "--seeds=3000", f"--out={out}"])
+    assert data["seeds"] == [3000] and data["void_seeds"] == {}
+    assert set(data["per_arm"]) >= {"W+ grpo", "W0 dapo", "NC grpo", "PC+ dapo", "PC- dapo"}
+    assert os.path.exists(os.path.join(out, "e12_covariance.json"))
+    assert len([n for n in os.listdir(os.path.join(out, "e12")) if n.endswith("_s3000.json")
+                and not n.startswith(("warm_", "gate_"))]) == 10
