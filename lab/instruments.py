@@ -122,8 +122,14 @@ class Instruments:
         out["ledger_mass"] = led["mass"]
         # what the run's weights push inside the mixed groups (lengthcov.py, THEORY.md 2.7)
         choice = b.tokens[:, 0] == self.choice_id if self.choice_id is not None else None
-        out.update(lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv),
-                                           b.group, b.mask.sum(1), b.rewards, choice))
+        cov = lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv), b.group,
+                                      b.mask.sum(1), b.rewards, choice)
+        out.update(cov)
+        sums = self.state.sums  # the run's gap: a mean over its mixed groups, for the summary
+        sums["lencov_groups"] += cov["lencov_mixed"]
+        sums["lencov_gap_sum"] += (cov["lencov_gap"] or 0.0) * cov["lencov_mixed"]
+        with host():
+            sums["length_sum"] += float(b.mask.sum(1).double().mean())
         out.update({f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
         for k, v in led.items():  # the run's ledger: sums, so that its shares weigh by mass
             self.state.sums[f"ledger_{k}"] += v
@@ -177,5 +183,8 @@ class Instruments:
                        ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
                        **{f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
+            if s["lencov_groups"]:  # right - wrong length inside mixed groups, and the length
+                out.update(lencov_gap_mean=s["lencov_gap_sum"] / s["lencov_groups"],
+                           length_mean=s["length_sum"] / n)
         summary.update(out)
         return ledger.ledger_lines(summary, cfg) if "ledger_steps" in summary else []

@@ -34,6 +34,7 @@ Without matplotlib it prints the same information as text.
 import copy
 import random
 import sys
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -236,9 +237,18 @@ def main(cfg):
         print("(matplotlib is not installed: no figure; pip install -r requirements-plots.txt)")
         return
     fig = draw(plt, batch, k, task, panels, cfg)
-    atomic_savefig(fig, cfg.out, dpi=100, bbox_inches="tight")  # a full disk keeps the old one
+    # a PNG keeps the flags that made it, so that a caption's command can be checked against it
+    meta = {"metadata": {"Description": made_by(cfg)}} if cfg.out.lower().endswith(".png") else {}
+    atomic_savefig(fig, cfg.out, dpi=100, bbox_inches="tight", **meta)  # a full disk: old kept
     plt.close(fig)
     print(f"wrote {cfg.out}")
+
+
+def made_by(cfg):
+    """The flags of this figure, as a command line (--init_from and --out aside)."""
+    return "python -m lab.see " + " ".join(
+        f"--{f.name}={getattr(cfg, f.name)}" for f in dataclasses.fields(cfg)
+        if f.name not in ("init_from", "out"))
 
 
 def cli(argv):

@@ -359,7 +359,9 @@ def load_checkpoint(path, device="cpu"):
 # shared_dlogp, the number of RL steps they cover and of those with a mixed group
 LEDGER_SUMS = frozenset({"ledger_mass", "ledger_cancelled", "ledger_credit", "ledger_weights",
                          "ledger_ratios", "ledger_split", "ledger_uncentred", "shared_dlogp_sum",
-                         "ledger_steps", "ledger_mixed_steps"})
+                         "ledger_steps", "ledger_mixed_steps",
+                         # and of the length-reward gap inside mixed groups (lab/lengthcov.py)
+                         "lencov_groups", "lencov_gap_sum", "length_sum"})
 
 
 def new_sums():

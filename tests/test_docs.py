@@ -216,3 +216,15 @@ def test_the_readmes_demo_output_is_what_the_code_prints_for_the_committed_run()
     for line in "\n".join(expected).splitlines():
         assert line in block, line
     assert all(len(line) <= 100 for line in block.splitlines())
+
+
+def test_the_readmes_demo_null_is_the_json_s():
+    """The README's grpo - dr_grpo numbers for the demo's group-shared tokens are
+    results/demo_ledger.json's, to their printed precision."""
+    import json
+    data = json.load(open(os.path.join(ROOT, "results", "demo_ledger.json")))
+    c = data["primary"]["shared_dlogp_mean, grpo - dr_grpo"]
+    quoted = re.search(r"<!-- demo-null -->(.*?)<!-- /demo-null -->", read("README.md")).group(1)
+    assert quoted == (f"{c['diff']:+.1e} ± {c['half']:.1e} nats per RL step (smallest "
+                      f"detectable {c['mde']:.1e})")
+    assert data["seeds"] == list(range(10)) and not data["quick"]

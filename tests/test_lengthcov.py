@@ -156,3 +156,28 @@ def test_run_agg_is_the_objectives_weight(loss):
     mode = objectives.LossSettings.from_config(cfg).aggregation()
     want = objectives.agg_weight(mode, mask.sum(1), lesson_loss.step_counts(mask, adv))
     assert torch.allclose(lengthcov.run_agg(cfg, mask, adv).float(), want.float())
+
+
+def test_the_closing_lines_give_the_gap_and_the_push_it_makes_as_computed_by_hand():
+    """Two lengths, half the group right: the net of a group-shared token's copies over
+    their summed |c| is (L_wrong - L_right) / (L_wrong + L_right) exactly, which is the
+    printed gap / (2 mean length)."""
+    from plumbing.config import parse_args
+    from lab import ledger
+    import loss
+    rewards = torch.tensor([1.0, 1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0])
+    lens = torch.tensor([10.0] * 4 + [14.0] * 4)  # wrong rollouts 4 tokens longer
+    adv = loss.advantages(rewards, torch.zeros(8, dtype=torch.long))
+    c = adv / lens  # grpo's weights, up to 1/N
+    by_hand = float(c.sum() / c.abs().sum())
+    assert by_hand == pytest.approx((14 - 10) / (14 + 10))
+    text = " ".join(" ".join(ledger.length_lines(-4.0, float(lens.mean()),
+                                                 parse_args([], check=False))).split())
+    assert "wrong rollouts were 4.0 tokens longer than right ones" in text
+    assert f"by about {100 * by_hand:.1f} % of its copies' coefficients: here up" in text
+    text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(["--loss=dapo"],
+                                                                       check=False))).split())
+    assert "right rollouts were 0.3 tokens longer" in text and "pushes nothing" in text
+    text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(
+        ["--loss=dapo", "--agg=seq-mean-token-mean"], check=False))).split())
+    assert "here down, as if penalised" in text
