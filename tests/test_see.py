@@ -76,3 +76,32 @@ def test_panels_and_figure(tmp_path):
 def test_bad_input_is_one_line(argv, msg):
     with pytest.raises(CliError, match=msg):
         see.main(parse_args(argv, see.SeeConfig, check=False))
+
+
+def test_the_readmes_picture_is_what_its_caption_makes(tmp_path, monkeypatch):
+    """README.md's token picture: the lab.see flags its caption gives are the ones the
+    committed docs/see.png was made with (kept in the PNG), and they make a picture again
+    (here from a tiny chain checkpoint, as a stand-in for the caption's warm start)."""
+    import os
+    import re
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+    from plumbing import checkpoint
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    command = re.search(r"`(python -m lab\.see [^`]*--out=docs/see\.png)`", readme).group(1)
+    flags = [f for f in command.split()[3:] if not f.startswith(("--init_from=", "--out="))]
+    made = Image.open(os.path.join(root, "docs", "see.png")).info["Description"]
+    given = see.made_by(parse_args(flags, see.SeeConfig, check=False))
+    assert made == given, (made, given)
+    torch.manual_seed(0)
+    m = GPT(GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=1,
+                      n_head=2, n_embd=16))
+    ck = tmp_path / "warm_start.pt"
+    cfg = parse_args(["--task=chain", "--n_layer=1", "--n_head=2", "--n_embd=16"], check=False)
+    checkpoint.save_checkpoint(str(ck), m, cfg, "warm_start", 0)
+    # a random model has no mixed group: the teacher's batch stands in for its rollouts
+    monkeypatch.setattr(see, "pick_group", lambda model, task, cfg: (teacher_batch(), 0))
+    out = tmp_path / "see.png"
+    see.cli(flags + [f"--init_from={ck}", f"--out={out}"])
+    assert Image.open(out).info["Description"] == made
