@@ -8,7 +8,8 @@
 #   demo_plain   the same with --instruments=false (the plain loop)
 #   chain        --task=chain
 #   bench        python -m lab.bench --quick (the sampler, the step, the host reads)
-#   e12          the full run of E12 (lab/experiments/e12_covariance.py), if it is here
+#   e12          E12's evaluation (lab/experiments/e12_covariance.py) for up to 170 s: its
+#                records in OUT/e12 say how far it got (one run at a time, not yet batched)
 # It writes OUT/gpu_check.json: the device, torch's version, and per part its exit status,
 # wall seconds and the numbers its output gives. results/README.md's Measurements quote it.
 set -u
@@ -32,13 +33,12 @@ EOF
     echo "$name: exit $rc"
 }
 
-part demo 150 "$PY" train.py --device=cuda --out_dir="$OUT/demo"
-part demo_plain 150 "$PY" train.py --device=cuda --instruments=false --out_dir="$OUT/demo_plain"
-part chain 200 "$PY" train.py --device=cuda --task=chain --out_dir="$OUT/chain"
-part bench 120 "$PY" -m lab.bench --quick --device=cuda --out="$OUT/bench.json"
+part demo 80 "$PY" train.py --device=cuda --out_dir="$OUT/demo"
+part demo_plain 80 "$PY" train.py --device=cuda --instruments=false --out_dir="$OUT/demo_plain"
+part chain 110 "$PY" train.py --device=cuda --task=chain --out_dir="$OUT/chain"
+part bench 90 "$PY" -m lab.bench --quick --device=cuda --out="$OUT/bench.json"
 if [ -f lab/experiments/e12_covariance.py ]; then
-    part e12 480 "$PY" -m lab.experiments.e12_covariance --device=cuda --jobs=8 \
-        --out="$OUT/e12"
+    part e12 170 "$PY" -m lab.experiments.e12_covariance --device=cuda --out="$OUT/e12"
 fi
 
 "$PY" - "$OUT" <<'EOF'
