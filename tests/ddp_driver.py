@@ -134,7 +134,9 @@ if __name__ == "__main__":
 
         def counting(*a, **k):
             calls[0] += 1
-            if calls[0] == kill_at:
+            # rank 0 kills itself: it has written the last checkpoint before its step k (a
+            # rank 1 that raced ahead could kill the job while rank 0 still writes it)
+            if calls[0] == kill_at and rank == 0:
                 os.kill(os.getpid(), signal.SIGKILL)
             return real_rollouts(*a, **k)
         train.rollouts = counting
