@@ -154,7 +154,8 @@ class Instruments:
 
     def evaluation(self, model):
         """--diagnostics at an evaluation: drift since the warm start, entropy, pass@k
-        (diagnostics.py); the warm start's own values become drift's reference."""
+        (diagnostics.py); the warm start's own values become drift's reference. A task with
+        a ``choice`` also gets its log-odds against every other token, always."""
         out = {}
         if self.choice_id is not None:  # the choice's log-odds, with or without --diagnostics
             out["choice_log_odds"] = lengthcov.choice_log_odds(
