@@ -90,3 +90,32 @@ def test_the_full_path_on_a_tiny_model(tmp_path, monkeypatch):
     assert os.path.exists(os.path.join(out, "e12_covariance.json"))
     assert len([n for n in os.listdir(os.path.join(out, "e12")) if n.endswith("_s3000.json")
                 and not n.startswith(("warm_", "gate_"))]) == 10
+
+
+def test_a_seed_with_every_record_trains_no_warm_start(tmp_path, monkeypatch):
+    """Records are committed, warm starts are scratch: a finished seed continues on another
+    machine without training its six warm starts again; a missing record trains its own."""
+    from lab.experiments import common
+    trained = []
+
+    def fake_warm_start(out, seed, task, **kw):
+        trained.append(task)
+        return common.warm_start_path(out, seed, task, **kw)
+    monkeypatch.setattr(common, "warm_start", fake_warm_start)
+    monkeypatch.setattr(common, "run", lambda flags, run_dir: [])
+    monkeypatch.setattr(e12, "record_of", lambda ms, cond, arm, seed, flags, s: {
+        "flags": flags, "drift": 0.0})
+    monkeypatch.setattr(e12, "choice_entropy", lambda *a: 0.0)
+    o = {"out": str(tmp_path), "records": str(tmp_path / "e12"), "small": True,
+         "sft_steps": 40, "quick": False, "lr": 3e-5, "steps": 6}
+    os.makedirs(o["records"])
+    for task, gap in (("parity_wrong_long", -16.0), ("parity_right_long", 16.0)):
+        common.save_record(os.path.join(o["records"], f"gate_{task}_s0.json"),
+                           {"seed": 0, "task": task, "gap": gap})
+    first = e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS)
+    assert "void" not in first and len(trained) == len(e12.CONDITIONS) + len(e12.CONTROLS)
+    trained.clear()
+    assert e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS) == first and trained == []
+    os.remove(os.path.join(o["records"], "Wm_dapo_s0.json"))
+    e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS)
+    assert trained == ["parity_right_long"]

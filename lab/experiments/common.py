@@ -348,15 +348,21 @@ def chain_teacher(**kwargs):
 DEVICE = "cpu"  # --device: where train.py's runs go; set by parse, and in every worker
 
 
+def warm_start_path(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000,
+                    **flags):
+    """Where ``warm_start`` keeps the warm start of these settings (trained or not)."""
+    tag = f"{task}{digits}{'s' if scratchpad else ''}_sft{sft_steps}_seed{seed}"
+    tag += "".join(f"_{k}{v}" for k, v in sorted(flags.items()))
+    tag += "" if DEVICE == "cpu" else f"_{DEVICE}"
+    return os.path.join(out, "ckpt", tag, "warm_start.pt")
+
+
 def warm_start(out, seed=0, task="add", digits=2, scratchpad=False, sft_steps=1000, **flags):
     """Path of an SFT warm start for this task and seed, trained once and reused (a GPU's
     warm starts are kept apart: its rounding differs). One that does not load (cut by
     something outside the run) is set aside and trained again."""
-    tag = f"{task}{digits}{'s' if scratchpad else ''}_sft{sft_steps}_seed{seed}"
-    tag += "".join(f"_{k}{v}" for k, v in sorted(flags.items()))
-    tag += "" if DEVICE == "cpu" else f"_{DEVICE}"
-    d = os.path.join(out, "ckpt", tag)
-    path = os.path.join(d, "warm_start.pt")
+    path = warm_start_path(out, seed, task, digits, scratchpad, sft_steps, **flags)
+    d = os.path.dirname(path)
     if os.path.exists(path):
         try:
             checkpoint.load_checkpoint(path)

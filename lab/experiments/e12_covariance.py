@@ -141,7 +141,10 @@ def record_of(ms, cond, arm, seed, flags, seconds):
 
 
 def one_run(o, seed, cond, arm, warm):
-    """One arm of one condition and seed: its record, cached in <records>/."""
+    """One arm of one condition and seed: its record, cached in <records>/. ``warm``: a
+    Warm, trained only if the record is missing (or a path, already trained)."""
+    start = warm if isinstance(warm, Warm) else None
+    warm = start.path if start else warm
     task = f"parity_{(CONDITIONS | CONTROLS)[cond]}"
     flags = [f"--task={task}", f"--init_from={warm}", f"--seed={seed}", f"--loss={arm}",
              f"--lr={o['lr']}", f"--rl_steps={o['steps']}", f"--eval_every={EVAL_EVERY}"]
@@ -155,6 +158,8 @@ def one_run(o, seed, cond, arm, warm):
             else f for f in flags]
     if rec is not None and rec["flags"] == kept:
         return rec
+    if start:
+        warm = start.train()
     run_dir = os.path.join(o["out"], "runs", "e12", name)
     t0 = time.time()
     ms = common.run(flags, run_dir)
@@ -165,19 +170,37 @@ def one_run(o, seed, cond, arm, warm):
     return rec
 
 
+class Warm:
+    """The condition's warm start for this seed, trained only when something that needs it
+    has no record yet: a finished seed continues on another machine without its warm
+    starts (scratch, not in git). ``path`` is where it is or will be; ``train()`` makes it
+    (once) and records the seconds it took beside the runs."""
+
+    def __init__(self, o, seed, cond):
+        self.o, self.seed = o, seed
+        self.task = f"parity_{(CONDITIONS | CONTROLS)[cond]}"
+        self.size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
+        self.path = common.warm_start_path(o["out"], seed, self.task, sft_steps=o["sft_steps"],
+                                           sft_flawed=0.5, **self.size)
+
+    def train(self):
+        if getattr(self, "trained", None):  # once per condition and seed
+            return self.trained
+        o, cache = self.o, os.path.join(self.o["records"], f"warm_{self.task}_s{self.seed}.json")
+        t0 = time.time()
+        path = common.warm_start(o["out"], self.seed, self.task, sft_steps=o["sft_steps"],
+                                 sft_flawed=0.5, **self.size)
+        took = time.time() - t0
+        if common.load_record(cache, ("seconds",)) is None:
+            common.save_record(cache, {"seed": self.seed, "task": self.task,
+                                       "seconds": round(took, 1)})
+        self.trained = path
+        return path
+
+
 def warm(o, seed, cond):
-    """The condition's warm start for this seed, and the seconds it took (a record beside
-    the runs: the time of a warm start trained once)."""
-    task = f"parity_{(CONDITIONS | CONTROLS)[cond]}"
-    size = {"n_layer": 1, "n_embd": 32, "n_head": 2} if o["small"] else {"n_embd": 96}
-    cache = os.path.join(o["records"], f"warm_{task}_s{seed}.json")
-    t0 = time.time()
-    path = common.warm_start(o["out"], seed, task, sft_steps=o["sft_steps"], sft_flawed=0.5,
-                             **size)
-    took = time.time() - t0
-    if common.load_record(cache, ("seconds",)) is None:
-        common.save_record(cache, {"seed": seed, "task": task, "seconds": round(took, 1)})
-    return path
+    """The condition's warm start for this seed, trained if it is not there yet."""
+    return Warm(o, seed, cond).train()
 
 
 def warm_gap(o, seed, cond, path):
@@ -191,6 +214,7 @@ def warm_gap(o, seed, cond, path):
     rec = common.load_record(cache, ("gap",))
     if rec is not None:
         return rec["gap"]
+    path = path.train() if isinstance(path, Warm) else path
     _, b = common.sample_checkpoint(path, task, seed, 9000 + seed, 4 if o["small"] else 32)
     adv = lesson_loss.advantages(b.rewards, b.group)
     gap = lengthcov.batch_metrics(adv, torch.ones_like(adv), b.group, b.mask.sum(1),
@@ -210,14 +234,14 @@ def seed_runs(o, seed, conds, arms, controls=True):
     warm start of W+ or W- fails its gate (the seed is left out before any RL)."""
     out = {}
     for cond in conds:
-        w = warm(o, seed, cond)
+        w = Warm(o, seed, cond)  # trained when a gate or a run without a record needs it
         if cond in ("W+", "W-") and not o["quick"] and not gate_passes(
                 warm_gap(o, seed, cond, w), cond):
             return {"void": cond}
         out[cond] = {arm: one_run(o, seed, cond, arm, w) for arm in arms}
     if controls:
         for cond in CONTROLS:
-            out[cond] = {"dapo": one_run(o, seed, cond, "dapo", warm(o, seed, cond))}
+            out[cond] = {"dapo": one_run(o, seed, cond, "dapo", Warm(o, seed, cond))}
     return out
 
 
