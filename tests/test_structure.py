@@ -126,13 +126,7 @@ LAB_ON_THE_TRAINING_PATH = ("instruments", "ledger", "residuals", "batch_stats",
 def test_the_lesson_imports_neither_the_lab_nor_the_plumbing(name):
     """model, sampler, toy_tasks, loss and batching stand alone: a student reads them
     without opening lab/ or plumbing/. train.py is the one lesson file that plugs both in."""
-    path = os.path.join(ROOT, name + ".py")
-    found = set()
-    for node in ast.walk(ast.parse(open(path).read(), path)):
-        if isinstance(node, ast.Import):
-            found |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            found.add(node.module.split(".")[0])
+    found = top_imports(os.path.join(ROOT, name + ".py"))
     assert not found & {"lab", "plumbing", "exercises"}, (name, found)
     assert not found & SCRIPTS, (name, found)
 
@@ -173,6 +167,18 @@ def test_train_reads_top_to_bottom():
                 assert (
                     main.lineno > defs[call.func.id] > fn.lineno
                 ), f"{fn.name} calls {call.func.id}, defined before it or in main's section"
+
+
+
+def top_imports(path):
+    """The top-level packages a file imports anywhere (also inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read(), path)):
+        if isinstance(node, ast.Import):
+            found |= {a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
 
 
 def source_files(include_tests=False):
