@@ -119,3 +119,72 @@ def test_a_seed_with_every_record_trains_no_warm_start(tmp_path, monkeypatch):
     os.remove(os.path.join(o["records"], "Wm_dapo_s0.json"))
     e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS)
     assert trained == ["parity_right_long"]
+
+
+def contrast_of(diff, half, mde=1.0):
+    return {"diff": diff, "half": half, "mde": mde, "n": 16}
+
+
+@pytest.mark.parametrize("diff,half,valid,pc,verdict", [
+    (1.5, 0.7, 16, True, "effect"),          # [0.8, 2.2]: above 0
+    (-1.5, 0.7, 16, True, "contradicted"),   # [-2.2, -0.8]: below 0
+    (0.1, 0.5, 16, True, "equivalent"),      # [-0.4, 0.6]: inside +-1
+    (0.1, 0.5, 16, False, "inconclusive"),   # inside, but the positive control failed
+    (0.5, 0.9, 16, True, "inconclusive"),    # [-0.4, 1.4]: crosses 0 and +1
+    (-0.3, 0.8, 16, True, "inconclusive"),   # [-1.1, 0.5]: crosses -1
+    (1.5, 0.7, 11, True, "void"),            # 11 seeds pass the manipulation check
+    (1.5, 0.7, 12, True, "effect"),          # 12 is enough
+])
+def test_the_primary_verdict_by_hand(diff, half, valid, pc, verdict):
+    assert e12.primary_verdict(contrast_of(diff, half), valid, pc)[0] == verdict
+
+
+def test_the_decisions_on_made_up_records():
+    seeds = list(range(12))
+    runs = runs_for(seeds)
+    primary, sec, checks, _ = e12.analyse(runs, seeds)
+    d = e12.decisions(primary, sec, checks, runs, seeds, e12.ARMS)
+    assert d["primary"]["verdict"] == "effect"  # I = 2 + k/10 on every seed
+    assert d["manipulation"]["n_valid"] == 12 and not d["manipulation"]["primary_void"]
+    assert d["positive_control"] == {"nats": pytest.approx(2.5), "needs": 2.0, "passes": True}
+    # fake()'s ell ends at step 30: no arm has a value at the measurement step 20
+    assert d["choice_inside"]["arms"] == {}
+    for s in seeds:  # put the measurement step in: W+ grpo ends far below 0.1
+        for c in runs[s]:
+            for a in runs[s][c]:
+                runs[s][c][a]["ell"] = [(0, 0.0), (e12.STEPS, -3.0 if (c, a) == ("W+", "grpo")
+                                                   else 0.0)]
+                runs[s][c][a]["reward"] = [0.5, 0.8 if (c, a) == ("W0", "dapo") else 0.5]
+    d = e12.decisions(primary, sec, checks, runs, seeds, e12.ARMS)
+    assert d["choice_inside"]["saturated"] == ["W+ grpo"]  # sigma(-3) = 0.047
+    assert d["choice_inside"]["arms"]["W- dapo"]["p"] == pytest.approx(0.5)
+    assert d["accuracy"]["outside"] == []  # W0 dapo's mean 0.65 is inside 0.3-0.7
+    # one seed's W+ dapo run fails the manipulation check: 11 valid seeds, void
+    runs[3]["W+"]["dapo"]["manipulation"] = 0.5
+    primary, sec, checks, _ = e12.analyse(runs, seeds)
+    d = e12.decisions(primary, sec, checks, runs, seeds, e12.ARMS)
+    assert d["primary"]["verdict"] == "void" and d["manipulation"]["n_valid"] == 11
+    # a weak positive control: W0 and NC are not read as "about 0"
+    for s in seeds:
+        runs[s]["PC+"]["dapo"]["drift"] = 0.5
+    primary, sec, checks, _ = e12.analyse(runs, seeds)
+    d = e12.decisions(primary, sec, checks, runs, seeds, e12.ARMS)
+    assert not d["positive_control"]["passes"]
+    assert all(not v.startswith("agree") for v in d["equivalence"].values())
+
+
+def test_both_gates_run_before_any_rl_run(tmp_path, monkeypatch):
+    """The registered order: a seed whose W- gate fails has no RL record, not even W+'s."""
+    from lab.experiments import common
+    ran = []
+    monkeypatch.setattr(common, "warm_start", lambda out, seed, task, **kw:
+                        common.warm_start_path(out, seed, task, **kw))
+    monkeypatch.setattr(e12, "one_run", lambda o, seed, cond, arm, w: ran.append(cond))
+    o = {"out": str(tmp_path), "records": str(tmp_path / "e12"), "small": True,
+         "sft_steps": 40, "quick": False, "lr": 3e-5, "steps": 6}
+    os.makedirs(o["records"])
+    for task, gap in (("parity_wrong_long", -16.0), ("parity_right_long", 3.0)):
+        common.save_record(os.path.join(o["records"], f"gate_{task}_s0.json"),
+                           {"seed": 0, "task": task, "gap": gap})
+    assert e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS) == {"void": "W-"}
+    assert ran == []

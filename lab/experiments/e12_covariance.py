@@ -84,6 +84,10 @@ QUICK_SEED = 1100
 GAP_MIN, GAP_SHARE = 10.0, 0.8  # the manipulation check: |gap| >= 10 in >= 80 % of steps
 PC_MIN = 2.0       # the positive control must move the instrument by >= 2 nats
 MARGIN = 0.75      # nats: equivalence margin of the W0 and NC contrasts (preregistration)
+PRIMARY_MARGIN = 1.0  # nats: the primary's equivalence margin ("no effect" inside it)
+VOID_BELOW = 12    # fewer seeds than this passing the manipulation check: the primary is void
+INSIDE = (0.1, 0.9)   # the measurable-choice check: sigma(mean ell at STEPS) of each arm
+ACCURACY = (0.3, 0.7)  # the accuracy check (descriptive): each run's mean reward
 EXTRA = {"seeds": ("0", "the first evaluation seed; seeds follow until --valid pass the gate "
                     "(quick: 1100; calibrate: 1000-1001)"),
          "valid": (VALID, "evaluation seeds whose W+ and W- warm starts pass the gate"),
@@ -231,14 +235,15 @@ def gate_passes(gap, cond):
 
 def seed_runs(o, seed, conds, arms, controls=True):
     """Every run of one seed: {cond: {arm: record}}; {"void": cond} instead when the
-    warm start of W+ or W- fails its gate (the seed is left out before any RL)."""
-    out = {}
-    for cond in conds:
-        w = Warm(o, seed, cond)  # trained when a gate or a run without a record needs it
-        if cond in ("W+", "W-") and not o["quick"] and not gate_passes(
-                warm_gap(o, seed, cond, w), cond):
+    warm start of W+ or W- fails its gate. Both gates run before any RL run of the seed,
+    so a seed is left out before any of its outcomes exists."""
+    warms = {cond: Warm(o, seed, cond) for cond in conds}  # trained when something needs it
+    for cond in ("W+", "W-"):
+        if cond in conds and not o["quick"] and not gate_passes(
+                warm_gap(o, seed, cond, warms[cond]), cond):
             return {"void": cond}
-        out[cond] = {arm: one_run(o, seed, cond, arm, w) for arm in arms}
+    out = {cond: {arm: one_run(o, seed, cond, arm, warms[cond]) for arm in arms}
+           for cond in conds}
     if controls:
         for cond in CONTROLS:
             out[cond] = {"dapo": one_run(o, seed, cond, "dapo", Warm(o, seed, cond))}
@@ -317,6 +322,93 @@ def analyse(runs, seeds):
     checks["predicted push against observed grpo - dapo drift (Pearson r)"] = {
         "r": stats.pearson(xs, ys) if len(xs) > 2 else None, "n": len(xs), "predicted": "> 0"}
     return primary, sec, checks, rows
+
+
+def primary_verdict(c, valid_seeds, pc_passes):
+    """The registered reading of the primary (results/e12_preregistration.md): *void* if
+    fewer than VOID_BELOW seeds pass the manipulation check; *effect* if the 95 % interval
+    lies above 0, *contradicted* if below; *equivalent* (no effect) if it lies inside
+    +-PRIMARY_MARGIN and the positive control passed; else *inconclusive*."""
+    if valid_seeds < VOID_BELOW:
+        return "void", f"{valid_seeds} seeds pass the manipulation check, fewer than {VOID_BELOW}"
+    if c["diff"] is None or c["half"] is None or c["half"] != c["half"]:
+        return "inconclusive", "too few seeds for an interval"
+    lo, hi = c["diff"] - c["half"], c["diff"] + c["half"]
+    if lo > 0:
+        return "effect", f"the interval [{lo:.2f}, {hi:.2f}] lies above 0, as predicted"
+    if hi < 0:
+        return "contradicted", f"the interval [{lo:.2f}, {hi:.2f}] lies below 0"
+    inside = -PRIMARY_MARGIN < lo and hi < PRIMARY_MARGIN
+    if inside and pc_passes:
+        return "equivalent", (f"the interval [{lo:.2f}, {hi:.2f}] lies inside "
+                              f"+-{PRIMARY_MARGIN:g} nats: no effect of that size")
+    why = (f"inside +-{PRIMARY_MARGIN:g}, but the positive control failed: the instrument "
+           f"is too weak to read a null as no effect" if inside else
+           f"it crosses 0 and +-{PRIMARY_MARGIN:g}; smallest detectable effect "
+           f"{c['mde']:.2f} nats")
+    return "inconclusive", f"the interval [{lo:.2f}, {hi:.2f}]: {why}"
+
+
+def decisions(primary, secondary, checks, runs, seeds, arms):
+    """Every registered decision, computed: the manipulation check and the void rule, the
+    positive control's pass, the measurable-choice (0.1-0.9) and accuracy checks, the
+    primary's verdict and the equivalence readings of W0 and NC."""
+    rows = per_seed(runs, seeds)
+    valid = [r["seed"] for r in rows if r["valid W+"] and r["valid W-"]]
+    pc = checks["positive control, PC+ - PC- (dapo)"]
+    pc_passes = pc["diff"] is not None and pc["diff"] >= PC_MIN
+    inside = {}
+    for cond in list(CONDITIONS) + list(CONTROLS):
+        for arm in arms:
+            ells = [dict(runs[s][cond][arm]["ell"])[STEPS] for s in seeds
+                    if cond in runs[s] and arm in runs[s][cond]
+                    and STEPS in dict(runs[s][cond][arm]["ell"])]
+            if ells:
+                p = 1 / (1 + math.exp(-sum(ells) / len(ells)))
+                inside[f"{cond} {arm}"] = {"p": p, "inside": INSIDE[0] <= p <= INSIDE[1]}
+    # accuracy is the reward of the four parity conditions (the controls reward restating)
+    rewards = {f"{c} {a} s{s}": mean_of(runs[s][c][a]["reward"]) for s in seeds
+               for c in CONDITIONS if c in runs[s] for a in runs[s][c]
+               if runs[s][c][a].get("reward")}
+    verdict, why = primary_verdict(next(iter(primary.values())), len(valid), pc_passes)
+    equiv = {}
+    for k in ("[grpo - dapo]_W0", "[grpo - dapo]_NC"):
+        v = stats.verdict(secondary[k], MARGIN)
+        if v.startswith("agree") and not pc_passes:  # a weak instrument reads no null
+            v = "inconclusive: inside the margin, but the positive control failed"
+        equiv[k] = v
+    return {
+        "primary": {"verdict": verdict, "why": why, "margin": PRIMARY_MARGIN},
+        "manipulation": {"valid_seeds": valid, "n_valid": len(valid), "void_below": VOID_BELOW,
+                         "primary_void": len(valid) < VOID_BELOW},
+        "positive_control": {"nats": pc["diff"], "needs": PC_MIN, "passes": pc_passes},
+        "choice_inside": {"range": list(INSIDE), "arms": inside,
+                          "saturated": sorted(k for k, v in inside.items() if not v["inside"])},
+        "accuracy": {"range": list(ACCURACY), "n_runs": len(rewards),
+                     "outside": sorted(k for k, v in rewards.items()
+                                       if not ACCURACY[0] <= v <= ACCURACY[1])},
+        "equivalence": equiv,
+    }
+
+
+def print_decisions(d):
+    """The registered decisions in a few plain lines."""
+    print(f"decision: primary {d['primary']['verdict']}: {d['primary']['why']}")
+    m = d["manipulation"]
+    print(f"decision: {m['n_valid']} seeds pass the manipulation check "
+          f"({'void: fewer than' if m['primary_void'] else 'at least'} {m['void_below']})")
+    pc = d["positive_control"]
+    nats = "n/a" if pc["nats"] is None else f"{pc['nats']:.2f}"
+    print(f"decision: positive control {nats} nats, {'passes' if pc['passes'] else 'fails'} "
+          f"(needs >= {pc['needs']:g})")
+    sat = d["choice_inside"]["saturated"]
+    print(f"decision: choice inside 0.1-0.9 at step {STEPS}: "
+          + ("every arm" if not sat else "saturated: " + ", ".join(sat)))
+    out = d["accuracy"]["outside"]
+    print(f"decision: accuracy 0.3-0.7 in {d['accuracy']['n_runs'] - len(out)} of "
+          f"{d['accuracy']['n_runs']} runs (descriptive)")
+    for k, v in d["equivalence"].items():
+        print(f"decision: {k}: {v}")
 
 
 def mean_of(xs):
@@ -487,12 +579,14 @@ def main(argv):
             "lr": o["lr"], "steps": o["steps"],
             "arms": arms, "margin": MARGIN, "primary": primary, "secondary": secondary,
             "checks": checks, "rows": rows, "per_arm": per_arm_table(runs, seeds, arms),
+            "decisions": decisions(primary, secondary, checks, runs, seeds, arms),
             "curves": {f"{c} {a}": [runs[s][c][a]["ell"] for s in seeds]
                        for c in ("W+", "W-") for a in ARMS},
             "seconds": round(time.time() - t0, 1)}
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
     common.print_contrasts({k: v for k, v in checks.items() if "diff" in v}, "check")
+    print_decisions(data["decisions"])
     data = common.clean(data)
     common.save("e12_covariance", data, o["out"], lambda plt: plot(plt, data))
     return data
