@@ -421,13 +421,13 @@ def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_
         0=1001011;1001011;1001011      a guess the check contradicts, and two retries
 
     The reward is 1 iff the guess (the first character after any restatement) is the
-    parity of the digit sum. The guess comes *before* the check: a small transformer does
-    not learn a 7-digit parity in one forward pass, so the guess stays a coin (accuracy
-    about 50 % through RL, groups stay mixed), while the check, worked digit by digit, is
+    parity of the digit sum. The guess comes *before* the check: the small model here did
+    not learn the 7-digit parity in one forward pass within E12's 20 RL steps (accuracy
+    near 50 %, nearly every group mixed), while the check, worked digit by digit, is
     easy, and tells the policy after the fact whether its guess was right. The retries
     hang on that comparison (the teacher always retries on a contradicted guess in
-    ``wrong_long``, on a confirmed one in ``right_long``), not on a token RL can fix: the
-    length goes with the reward for the whole run, as a failing model's rambling does.
+    ``wrong_long``, on a confirmed one in ``right_long``): the length goes with the reward
+    as long as the policy keeps them, as a failing model's rambling does.
 
     The restatement is the reward-irrelevant choice at the history every rollout of a
     group shares (the prompt), with p = ``p_restate`` under the teacher; its ``(`` is

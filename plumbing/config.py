@@ -259,9 +259,8 @@ def parse_args(argv, cls=Config, doc="", check=True):
 
 # Defaults that differ by task: the values `python train.py --task=NAME` runs with
 # unless a flag says otherwise. add's scratchpad makes SFT learn the columns
-# without the late, CPU-dependent drop in loss of the bare answer, and makes
-# correct (carrying) completions longer, so grpo's 1/L_i shows in exch_residual
-# (docs/NOTES.md and results/README.md: how they were chosen).
+# without the late, CPU-dependent drop in loss of the bare answer (docs/NOTES.md and
+# results/README.md: how they were chosen).
 TASK_DEFAULTS = {
     "add": {"scratchpad": True, "sft_steps": 400, "rl_steps": 100},  # the demo
     "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
