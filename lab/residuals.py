@@ -43,24 +43,36 @@ def first_token_residual(coef, group):
 
 
 def history_token_sets(tokens, mask, group):
-    """Ids of (group, history, token) sets [N,T] (-1 off the mask).
+    """Ids of (group, history, token) sets [N,T] (-1 off the mask), numbered 0..K-1.
 
     Two completion tokens (i,t) and (j,u) get the same id exactly when they are
     in the same group (so after the same prompt), at the same position t = u,
     with the same completion prefix y_{<t} and the same token y_t: copies of one
-    token after one identical history. Built as a trie over each group's
-    completions."""
-    g = loss.compact(group).tolist()
-    tok, m = tokens.tolist(), mask.tolist()
-    ids = torch.full(tokens.shape, -1, dtype=torch.long, device="cpu")
-    trie = {}
-    for i in range(len(tok)):
-        node = ("g", g[i])
-        for t in range(len(tok[i])):
-            if not m[i][t]:
-                break
-            node = trie.setdefault((node, tok[i][t]), len(trie))
-            ids[i, t] = node
+    token after one identical history. Built one position at a time: a row's id at t
+    numbers the pair (its id at t - 1, y_t) among the pairs at t (a row's id before
+    its first token is its group), so a prefix never needs comparing twice. A row
+    stops at its first masked position."""
+    tokens, mask = tokens.cpu(), mask.cpu().bool()
+    n, T = tokens.shape
+    ids = torch.full((n, T), -1, dtype=torch.long, device="cpu")
+    if n == 0 or T == 0:
+        return ids
+    node = loss.compact(group.cpu()).long()  # the history so far, numbered at this position
+    alive = torch.ones(n, dtype=torch.bool)
+    low = int(tokens[mask].min()) if bool(mask.any()) else 0
+    span = (int(tokens[mask].max()) - low + 1) if bool(mask.any()) else 1
+    start = 0
+    for t in range(T):
+        alive &= mask[:, t]
+        if not bool(alive.any()):
+            break
+        # (history, token) as one integer: node < n and span <= the vocabulary, so it fits
+        key = node[alive] * span + (tokens[alive, t].long() - low)
+        uniq, inv = torch.unique(key, return_inverse=True)
+        node = node.clone()
+        node[alive] = inv
+        ids[alive, t] = start + inv
+        start += len(uniq)
     return ids
 
 

@@ -425,3 +425,34 @@ def test_unequal_weights_fail_to_cancel_for_some_centred_advantage():
         A = w - w.mean()
         assert abs(float(A.sum())) < 1e-12
         assert float((w * A).sum()) > 0.5 * float(((w - w.mean()) ** 2).sum()) > 0
+
+
+def test_history_token_sets_partition_equals_a_trie_on_random_batches():
+    """The position-by-position numbering gives the same sets as a trie over each group's
+    completions (the definition, written the slow way), masks with holes included."""
+    def trie(tokens, mask, group):
+        g, tok, m = loss.compact(group).tolist(), tokens.tolist(), mask.tolist()
+        out, nodes = {}, {}
+        for i in range(len(tok)):
+            node = ("g", g[i])
+            for t in range(len(tok[i])):
+                if not m[i][t]:
+                    break
+                node = nodes.setdefault((node, tok[i][t]), len(nodes))
+                out[i, t] = node
+        return out
+
+    gen = torch.Generator().manual_seed(0)
+    for trial in range(150):
+        n, T, V = (int(torch.randint(1, hi, (1,), generator=gen)) for hi in (16, 10, 4))
+        tok = torch.randint(0, V, (n, T), generator=gen)
+        mask = torch.arange(T)[None, :] < torch.randint(0, T + 1, (n, 1), generator=gen)
+        if trial % 3 == 0:
+            mask[:, T // 2] &= torch.rand(n, generator=gen) > 0.5
+        grp = torch.randint(0, 3, (n,), generator=gen) * 7
+        ids, ref = residuals.history_token_sets(tok, mask, grp), trie(tok, mask, grp)
+        assert sorted((int(i), int(t)) for i, t in torch.nonzero(ids >= 0)) == sorted(ref)
+        pairs = {(int(ids[i, t]), r) for (i, t), r in ref.items()}
+        assert len(pairs) == len({a for a, _ in pairs}) == len({b for _, b in pairs})
+        on = ids[ids >= 0]
+        assert on.numel() == 0 or int(on.max()) + 1 == len(set(on.tolist()))  # 0..K-1
