@@ -58,7 +58,7 @@ def history_token_sets(tokens, mask, group):
     if n == 0 or T == 0:
         return ids
     node = loss.compact(group.cpu()).long()  # the history so far, numbered at this position
-    alive = torch.ones(n, dtype=torch.bool)
+    alive = torch.ones(n, dtype=torch.bool, device="cpu")
     low = int(tokens[mask].min()) if bool(mask.any()) else 0
     span = (int(tokens[mask].max()) - low + 1) if bool(mask.any()) else 1
     start = 0

@@ -310,3 +310,17 @@ def test_train_says_why_at_nanogpts_density():
     train.py has 102 in 336)."""
     comments, code = comment_density(os.path.join(ROOT, "train.py"))
     assert 4 * comments >= code, (comments, code)
+
+
+def test_nothing_imports_the_trl_extra_but_itself():
+    """trl_bridge/ is an optional extra: the lesson, the lab, the plumbing and the exercises
+    run without TRL, so none of them imports it (it imports loss.py and the lab)."""
+    for folder in FOLDERS:
+        for dirpath, dirs, files in os.walk(os.path.join(ROOT, folder)):
+            dirs[:] = [x for x in dirs if not x.startswith(".") and x != "__pycache__"]
+            if folder == "" and dirpath != os.path.join(ROOT, folder):
+                continue
+            for f in files:
+                if f.endswith(".py"):
+                    found = top_imports(os.path.join(dirpath, f))
+                    assert not found & {"trl_bridge", "trl"}, os.path.join(dirpath, f)

@@ -5,7 +5,7 @@ A two-layer Qwen2 of about 30k parameters over this project's character alphabet
 extra's tests run on a CPU in seconds. A real model replaces both (train_lm.py --model).
 """
 import torch
-from tokenizers import Tokenizer, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 import toy_tasks
@@ -19,6 +19,7 @@ def tokenizer():
     vocab.update({EOS: len(vocab), PAD: len(vocab) + 1})
     tok = Tokenizer(models.WordLevel(vocab, unk_token=PAD))
     tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")  # every character
+    tok.decoder = decoders.Fuse()  # decoded text without spaces between the characters
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD,
                                    padding_side="left")
 

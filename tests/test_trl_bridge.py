@@ -1,0 +1,260 @@
+"""trl_bridge: loss.py's objectives and the ledger inside TRL's GRPOTrainer, on a tiny model
+built in the test (nothing downloaded). Skipped where the extra is not installed."""
+import copy
+import os
+import random
+
+import pytest
+
+pytest.importorskip("trl")
+import torch  # noqa: E402
+from datasets import Dataset  # noqa: E402
+from trl import GRPOConfig, GRPOTrainer  # noqa: E402
+
+import loss  # noqa: E402
+from trl_bridge import tiny  # noqa: E402
+from trl_bridge.trainer import CancellationConfig, CancellationGRPOTrainer  # noqa: E402
+
+TOK = tiny.tokenizer()
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def dataset(n=64, seed=0):
+    rng = random.Random(seed)
+    return Dataset.from_dict({"prompt": ["".join(rng.choice("0123456789") for _ in range(4))
+                                         + "=" for _ in range(n)]})
+
+
+def last_even(completions, **kw):
+    """About half the completions end on an even digit: groups are mixed, and the reward
+    does not follow from a shared prefix, so shared tokens meet both signs."""
+    return [float(c[-1:] in "02468") for c in completions]
+
+
+def settings(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
+                max_completion_length=10, max_steps=4, bf16=False, logging_steps=1,
+                report_to=[], save_strategy="no", gradient_accumulation_steps=2,
+                use_cpu=True, learning_rate=1e-3, temperature=0.5, seed=0)
+    return {**base, **kw}
+
+
+def trainer(tmp_path, model=None, **kw):
+    return CancellationGRPOTrainer(model=model or tiny.model(TOK), reward_funcs=last_even,
+                                   args=CancellationConfig(**settings(tmp_path, **kw)),
+                                   train_dataset=dataset(), processing_class=TOK)
+
+
+def logged(tr, key):
+    return [h[key] for h in tr.state.log_history if key in h]
+
+
+# ----------------------------------------------------------------------------- the loss
+
+def batch(seed=0, rows=8, length=10, prompt=5):
+    """One micro-batch as TRL hands it to the loss, off-policy: old log-probs 0.3 nats
+    off at random, so ratios leave the clip interval on some tokens."""
+    g = torch.Generator().manual_seed(seed)
+    comp = torch.randint(0, 18, (rows, length), generator=g)
+    cmask = (torch.arange(length)[None, :] < torch.randint(3, length + 1, (rows, 1),
+                                                           generator=g)).long()
+    return {"prompt_ids": torch.randint(0, 10, (rows, prompt), generator=g),
+            "prompt_mask": torch.ones(rows, prompt, dtype=torch.long),
+            "completion_ids": comp, "completion_mask": cmask,
+            "advantages": torch.randn(rows, generator=g),
+            "group_id": torch.arange(rows) // 4, "row_id": torch.arange(rows),
+            "num_items_in_batch": cmask.sum(),
+            "noise": 0.3 * torch.randn(rows, length, generator=g)}
+
+
+def gradient(tr, inputs, ours):
+    """The model's gradient of one micro-batch's loss, by TRL's _compute_loss or ours."""
+    tr.model.train()
+    tr.model.zero_grad()
+    tr.current_gradient_accumulation_steps = 1  # set by train(); one micro-batch per step
+    with torch.no_grad():
+        logp = tr._get_per_token_logps_and_entropies(
+            tr.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            inputs["completion_ids"].size(1))[0]
+    inputs = dict(inputs, old_per_token_logps=logp + inputs["noise"])
+    if ours:
+        tr._step, tr._buffered_inputs = 0, [inputs]
+        value = tr.compute_loss(tr.model, inputs)
+    else:
+        value = tr._compute_loss(tr.model, inputs)
+    value.backward()
+    return torch.cat([p.grad.flatten() for p in tr.model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "dapo"])
+def test_the_gradient_equals_trls_own_loss_type_off_policy_with_the_clip_binding(name, tmp_path):
+    model = tiny.model(TOK)
+    common = settings(tmp_path, gradient_accumulation_steps=1, steps_per_generation=1,
+                      epsilon=0.2, epsilon_high=0.28)
+    trl = GRPOTrainer(model=copy.deepcopy(model), reward_funcs=last_even, processing_class=TOK,
+                      args=GRPOConfig(loss_type=name, **common), train_dataset=dataset())
+    ours = CancellationGRPOTrainer(model=copy.deepcopy(model), reward_funcs=last_even,
+                                   processing_class=TOK, train_dataset=dataset(),
+                                   args=CancellationConfig(objective=name, **common))
+    inputs = batch()
+    g_trl, g_ours = gradient(trl, inputs, False), gradient(ours, inputs, True)
+    assert ours._metrics["train"]["objective/clip_frac"][-1] > 0.02  # the clip binds
+    assert torch.allclose(g_ours, g_trl, rtol=1e-4, atol=1e-7)
+
+
+def test_a_mismatched_pair_differs(tmp_path):
+    """The comparison can fail: our grpo against TRL's dapo."""
+    model = tiny.model(TOK)
+    common = settings(tmp_path, gradient_accumulation_steps=1, steps_per_generation=1)
+    trl = GRPOTrainer(model=copy.deepcopy(model), reward_funcs=last_even, processing_class=TOK,
+                      args=GRPOConfig(loss_type="dapo", **common), train_dataset=dataset())
+    ours = CancellationGRPOTrainer(model=copy.deepcopy(model), reward_funcs=last_even,
+                                   processing_class=TOK, train_dataset=dataset(),
+                                   args=CancellationConfig(objective="grpo", **common))
+    inputs = batch()
+    g_trl, g_ours = gradient(trl, inputs, False), gradient(ours, inputs, True)
+    assert (g_ours - g_trl).norm() > 0.05 * g_trl.norm()
+
+
+# ----------------------------------------------------------------------------- the ledger
+
+def test_the_parts_zero_by_construction_are_zero(tmp_path):
+    """dapo on-policy (one optimizer step per generation): no unequal weights, no ratios;
+    whole groups: no split. The ledger sees shared tokens (mass), so the zeros say
+    something about the weights, not about an empty ledger."""
+    tr = trainer(tmp_path, objective="dapo", max_steps=6)
+    tr.train()
+    assert max(logged(tr, "ledger/cancelled")) > 0.1
+    for part in ("weights", "ratios", "split"):
+        assert max(logged(tr, f"ledger/{part}")) < 1e-6, part
+    assert logged(tr, "lengthcov/gap")
+
+
+def test_grpo_leaves_a_weights_part_and_whole_groups_no_split(tmp_path):
+    tr = trainer(tmp_path, objective="grpo", max_steps=6)
+    tr.train()
+    assert max(logged(tr, "ledger/weights")) > 1e-4
+    assert max(logged(tr, "ledger/split")) < 1e-6
+
+
+def test_trls_shuffle_splits_groups_over_optimizer_steps(tmp_path):
+    """steps_per_generation 4 over gradient accumulation 1: four optimizer steps per
+    generation. Whole groups keep the split at 0; TRL's row shuffle does not."""
+    kw = dict(objective="dapo", gradient_accumulation_steps=1, per_device_train_batch_size=4,
+              steps_per_generation=4, max_steps=8)
+    whole, shuffled = trainer(tmp_path / "a", **kw), trainer(tmp_path / "b", keep_groups=False,
+                                                            **kw)
+    whole.train()
+    shuffled.train()
+    assert max(logged(whole, "ledger/split")) < 1e-6
+    assert max(logged(shuffled, "ledger/split")) > 0.01
+
+
+def test_dfpo_transforms_see_whole_groups(tmp_path, monkeypatch):
+    seen = []
+    real = loss.dfpo_weights
+
+    def spy(ratio, adv, group, transform, bounds):
+        seen.append(torch.unique(group, return_counts=True)[1].tolist())
+        return real(ratio, adv, group, transform, bounds)
+    monkeypatch.setattr(loss, "dfpo_weights", spy)
+    kw = dict(objective="dfpo_min", gradient_accumulation_steps=1,
+              per_device_train_batch_size=4, steps_per_generation=4, max_steps=4)
+    trainer(tmp_path / "a", **kw).train()
+    assert seen and all(set(counts) == {4} for counts in seen)  # G = 4 rows of every group
+    seen.clear()
+    trainer(tmp_path / "b", keep_groups=False, **kw).train()
+    assert any(set(counts) != {4} for counts in seen)  # TRL's shuffle: partial groups
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("kw,words", [
+    ({"objective": "ppo"}, "unknown objective 'ppo'"),
+    ({"per_device_train_batch_size": 6, "gradient_accumulation_steps": 1,
+      "steps_per_generation": 2}, "keep_groups"),
+    ({"ledger_every": -1}, "ledger_every"),
+    ({"steps_per_generation": 3}, "multiple of gradient_accumulation_steps"),
+])
+def test_bad_settings_are_one_line(tmp_path, kw, words):
+    with pytest.raises(ValueError) as e:
+        CancellationConfig(**settings(tmp_path, **kw))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- the script
+
+def test_the_example_script_runs_on_the_tiny_model(tmp_path, capsys):
+    from trl_bridge import train_lm
+    s = train_lm.main([f"--out={tmp_path}", "--model=tiny", "--sft_steps=200", "--steps=4",
+                       "--batch=8", "--group_size=4", "--accumulation=1",
+                       "--steps_per_generation=2", "--objective=dapo"])
+    text = capsys.readouterr().out
+    assert "cancellation ledger (dapo, groups kept whole)" in text
+    assert {"ledger/cancelled", "ledger/split", "ledger/weights"} <= set(s)
+    assert s["ledger/split"] < 1e-6  # whole groups
+    for k, v in s.items():
+        assert f"{k:24s} {v:.4g}" in text
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--objective=ppo"], "unknown objective 'ppo'"),
+    (["--batch=6", "--group_size=4", "--accumulation=1", "--steps_per_generation=2"],
+     "keep_groups needs whole groups"),
+    (["--steps=0"], "--steps takes a whole number >= 1"),
+    (["--lr=nan"], "--lr must be a finite number"),
+    (["--task=nope"], "unknown task 'nope'"),
+    (["--keep_groups=yes"], "--keep_groups takes true or false"),
+    (["--bogus=1"], "unknown argument"),
+])
+def test_the_scripts_bad_input_is_one_error_line(argv, words, tmp_path):
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "trl_bridge.train_lm", f"--out={tmp_path}/o",
+                          *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
+    assert words in out.stderr and "Traceback" not in out.stderr
+    assert not os.path.exists(f"{tmp_path}/o")
+
+
+def test_a_trainer_without_a_reward_function_is_refused(tmp_path):
+    with pytest.raises((TypeError, ValueError)):
+        CancellationGRPOTrainer(model=tiny.model(TOK), args=CancellationConfig(
+            **settings(tmp_path)), train_dataset=dataset(), processing_class=TOK)
+
+
+def test_two_processes_log_the_ledger_of_the_whole_batch(tmp_path):
+    """`accelerate launch` with 2 CPU processes (gloo), TRL's shuffle (groups split over
+    steps and processes): the ledger each process logs is the one computed in a single
+    process from both processes' rows and coefficients joined."""
+    import subprocess
+    import sys
+    from lab.ledger import ledger_shares, ledger_sums
+    run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
+                          "--num_processes=2", "tests/trl_ddp_driver.py", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    assert run.returncode == 0, run.stderr[-2000:]
+    recs = [torch.load(tmp_path / f"record_{r}.pt", weights_only=False) for r in (0, 1)]
+    assert len(recs[0]) == len(recs[1]) >= 1
+    pad = lambda x, T: torch.nn.functional.pad(x, (0, T - x.shape[1]))
+    checked = 0
+    for a, b in zip(*recs):
+        T = max(a["gen"]["completion_ids"].shape[1], b["gen"]["completion_ids"].shape[1])
+        n = len(a["gen"]["advantages"])
+        join = lambda k: torch.cat([pad(a["gen"][k], T), pad(b["gen"][k], T)])
+        steps = [(torch.cat([ra, rb + n]), torch.cat([pad(ca, T), pad(cb, T)]),
+                  torch.cat([pad(oa, T), pad(ob, T)]))
+                 for (ra, ca, oa), (rb, cb, ob) in zip(a["steps"], b["steps"])]
+        sums = ledger_sums(steps, torch.cat([a["gen"]["advantages"], b["gen"]["advantages"]]),
+                           join("completion_ids"), join("completion_mask").bool(),
+                           torch.cat([a["gen"]["group_id"], b["gen"]["group_id"]]))
+        shares = ledger_shares(sums)
+        for k, v in a["logged"].items():
+            assert v == pytest.approx(shares[k.split("/")[1]], abs=1e-9), k
+            assert b["logged"][k] == pytest.approx(v, abs=1e-12)
+        checked += sums["mass"] > 0
+    assert checked >= 1  # at least one batch had shared tokens to account for
