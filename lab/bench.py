@@ -47,6 +47,10 @@
   copies to the CPU), each a wait of the host for a GPU, per SFT step and in one RL step
   with the lab's instruments on and off, counted at the dispatcher (lab/syncs.py: an
   upper bound, the same on any device); on CUDA also the waits the driver reports.
+* ``ledger``: the cancellation ledger's bookkeeping at a real model's size, 512 completions
+  of 2,048 tokens (groups of 8, each sharing a 32-token template, then random tokens of a
+  50k vocabulary, lengths 1,024-2,048): ``sets_s`` for ``residuals.history_token_sets``
+  (target ``target_s``, 0.5 s on the CPU), ``ledger_s`` for one ``ledger.ledger_sums``.
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -89,14 +93,15 @@ from plumbing.errors import CliError
 from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
-from lab import estimators, objectives, residuals, syncs
+from lab import estimators, ledger, objectives, residuals, syncs
 
 FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
-        "mm": 2048, "repeats": 5, "recompute_repeats": 3, "sync_flags": []}
+        "mm": 2048, "repeats": 5, "recompute_repeats": 3, "sync_flags": [],
+        "ledger": (512, 2048)}
 QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
          "mm": 256, "repeats": 1, "recompute_repeats": 1,
          "sync_flags": ["--n_layer=1", "--n_head=2", "--n_embd=32", "--prompts_per_step=4",
-                        "--group_size=4", "--eval_size=8"]}
+                        "--group_size=4", "--eval_size=8"], "ledger": (32, 64)}
 
 
 def timed(fn, device):
@@ -515,6 +520,26 @@ def count_run(flags, device="cpu"):
     return out
 
 
+def bench_ledger(P):
+    """The ledger's bookkeeping on N completions x T tokens (the docstring's ``ledger``), on
+    the CPU, where it runs."""
+    n, T = P["ledger"]
+    g = torch.Generator().manual_seed(0)
+    group = torch.arange(n) // 8
+    tokens = torch.randint(0, 50000, (n, T), generator=g)
+    tokens[:, :min(32, T)] = tokens[group * 8, :min(32, T)]  # the group's shared template
+    lens = torch.randint(T // 2, T + 1, (n,), generator=g)
+    mask = torch.arange(T)[None, :] < lens[:, None]
+    adv, coef = torch.randn(n, generator=g), torch.randn(n, T, generator=g) * mask
+    sets_s = median_time(lambda: residuals.history_token_sets(tokens, mask, group),
+                         P["repeats"], "cpu")
+    step = [(torch.arange(n), coef, coef)]
+    ledger_s = median_time(lambda: ledger.ledger_sums(step, adv, tokens, mask, group),
+                           P["repeats"], "cpu")
+    return {"name": "ledger", "completions": n, "tokens": T, "sets_s": sets_s,
+            "ledger_s": ledger_s, "target_s": 0.5}
+
+
 def bench_syncs(P, device):
     """Host reads (each a GPU wait) per SFT step and per RL step (lab/syncs.py), with the
     instruments on and off, on the demo's task and model."""
@@ -632,6 +657,7 @@ def main(argv):
                else bench_ddp(P, device, P["sizes"][0], opts["quick"]))
         emit(dict(rec, model=f"{n_layer}x{n_embd}", n_head=n_head), device, out)
     emit(bench_syncs(P, device), device, out)
+    emit(bench_ledger(P), device, out)
     emit({"name": "memory"}, device, out)
     if out:
         checkpoint.atomic_write_text(out.getvalue(), os.path.realpath(opts["out"]))  # a link stays

@@ -68,7 +68,14 @@ def ledger_sums(steps, adv, tokens, mask, group):
     magnitudes per part of LEDGER_PARTS}. Sets with one copy are left out: nothing there
     can cancel."""
     ids = residuals.history_token_sets(tokens.cpu(), mask.cpu(), group.cpu())
-    n_sets = int(ids.max()) + 1 if bool((ids >= 0).any()) else 0
+    # a set with one copy adds nothing to any part: drop it before the sums (most positions
+    # of long completions are not shared), renumbering the rest in the same order
+    on = ids >= 0
+    copies = torch.bincount(ids[on], minlength=1)
+    keep = copies >= 2
+    renumber = torch.cumsum(keep.long(), 0) - 1
+    ids = torch.where(on, torch.where(keep[ids.clamp(min=0)], renumber[ids.clamp(min=0)], -1), -1)
+    n_sets = int(keep.sum())
     zero = {"mass": 0.0, "cancelled": 0.0, **{p: 0.0 for p in LEDGER_PARTS}}
     if n_sets == 0:
         return zero

@@ -19,7 +19,8 @@ from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import sample  # noqa: E402
 from lab import bench  # noqa: E402
 
-NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "syncs", "memory"}
+NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "syncs", "ledger",
+         "memory"}
 
 
 def test_quick_bench_prints_json_lines(tmp_path):
