@@ -258,3 +258,15 @@ def test_two_processes_log_the_ledger_of_the_whole_batch(tmp_path):
             assert b["logged"][k] == pytest.approx(v, abs=1e-12)
         checked += sums["mass"] > 0
     assert checked >= 1  # at least one batch had shared tokens to account for
+
+
+def test_the_references_snippet_runs_as_pasted(tmp_path, monkeypatch):
+    import re
+    text = open(os.path.join(ROOT, "docs", "REFERENCE.md"), encoding="utf-8").read()
+    section = text.split("## Beyond the toy")[1].split("\n## ")[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(ROOT)  # "from the repository's root"
+    scope = {}
+    exec(compile(code, "REFERENCE.md", "exec"), scope)
+    assert scope["trainer"].state.global_step == 2
