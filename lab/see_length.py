@@ -23,7 +23,8 @@ equal weights add no such push.
 
 One command trains a warm start (800 SFT steps, E12's model), then runs grpo and dapo from
 it on the same rollout stream (20 RL steps at lr 3e-5, E12's W+ condition and settings)
-and prints the length gap, how far each arm moved the choice, and the predicted push.
+and prints the length gap, how far each arm moved the choice, and the predicted push. It
+runs on one thread, as E12 did: seed S prints E12's W+ numbers of seed S.
 
     python -m lab.see_length              # seed 0, about 2-3 minutes on 2 cores
     python -m lab.see_length --seed=3     # another warm start and rollout stream
@@ -35,6 +36,8 @@ import math
 import os
 import sys
 import time
+
+import torch
 
 from lab.experiments import common
 from plumbing.errors import CliError, cli
@@ -120,6 +123,9 @@ def reading(runs):
 
 def main(argv):
     o = parse(argv)
+    # one thread: the numbers are then the same on any core count, and seed S's are E12's
+    # W+ records of seed S (E12 ran on one thread); a thread count changes the rounding
+    torch.set_num_threads(1)
     folder = os.path.join(o["out"], f"seed{o['seed']}")
     os.makedirs(folder, exist_ok=True)
     log = os.path.join(folder, "train.log")

@@ -581,7 +581,8 @@ def main(argv):
             "checks": checks, "rows": rows, "per_arm": per_arm_table(runs, seeds, arms),
             "decisions": decisions(primary, secondary, checks, runs, seeds, arms),
             "curves": {f"{c} {a}": [runs[s][c][a]["ell"] for s in seeds]
-                       for c in ("W+", "W-") for a in ARMS},
+                       for c in CONDITIONS for a in ARMS},
+            "exploratory": {"retries of wrong rollouts at step 20, W+": retries(o, seeds)},
             "seconds": round(time.time() - t0, 1)}
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
@@ -594,21 +595,56 @@ def main(argv):
 
 def plot(plt, data):
     """The choice's log-odds over RL steps (change from the warm start), grpo against
-    dapo, in W+ and in W-: the mean over seeds with a 95 % t band."""
-    fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True, layout="constrained")
+    dapo, in each condition: the mean over seeds with a 95 % t band."""
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7), sharey=True, layout="constrained")
     colors = {"grpo": "tab:red", "dapo": "tab:green"}
-    for ax, cond in zip(axes, ("W+", "W-")):
+    titles = {"W+": "W+: wrong rollouts 16 tokens longer",
+              "W-": "W\u2212: right rollouts 16 tokens longer",
+              "W0": "W0: 0-5 retries at random", "NC": "NC: the choice changes no length"}
+    for ax, cond in zip(axes.flat, CONDITIONS):
         for arm in ARMS:
-            curves = data["curves"][f"{cond} {arm}"]
+            curves = data["curves"].get(f"{cond} {arm}")
+            if not curves:
+                continue
             steps = [s for s, _ in curves[0]]
             cols = [[c[i][1] - c[0][1] for c in curves] for i in range(len(steps))]
             common.mean_band(ax, steps, cols, colors[arm], arm, lw=1.2)
         ax.axhline(0, color="0.6", lw=0.8)
-        ax.set_title(f"{cond}: {'wrong' if cond == 'W+' else 'right'} rollouts 16 tokens longer")
+        ax.set_title(titles[cond])
         ax.set_xlabel("RL step")
         ax.legend()
-    axes[0].set_ylabel("change of log-odds of restating (nats)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("change of log-odds of restating (nats)")
     return fig
+
+
+def retries(o, seeds):
+    """Exploratory (not registered): the mean number of retries in the wrong rollouts of
+    each W+ run's final policy, apart from the restatement (Secondary 5's length counts
+    both), grpo - dapo over the seeds whose run folders are on this machine. 32 training
+    problems x 8, temperature 1, a stream of their own."""
+    vals = {}
+    for s in seeds:
+        per_arm = {}
+        for arm in ARMS:
+            path = os.path.join(o["out"], "runs", "e12", f"Wp_{arm}_s{s}", "ckpt.pt")
+            if not os.path.exists(path):
+                break
+            task, b = common.sample_checkpoint(path, "parity_wrong_long", s, 9500 + s, 32)
+            texts = [task.decode(row[m].tolist()) for row, m in zip(b.tokens, b.mask)]
+            wrong = [t for t, r in zip(texts, b.rewards.tolist()) if r == 0]
+            per_arm[arm] = {"retries": mean_of([t.count(";") for t in wrong]),
+                            "restated": mean_of([float(t.startswith("(")) for t in wrong])}
+        if len(per_arm) == len(ARMS):
+            vals[s] = per_arm
+    got = sorted(vals)
+    return {"per_seed": {str(s): vals[s] for s in got},
+            "grpo - dapo, retries": stats.contrast(
+                [vals[s]["grpo"]["retries"] for s in got],
+                [vals[s]["dapo"]["retries"] for s in got], "none (exploratory)", got),
+            "grpo - dapo, restated share": stats.contrast(
+                [vals[s]["grpo"]["restated"] for s in got],
+                [vals[s]["dapo"]["restated"] for s in got], "none (exploratory)", got)}
 
 
 if __name__ == "__main__":
