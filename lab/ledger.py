@@ -83,37 +83,41 @@ def ledger_sums(steps, adv, tokens, mask, group):
     def per_set(where, v):  # sum of v over the copies of each set
         return torch.zeros(n_sets, dtype=torch.float64, device="cpu").index_add_(0, where, v)
 
-    on = ids >= 0
-    zeros = lambda *shape: torch.zeros(*shape, dtype=torch.float64, device="cpu")
-    total, total_on = zeros(ids.shape), zeros(ids.shape)
+    # every shared position once: its row, its token position and its set
+    row, pos = torch.nonzero(ids >= 0, as_tuple=True)
+    where = ids[row, pos]
+    zeros = lambda n: torch.zeros(n, dtype=torch.float64, device="cpu")
+    total, total_on = zeros(len(where)), zeros(len(where))  # c_i and c°_i summed over steps
     moved, mass = zeros(n_sets), zeros(n_sets)
     for rows, coef, coef_on in steps:
         rows = rows.cpu()
-        sub, c = ids[rows], coef.detach().cpu().double()
-        here = sub >= 0
-        net = per_set(sub[here], c[here])  # one gradient per set and step: only the net moves
+        at = torch.full((ids.shape[0],), -1, dtype=torch.long, device="cpu")
+        at[rows] = torch.arange(len(rows), device="cpu")  # a step uses a row once
+        k = at[row]
+        mine = k >= 0  # the shared positions of this step's rows
+        c = coef.detach().cpu().double()[k[mine], pos[mine]]
+        net = per_set(where[mine], c)  # one gradient per set and step: only the net moves
         moved += net.abs()
-        mass += per_set(sub[here], c[here].abs())
-        total.index_add_(0, rows, c)  # a row may come back in a later epoch
-        total_on.index_add_(0, rows, coef_on.detach().cpu().double())
-    where = ids[on]
-    a = adv.detach().cpu().double()[:, None].expand(ids.shape)
-    a_g = (loss.group_sum(adv.detach().cpu().double(), group.cpu())
-           / loss.group_sum(torch.ones(len(adv), dtype=torch.float64, device="cpu"),
-                                 group.cpu()))
-    a_g = a_g[:, None].expand(ids.shape)
-    copies, sum_a, abs_a = per_set(where, torch.ones_like(a[on])), per_set(where, a[on]), \
-        per_set(where, a[on].abs())
-    C, C_on = per_set(where, total[on]), per_set(where, total_on[on])
+        mass += per_set(where[mine], c.abs())
+        total[mine] += c  # a row may come back in a later epoch
+        total_on[mine] += coef_on.detach().cpu().double()[k[mine], pos[mine]]
+    a_row = adv.detach().cpu().double()
+    a_g_row = (loss.group_sum(a_row, group.cpu())
+               / loss.group_sum(torch.ones(len(adv), dtype=torch.float64, device="cpu"),
+                                group.cpu()))
+    a, a_g = a_row[row], a_g_row[row]
+    copies, sum_a, abs_a = per_set(where, torch.ones_like(a)), per_set(where, a), \
+        per_set(where, a.abs())
+    C, C_on = per_set(where, total), per_set(where, total_on)
 
     def mean_weight(c):  # wbar = sum_S sign(Â_i) c_i / sum_S |Â_i| (0 where every Â is 0)
-        s = per_set(where, torch.sign(a[on]) * c[on])
+        s = per_set(where, torch.sign(a) * c)
         return torch.where(abs_a > 0, s / abs_a.clamp(min=1e-300), torch.zeros_like(s))
     wbar, wbar_on = mean_weight(total), mean_weight(total_on)
     weights = C_on - wbar_on * sum_a
     parts = {
-        "credit": wbar * per_set(where, (a - a_g)[on]),
-        "uncentred": wbar * per_set(where, a_g[on]),
+        "credit": wbar * per_set(where, a - a_g),
+        "uncentred": wbar * per_set(where, a_g),
         "weights": weights,
         "ratios": (C - wbar * sum_a) - weights,
         "split": moved - C.abs(),
