@@ -66,7 +66,10 @@ def ledger_sums(steps, adv, tokens, mask, group):
     ``coefficients`` of the same loss with every ratio 1). Returns {"mass": sum over sets
     of sum_k sum_i |c_i^(k)|, "cancelled": what cancelled inside steps, and one sum of
     magnitudes per part of LEDGER_PARTS}. Sets with one copy are left out: nothing there
-    can cancel."""
+    can cancel.
+
+    Long because: the five parts share every per-set sum, and splitting them apart would
+    compute those sums again for each part."""
     ids = residuals.history_token_sets(tokens.cpu(), mask.cpu(), group.cpu())
     # a set with one copy adds nothing to any part: drop it before the sums (most positions
     # of long completions are not shared), renumbering the rest in the same order
