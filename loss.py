@@ -34,9 +34,12 @@ tell apart is not moved. [P1] calls equal weights *gradient exchangeability*:
                                        tokens the *whole* group shares still cancel
 
 Off-policy (a rollout batch reused for several optimizer steps), every copy of
-(h, a) has the same token ratio rho, so token ratios keep the weights equal; an
-asymmetric clip does not (the copies on one side of the clip lose their gradient).
-DFPO's two detached group transforms make a sequence-level weight equal again.
+(h, a) has the same token ratio rho, so token ratios keep the weights equal. PPO's clip
+does not, even a symmetric one (--clip=sym): it drops a copy's gradient once rho has
+left the interval on the side its Â pushes to, so the copies of one sign lose theirs
+and the others keep them. A sequence-level ratio (one weight per completion) is unequal
+too; DFPO's two detached group transforms repair it: dfpo_min gives a group one
+weight, dfpo_orth keeps unequal weights with sum_i Â_i w~_i = 0 in each group.
 
 Notation: N = completions in the optimizer step, L_i = length of completion i (its
 EOS included), L_max = the task's longest completion, sum_j L_j = completion tokens
@@ -209,7 +212,8 @@ def dapo(logp, old_logp, mask, adv, group, counts, clip):
         Â_i  = (r_i - mu_g) / (sigma_g + eps)                   advantages(scale=True)
 
     c_{i,t} = rho Â_i / sum_j L_j: every token of the step counts once, whatever its
-    completion's length. DAPO's own clip is asymmetric (--clip=higher: 1-0.2, 1+0.28)."""
+    completion's length. DAPO's own clip is clip-higher, wider above than below
+    (--clip=higher: 1-0.2, 1+0.28)."""
     lens = mask.sum(1)
     agg = torch.full_like(lens, 1.0 / max(counts["n_tokens"], 1), dtype=torch.float)
     return token_loss(logp, old_logp, mask, adv, clip, agg)
