@@ -103,6 +103,48 @@ def test_the_gradient_equals_trls_own_loss_type_off_policy_with_the_clip_binding
     assert torch.allclose(g_ours, g_trl, rtol=1e-4, atol=1e-7)
 
 
+@pytest.mark.parametrize("name", ["grpo", "dapo", "dfpo_min"])
+def test_two_micro_batches_give_the_gradient_of_their_joined_step(name, tmp_path):
+    """Gradient accumulation over 2 micro-batches of one optimizer step gives the gradient
+    of the whole step taken at once: the counts N, sum L and DFPO's w~ are the step's."""
+    model = tiny.model(TOK)
+    joined = CancellationGRPOTrainer(
+        model=copy.deepcopy(model), reward_funcs=last_even, processing_class=TOK,
+        train_dataset=dataset(), args=CancellationConfig(objective=name, **settings(
+            tmp_path, gradient_accumulation_steps=1, steps_per_generation=1)))
+    split = CancellationGRPOTrainer(
+        model=copy.deepcopy(model), reward_funcs=last_even, processing_class=TOK,
+        train_dataset=dataset(), args=CancellationConfig(objective=name, **settings(
+            tmp_path, gradient_accumulation_steps=2, steps_per_generation=2)))
+    inputs = batch(rows=8)
+    with torch.no_grad():
+        logp = joined._get_per_token_logps_and_entropies(
+            joined.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
+            inputs["completion_ids"].size(1))[0]
+    inputs = dict(inputs, old_per_token_logps=logp + inputs.pop("noise"))
+    half = lambda rows: {k: v[rows] if torch.is_tensor(v) and v.dim() and len(v) == 8 else v
+                         for k, v in inputs.items()}
+
+    def step_gradient(tr, parts):  # one optimizer step over the parts, as train() runs it
+        tr.model.train()
+        tr.model.zero_grad()
+        tr.current_gradient_accumulation_steps = len(parts)
+        tr._buffered_inputs = parts
+        for k, part in enumerate(parts):
+            tr._step = k
+            tr.compute_loss(tr.model, part).backward()
+        return torch.cat([p.grad.flatten() for p in tr.model.parameters() if p.grad is not None])
+    g_joined = step_gradient(joined, [inputs])
+    g_split = step_gradient(split, [half(slice(0, 4)), half(slice(4, 8))])
+    assert torch.allclose(g_split, g_joined, rtol=1e-4, atol=1e-7)
+    # the test can fail: each half with its own counts is another gradient
+    g_own = torch.zeros_like(g_joined)
+    for rows in (slice(0, 4), slice(4, 8)):
+        g_own += step_gradient(joined, [half(rows)])
+    assert (g_own - g_joined).norm() > 1e-3 * g_joined.norm()
+
+
 def test_a_mismatched_pair_differs(tmp_path):
     """The comparison can fail: our grpo against TRL's dapo."""
     model = tiny.model(TOK)
@@ -120,9 +162,9 @@ def test_a_mismatched_pair_differs(tmp_path):
 # ----------------------------------------------------------------------------- the ledger
 
 def test_the_parts_zero_by_construction_are_zero(tmp_path):
-    """dapo on-policy (one optimizer step per generation): no unequal weights, no ratios;
-    whole groups: no split. The ledger sees shared tokens (mass), so the zeros say
-    something about the weights, not about an empty ledger."""
+    """dapo on-policy (one optimizer step per generation): no unequal weights, no ratios.
+    The ledger sees shared tokens (mass), so the zeros say something about the weights,
+    not about an empty ledger."""
     tr = trainer(tmp_path, objective="dapo", max_steps=6)
     tr.train()
     assert max(logged(tr, "ledger/cancelled")) > 0.1
@@ -132,10 +174,14 @@ def test_the_parts_zero_by_construction_are_zero(tmp_path):
 
 
 def test_grpo_leaves_a_weights_part_and_whole_groups_no_split(tmp_path):
-    tr = trainer(tmp_path, objective="grpo", max_steps=6)
+    """Four optimizer steps per generation batch, groups kept whole: no split (TRL's
+    shuffle splits them: the next test), while grpo's 1/L leaves a weights part."""
+    tr = trainer(tmp_path, objective="grpo", max_steps=16, gradient_accumulation_steps=1,
+                 per_device_train_batch_size=8, steps_per_generation=4)
     tr.train()
     assert max(logged(tr, "ledger/weights")) > 1e-4
     assert max(logged(tr, "ledger/split")) < 1e-6
+    assert max(logged(tr, "ledger/cancelled")) > 0.1
 
 
 def test_trls_shuffle_splits_groups_over_optimizer_steps(tmp_path):
@@ -176,6 +222,8 @@ def test_dfpo_transforms_see_whole_groups(tmp_path, monkeypatch):
       "steps_per_generation": 2}, "keep_groups"),
     ({"ledger_every": -1}, "ledger_every"),
     ({"steps_per_generation": 3}, "multiple of gradient_accumulation_steps"),
+    ({"beta": 0.04}, "does not take beta"),
+    ({"entropy_coef": 0.01, "top_entropy_quantile": 0.5}, "top_entropy_quantile, entropy_coef"),
 ])
 def test_bad_settings_are_one_line(tmp_path, kw, words):
     with pytest.raises(ValueError) as e:
@@ -187,8 +235,8 @@ def test_bad_settings_are_one_line(tmp_path, kw, words):
 
 def test_the_example_script_runs_on_the_tiny_model(tmp_path, capsys):
     from trl_bridge import train_lm
-    s = train_lm.main([f"--out={tmp_path}", "--model=tiny", "--sft_steps=200", "--steps=4",
-                       "--batch=8", "--group_size=4", "--accumulation=1",
+    s = train_lm.main([f"--out={tmp_path}", "--model=tiny", "--sft_steps=300", "--steps=6",
+                       "--batch=8", "--group_size=8", "--accumulation=1",
                        "--steps_per_generation=2", "--objective=dapo"])
     text = capsys.readouterr().out
     assert "cancellation ledger (dapo, groups kept whole)" in text
@@ -236,7 +284,8 @@ def test_two_processes_log_the_ledger_of_the_whole_batch(tmp_path):
     run = subprocess.run([sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu",
                           "--num_processes=2", "tests/trl_ddp_driver.py", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+                         env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT,
+                                  CUDA_VISIBLE_DEVICES=""))  # two CPU processes
     assert run.returncode == 0, run.stderr[-2000:]
     recs = [torch.load(tmp_path / f"record_{r}.pt", weights_only=False) for r in (0, 1)]
     assert len(recs[0]) == len(recs[1]) >= 1
@@ -253,6 +302,7 @@ def test_two_processes_log_the_ledger_of_the_whole_batch(tmp_path):
                            join("completion_ids"), join("completion_mask").bool(),
                            torch.cat([a["gen"]["group_id"], b["gen"]["group_id"]]))
         shares = ledger_shares(sums)
+        assert a["logged"] or sums["mass"] == 0  # a batch with shared tokens logs its ledger
         for k, v in a["logged"].items():
             assert v == pytest.approx(shares[k.split("/")[1]], abs=1e-9), k
             assert b["logged"][k] == pytest.approx(v, abs=1e-12)

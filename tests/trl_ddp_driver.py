@@ -1,4 +1,5 @@
-"""Run by tests/test_trl_bridge.py under `accelerate launch --num_processes=2 --cpu`: a few
+"""Run by tests/test_trl_bridge.py under `accelerate launch --multi_gpu --num_processes=2` with
+no GPU visible (two CPU processes, gloo): a few
 steps of the tiny model with the ledger on; each process saves what it held (its rows of
 every generation batch, its coefficients per optimizer step) and the ledger it logged, so
 that the test can recompute the ledger of the whole batch in one process and compare."""

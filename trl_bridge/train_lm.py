@@ -143,7 +143,10 @@ def main(argv):
             gradient_accumulation_steps=o["accumulation"],
             steps_per_generation=o["steps_per_generation"], learning_rate=o["lr"],
             max_completion_length=o["max_completion_length"], temperature=o["temperature"],
-            seed=o["seed"], bf16=torch.cuda.is_available(), use_cpu=not torch.cuda.is_available(),
+            # dr_grpo's and DFPO's Â is r - mu, not divided by the group's sd (loss.py)
+            scale_rewards="group" if o["objective"] in ("grpo", "dapo") else "none",
+            seed=o["seed"], use_cpu=not torch.cuda.is_available(),
+            bf16=torch.cuda.is_available() and torch.cuda.is_bf16_supported(),
             logging_steps=1, report_to=[], save_strategy="no")
     except ValueError as e:
         raise CliError(str(e).splitlines()[0]) from None
@@ -161,6 +164,8 @@ def main(argv):
               f"generation batch:")
         for k, v in s.items():
             print(f"  {k:24s} {v:.4g}")
+        if not s:
+            print("  no generation batch had a token two completions of a group shared")
     return s
 
 

@@ -37,6 +37,11 @@ from lab import lengthcov, objectives
 from lab.ledger import LEDGER_PARTS, ledger_shares, ledger_sums
 
 OBJECTIVES = ("grpo", "dr_grpo", "dapo", "dfpo_min", "dfpo_orth")  # loss.py's own five
+# TRL's loss settings that loss.py's objectives do not take, with the value that is off:
+# refused when set, never silently ignored
+UNSUPPORTED = {"beta": 0.0, "importance_sampling_level": "token", "top_entropy_quantile": 1.0,
+               "off_policy_mask_threshold": None, "delta": None, "entropy_coef": 0.0,
+               "use_adaptive_entropy": False, "use_vllm": False}
 GROUP = 1 << 32  # a group id: the generation batch's number times GROUP, plus its group
 
 
@@ -54,6 +59,11 @@ class CancellationConfig(GRPOConfig):
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of "
                              f"{', '.join(OBJECTIVES)}")
+        changed = [k for k, off in UNSUPPORTED.items() if getattr(self, k) != off]
+        if changed:
+            raise ValueError(f"CancellationConfig does not take {', '.join(changed)}: loss.py's "
+                             f"objectives have no such term; leave "
+                             + ", ".join(f"{k}={UNSUPPORTED[k]!r}" for k in changed))
         if self.ledger_every < 0:
             raise ValueError(f"ledger_every must be >= 0, got {self.ledger_every}")
         if self.steps_per_generation % self.gradient_accumulation_steps:
@@ -87,6 +97,14 @@ def shuffle_groups(batch, size):
     return out
 
 
+def loss_mask(inputs):
+    """The tokens the loss sees: the completion's, less a tool's output (TRL's loss_mask)."""
+    mask = inputs["completion_mask"].bool()
+    if "tool_mask" in inputs:
+        mask = mask & inputs["tool_mask"].bool()
+    return mask
+
+
 class CancellationGRPOTrainer(GRPOTrainer):
     """GRPOTrainer with loss.py's objective, whole groups per optimizer step, and the
     ledger in TRL's metrics. Takes a CancellationConfig as ``args``."""
@@ -95,6 +113,9 @@ class CancellationGRPOTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, CancellationConfig):
             raise ValueError("CancellationGRPOTrainer needs args=CancellationConfig(...)")
+        if self.aux_loss_enabled:
+            raise ValueError("a mixture-of-experts router loss is not supported: loss.py's "
+                             "objectives do not add it")
         self.objective = loss.LOSSES[self.args.objective]
         self.transform = loss.GROUP_TRANSFORMS.get(self.args.objective)  # DFPO's, else None
         # TRL's two-sided clip, 1 - epsilon_low and 1 + epsilon_high, as loss.py's bounds
@@ -112,7 +133,9 @@ class CancellationGRPOTrainer(GRPOTrainer):
         n, device = len(out["advantages"]), out["advantages"].device
         # rows are in group order across processes (TRL groups them so: rewards.view(-1, G))
         rows = self.accelerator.process_index * n + torch.arange(n, device=device)
-        out["group_id"] = self._generation * GROUP + rows // self.num_generations
+        size = (self.num_generations if self.model.training
+                else getattr(self, "num_generations_eval", None) or self.num_generations)
+        out["group_id"] = self._generation * GROUP + rows // size
         out["row_id"] = torch.arange(n, device=device)  # the row in this process's batch
         if not self.model.training:
             return out
@@ -147,9 +170,9 @@ class CancellationGRPOTrainer(GRPOTrainer):
         """The counts every micro-batch of one optimizer step shares, over all processes:
         N, sum L, L_max (TRL's max_completion_length, as its dr_grpo), and for DFPO the
         group transform of every row's sequence ratio (one weight list per part)."""
-        masks = [p["completion_mask"].bool() for p in parts]
+        masks = [loss_mask(p) for p in parts]
         local = torch.tensor([sum(len(m) for m in masks), sum(int(m.sum()) for m in masks)],
-                             dtype=torch.float64, device=masks[0].device)
+                             dtype=torch.long, device=masks[0].device)
         n, tokens = self.accelerator.reduce(local, "sum").tolist()
         counts = {"n_seqs": int(n), "n_tokens": int(tokens), "max_len": self.max_completion_length,
                   "n_pos_tokens": 0, "micro_batches": len(parts) * self.accelerator.num_processes}
@@ -182,9 +205,7 @@ class CancellationGRPOTrainer(GRPOTrainer):
         counts, weights = (self._counts if mode == "train"
                            else self._step_counts(model, [inputs]))
         weight = weights[self._step % ga if mode == "train" else 0]
-        mask = inputs["completion_mask"].bool()
-        if "tool_mask" in inputs:
-            mask = mask & inputs["tool_mask"].bool()
+        mask = loss_mask(inputs)
         logp = self._logps(model, inputs)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
@@ -237,10 +258,11 @@ class CancellationGRPOTrainer(GRPOTrainer):
             rows = acc.gather(rows + offset)
             steps.append((rows, acc.gather(pad(c)), acc.gather(pad(c_on))))
         sums = ledger_sums(steps, adv, tokens, mask, group)
-        shares = ledger_shares(sums)
         metrics = self._metrics["train"]
-        for part in ("cancelled",) + tuple(LEDGER_PARTS):
-            metrics[f"ledger/{part}"].append(shares[part])
+        if sums["mass"] > 0:  # a batch without shared tokens has no ledger (not a zero one)
+            shares = ledger_shares(sums)
+            for part in ("cancelled",) + tuple(LEDGER_PARTS):
+                metrics[f"ledger/{part}"].append(shares[part])
         lens = mask.sum(1)
         counts = loss.step_counts(mask, adv, max_len=self.max_completion_length)
         agg = objectives.agg_weight(objectives.OBJECTIVES[self.args.objective].agg, lens, counts)
