@@ -611,10 +611,9 @@ def plot(plt, data):
             common.mean_band(ax, steps, cols, colors[arm], arm, lw=1.2)
         ax.axhline(0, color="0.6", lw=0.8)
         ax.set_title(titles[cond])
-        ax.set_xlabel("RL step")
+        ax.set_xlabel("RL step (read at 0, 10 and 20)")
+        ax.set_ylabel("log-odds of restating, change (nats)")
         ax.legend()
-    for ax in axes[:, 0]:
-        ax.set_ylabel("change of log-odds of restating (nats)")
     return fig
 
 
