@@ -124,6 +124,26 @@ def test_the_opening_s_numbers_are_the_json_s():
     assert lo > 0.5 and "momentum carries most of AdamW's excess drift over SGD (E11)" in head
 
 
+def test_e12s_numbers_in_the_report_and_the_readme_are_the_json_s():
+    """The opening's 0.8 nats each way, the E12 section's primary and its verdict, and the
+    README's sentence: each from results/e12_covariance.json, as the code decided."""
+    data = load("e12_covariance")
+    sec = data["secondary"]
+    assert data["decisions"]["primary"]["verdict"] == "effect"
+    assert f"{abs(sec['[grpo - dapo]_W+']['diff']):.1f}" == "0.8" == \
+        f"{abs(sec['[grpo - dapo]_W-']['diff']):.1f}"
+    assert sec["[grpo - dapo]_W+"]["diff"] < 0 < sec["[grpo - dapo]_W-"]["diff"]
+    assert "1/L_i pushed a choice the reward ignores 0.8 nats from (or towards) the longer " \
+        "form (E12)" in flat(opening(text()))
+    c = next(iter(data["primary"].values()))
+    quoted = (f"I = {c['diff']:+.2f} ± {c['half']:.2f} nats (n = {c['n']}, 95 % t; smallest "
+              f"detectable {c['mde']:.2f})")
+    for doc in (text(), open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()):
+        got = re.search(r"<!-- e12-primary -->(.*?)<!-- /e12-primary -->", doc).group(1)
+        assert got == quoted
+    assert data["seeds"] == [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 14, 16, 17]
+
+
 def test_the_demo_ledger_s_reading_is_the_json_s():
     demo, s = load("demo_ledger"), flat(text())
     runs = demo["runs"]
@@ -151,16 +171,18 @@ def test_the_demo_ledger_s_reading_is_the_json_s():
 
 
 def test_seeds_per_experiment_as_the_report_says():
-    """Ten seeds per contrast, twenty for E11's null control (the scoreboard has none)."""
+    """Ten seeds per contrast, twenty for E11's null control, sixteen for E12 (the
+    scoreboard has none)."""
     s = flat(text())
-    assert ("Each contrast is taken over ten seeds (twenty for E11's null control; the "
-            "scoreboard is synthetic)") in s
+    assert ("Each contrast is taken over ten seeds (twenty for E11's null control, sixteen "
+            "for E12, as its power calculation asked; the scoreboard is synthetic)") in s
     for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
         if not path.endswith(".json") or path == "multiplicity.json":
             continue
         data = json.load(open(os.path.join(ROOT, "results", path)))
         for key, c in (data.get("primary") or {}).items():
-            want = 20 if key == "drift permuted vs 0 (equivalence)" else 10
+            want = (20 if key == "drift permuted vs 0 (equivalence)" else
+                    16 if path == "e12_covariance.json" else 10)
             assert c["n"] == want, (path, key)
 
 
