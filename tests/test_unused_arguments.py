@@ -29,6 +29,8 @@ SHARED = {
         "the objectives share one signature (loss.LOSSES); min_replace is exercise 3's, "
         "whose signature the student's answer must keep"),
     "lab/syncs.py": {"__torch_dispatch__": "torch's protocol"},
+    "trl_bridge/trainer.py": {"compute_loss": "transformers' Trainer.compute_loss signature; "
+                              "the step's counts replace TRL's num_items_in_batch"},
     "plumbing/checkpoint.py": {"__exit__": "Python's context-manager protocol"},
     "toy_tasks.py": dict.fromkeys(
         ("solution", "categories", "flawed"),
