@@ -114,7 +114,7 @@ def reading(runs):
     if diff * push > 0:
         lines.append(f"reading: grpo moved the choice {abs(diff):.2f} nats further "
                      f"{'from' if diff < 0 else 'towards'} restating than dapo, "
-                     f"the way the 1/L push predicts")
+                     f"in the direction of the 1/L push")
     else:
         lines.append("reading: grpo and dapo differ the other way from the 1/L push on this "
                      "seed: noise won here")

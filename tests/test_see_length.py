@@ -18,6 +18,7 @@ def runs(g_drift, d_drift, push, gap=-15.0):
 def test_the_reading_follows_the_push_and_says_when_it_does_not():
     lines = see_length.reading(runs(-0.94, 0.23, -0.072))
     assert lines[-1].startswith("reading: grpo moved the choice 1.17 nats further from")
+    assert lines[-1].endswith("in the direction of the 1/L push")
     assert "wrong rollouts longer" in lines[0] and "-15.0 tokens" in lines[0]
     assert "(away from restating)" in lines[-2]
     lines = see_length.reading(runs(0.9, 0.1, 0.05, gap=12.0))  # right ones longer
