@@ -92,6 +92,18 @@ def test_the_full_path_on_a_tiny_model(tmp_path, monkeypatch):
                 and not n.startswith(("warm_", "gate_"))]) == 10
 
 
+def options_with_gates(tmp_path, gap_wp, gap_wm):
+    """A small run's options, with seed 0's W+ and W- gate records already written."""
+    from lab.experiments import common
+    o = {"out": str(tmp_path), "records": str(tmp_path / "e12"), "small": True,
+         "sft_steps": 40, "quick": False, "lr": 3e-5, "steps": 6}
+    os.makedirs(o["records"])
+    for task, gap in (("parity_wrong_long", gap_wp), ("parity_right_long", gap_wm)):
+        common.save_record(os.path.join(o["records"], f"gate_{task}_s0.json"),
+                           {"seed": 0, "task": task, "gap": gap})
+    return o
+
+
 def test_a_seed_with_every_record_trains_no_warm_start(tmp_path, monkeypatch):
     """Records are committed, warm starts are scratch: a finished seed continues on another
     machine without training its six warm starts again; a missing record trains its own."""
@@ -106,12 +118,7 @@ def test_a_seed_with_every_record_trains_no_warm_start(tmp_path, monkeypatch):
     monkeypatch.setattr(e12, "record_of", lambda ms, cond, arm, seed, flags, s: {
         "flags": flags, "drift": 0.0})
     monkeypatch.setattr(e12, "choice_entropy", lambda *a: 0.0)
-    o = {"out": str(tmp_path), "records": str(tmp_path / "e12"), "small": True,
-         "sft_steps": 40, "quick": False, "lr": 3e-5, "steps": 6}
-    os.makedirs(o["records"])
-    for task, gap in (("parity_wrong_long", -16.0), ("parity_right_long", 16.0)):
-        common.save_record(os.path.join(o["records"], f"gate_{task}_s0.json"),
-                           {"seed": 0, "task": task, "gap": gap})
+    o = options_with_gates(tmp_path, -16.0, 16.0)
     first = e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS)
     assert "void" not in first and len(trained) == len(e12.CONDITIONS) + len(e12.CONTROLS)
     trained.clear()
@@ -180,11 +187,6 @@ def test_both_gates_run_before_any_rl_run(tmp_path, monkeypatch):
     monkeypatch.setattr(common, "warm_start", lambda out, seed, task, **kw:
                         common.warm_start_path(out, seed, task, **kw))
     monkeypatch.setattr(e12, "one_run", lambda o, seed, cond, arm, w: ran.append(cond))
-    o = {"out": str(tmp_path), "records": str(tmp_path / "e12"), "small": True,
-         "sft_steps": 40, "quick": False, "lr": 3e-5, "steps": 6}
-    os.makedirs(o["records"])
-    for task, gap in (("parity_wrong_long", -16.0), ("parity_right_long", 3.0)):
-        common.save_record(os.path.join(o["records"], f"gate_{task}_s0.json"),
-                           {"seed": 0, "task": task, "gap": gap})
+    o = options_with_gates(tmp_path, -16.0, 3.0)  # W-'s gap under the 10 tokens
     assert e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS) == {"void": "W-"}
     assert ran == []
