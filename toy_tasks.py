@@ -400,6 +400,7 @@ def make_chain(digits=2, scratchpad=False, min_ops=3, max_ops=4, p_restate=0.4, 
 
 
 # The parity testbed's conditions (THEORY.md 4.2): where the retries go and which choice opens.
+PARITY_DOSES = (0, 1, 2, 3)  # E13: retries tied to the outcome, task parity_wrong_long<k> etc.
 PARITY_CONDITIONS = {
     "wrong_long": "a wrong guess is followed by two retries (+16 tokens): W+",
     "right_long": "a right guess is followed by the two retries: W-",
@@ -411,7 +412,8 @@ PARITY_CONDITIONS = {
 }
 
 
-def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_units=5):
+def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_units=5,
+                name=None):
     """``parity_*``: guess the parity of a digit sum, then check it, and retry when told to.
 
     Prompt ``3141592=`` (``n_digits`` digits 0-9). Completion::
@@ -503,7 +505,7 @@ def make_parity(condition="wrong_long", n_digits=7, p_restate=0.4, units=2, max_
     most = {"random_long": max_units, "wrong_long": units, "right_long": units,
             "equal_choice": units}.get(condition, 0)  # retries of the longest completion
     longest = 2 * n_digits + 1 + 2 + n_digits + (n_digits + 1) * most
-    return Task(f"parity_{condition}", sample=lambda rng: tuple(rng.randint(0, 9)
+    return Task(name or f"parity_{condition}", sample=lambda rng: tuple(rng.randint(0, 9)
                                                                   for _ in range(n_digits)),
                 prompt=lambda p: "".join(map(str, p)) + "=",
                 solution=lambda p, rng=None: write(p, rng),
@@ -555,6 +557,10 @@ TASKS = {
     **{f"parity_{c}": (lambda c: lambda digits=2, scratchpad=False:
                        _no_scratchpad("parity", scratchpad) or make_parity(c))(c)
        for c in PARITY_CONDITIONS},
+    # E13's doses: the retries (8 tokens each) of wrong_long and right_long, 0 to 3
+    **{f"parity_{c}{k}": (lambda c, k: lambda digits=2, scratchpad=False: _no_scratchpad(
+        "parity", scratchpad) or make_parity(c, units=k, name=f"parity_{c}{k}"))(c, k)
+       for c in ("wrong_long", "right_long") for k in PARITY_DOSES},
 }
 
 
