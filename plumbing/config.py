@@ -266,8 +266,8 @@ TASK_DEFAULTS = {
     "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
     "chain_check": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
     # the parity testbed: a fair-coin guess at the warm start (THEORY.md 4.2)
-    **{f"parity_{c}": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.5, "rl_steps": 200}
-       for c in toy_tasks.PARITY_CONDITIONS},
+    **{name: {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.5, "rl_steps": 200}
+       for name in toy_tasks.TASKS if name.startswith("parity_")},
 }
 
 
@@ -279,8 +279,8 @@ def default_of(name, task):
 # Flags a task has no use for: giving one is an error, not a silent no-op.
 TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "chain_check": ("digits", "scratchpad"),
                      "primes": ("digits",),
-                     **{f"parity_{c}": ("digits", "scratchpad")
-                        for c in toy_tasks.PARITY_CONDITIONS}}
+                     **{name: ("digits", "scratchpad")
+                        for name in toy_tasks.TASKS if name.startswith("parity_")}}
 
 # ----------------------------------------------------------------------------- checks
 

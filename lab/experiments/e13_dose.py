@@ -28,8 +28,9 @@ the part of the push that 1/L alone makes (lab/lengthcov.py).
 
 The design, the primaries, the checks and the seeds are fixed in
 results/e13_preregistration.md, from the calibration seeds only (``--calibrate``, seeds
-2000-2001); the evaluation seeds are 200 upwards, in two interleaved streams (even, odd),
-each until half the seeds pass the warm-start gate. ``--stream=even`` or ``odd`` runs one stream
+2000-2001); the evaluation seeds are 200-209, in two interleaved streams (even, odd).
+The dose is the gap each run measures (lencov_gap): a warm start that learned its retries
+weakly gives a smaller dose, not a void seed. ``--stream=even`` or ``odd`` runs one stream
 (two one-thread processes share 2 cores without slowing each other); the analysis runs
 when both streams' records are there. Records go to results/e13/ (committed), warm starts
 and run folders to results/ckpt/ and results/runs/ (scratch).
@@ -77,9 +78,16 @@ FIRST_SEED = 200
 SGD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)      # the calibration's grids
 B1_LRS = (1.5e-5, 3e-5, 6e-5)
 CALIB_FILE = "e13_calibration.json"
+# fixed by the pre-registration (results/e13_preregistration.md) from the calibration seeds
+RATIO_MARGIN = 2.0       # primary 2: observed / predicted inside [1/2, 2]
+VOID_BELOW = 6           # fewer seeds whose SGD runs kept the gap: primary 2 is void
+D0_MARGIN = 0.75         # nats: [grpo - dapo] at no retries, about 0 (E12's margin)
+PC_MIN = 2.0             # nats: the positive control's move (E12's)
+KL_MARGIN = 2.0          # the matched KL within a factor 2 of AdamW's
+DEMO_GAP, E12_GAP = 0.3, 16.0  # tokens: the demo's right - wrong gap, E12's
 STREAMS = {"even": 0, "odd": 1, "both": None}
 EXTRA = {"seeds": (str(FIRST_SEED), "the first evaluation seed (quick: 2100)"),
-         "valid": (8, "evaluation seeds that must pass the warm-start gate (half per stream)"),
+         "n": (10, "evaluation seeds (half per stream)"),
          "stream": ("both", "run one stream only: even (seeds 200, 202, ...; calibration 2000) "
                            "or odd (201, ...; 2001); both: both, then the analysis"),
          "calibrate": (False, "the calibration on seeds 2000-2001 (results/e13_calibration.json)"),
@@ -227,6 +235,8 @@ def one_run(o, seed, cond, arm, opt, lr=None, run=True):
            "push_1L": sum(m.get("lencov_choice_1L") or 0.0 for m in steps),
            "push": sum(m.get("lencov_choice") or 0.0 for m in steps),
            "reward": [m["reward"] for m in steps],
+           "length_correct": [m.get("length_correct") for m in steps],
+           "length_incorrect": [m.get("length_incorrect") for m in steps],
            "kl": run_kl(warm.path, os.path.join(run_dir, "ckpt.pt"), task, seed,
                         4 if o["small"] else 32)}
     common.save_record(cache, rec)
@@ -243,13 +253,12 @@ def plan(o):
 
 
 def seed_runs(o, seed):
-    """{(cond, arm, opt): record}, or {"void": cond} when a warm start fails its gate (every
-    gate of the seed runs before any of its RL runs)."""
+    """{(cond, arm, opt): record}. The gates run first, on every warm start (descriptive:
+    the dose is the gap each run measures, so no seed is left out for a weak one)."""
     for k in DOSES:
         for d in "+-":
-            cond = f"W{d}{k}"
-            if not o["quick"] and not gate(o, seed, cond, Warm(o, seed, cond)):
-                return {"void": cond}
+            if not o["quick"]:
+                gate(o, seed, f"W{d}{k}", Warm(o, seed, f"W{d}{k}"))
     return {(c, a, opt): one_run(o, seed, c, a, opt) for c, a, opt in plan(o)}
 
 
@@ -261,18 +270,30 @@ def slope(xs, ys):
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
 
 
+def mean_gap(rec):
+    """A run's mean in-group right - wrong gap over its steps (tokens)."""
+    g = [x for x in rec["gap"] if x is not None]
+    return sum(g) / len(g) if g else 0.0
+
+
 def per_seed(r):
-    """One seed's numbers: I at each dose (AdamW), its slope against the gap in tokens, and
-    per optimizer at k = 2 the observed I, kappa, the predicted I and their log ratio."""
+    """One seed's numbers: at each dose (AdamW) I and the gap the runs measured (half the
+    right - wrong gap of W- minus W+'s, over both arms: the dose's strength), I's slope
+    against that gap; per optimizer at k = 2 whether its runs kept the gap (the
+    manipulation check), the observed I, kappa, the predicted I and their log ratio."""
     d = lambda c, a, opt: r[(c, a, opt)]["drift"]
     diff = lambda c, opt="adamw": d(c, "grpo", opt) - d(c, "dapo", opt)
     row = {f"I {k}": diff(f"W-{k}") - diff(f"W+{k}") for k in DOSES}
+    row.update({f"gap {k}": sum(mean_gap(r[(f"W-{k}", a, "adamw")])
+                                - mean_gap(r[(f"W+{k}", a, "adamw")]) for a in ARMS) / 4
+                for k in DOSES})
     row.update({f"diff W+{k}": diff(f"W+{k}") for k in DOSES})
     row.update({f"diff W-{k}": diff(f"W-{k}") for k in DOSES})
     row["diff D0"] = diff("D0")
-    row["slope"] = slope([TOKENS * k for k in DOSES], [row[f"I {k}"] for k in DOSES])
-    row["valid"] = all((r[(f"W{s}{k}", a, "adamw")]["manipulation"] or 0) >= GAP_SHARE
-                       for k in DOSES for s in "+-" for a in ARMS)
+    row["slope"] = slope([row[f"gap {k}"] for k in DOSES], [row[f"I {k}"] for k in DOSES])
+    for opt in OPTIMIZERS:
+        row[f"valid {opt}"] = all((r[(f"W{s}{OPT_DOSE}", a, opt)]["manipulation"] or 0)
+                                  >= GAP_SHARE for s in "+-" for a in ARMS)
     for opt in OPTIMIZERS:
         k = OPT_DOSE
         pc = d("PC+", "dapo", opt) - d("PC-", "dapo", opt)
@@ -281,10 +302,10 @@ def per_seed(r):
         push = r[(f"W-{k}", "grpo", opt)]["push_1L"] - r[(f"W+{k}", "grpo", opt)]["push_1L"]
         obs = diff(f"W-{k}", opt) - diff(f"W+{k}", opt)
         pred = kappa * push if kappa is not None else None
+        ok = row[f"valid {opt}"] and pred and obs / pred > 0
         row.update({f"pc {opt}": pc, f"kappa {opt}": kappa, f"observed {opt}": obs,
                     f"predicted {opt}": pred,
-                    f"log ratio {opt}": (math.log(obs / pred) if pred and obs / pred > 0
-                                         else None),
+                    f"log ratio {opt}": math.log(obs / pred) if ok else None,
                     f"kl {opt}": sum(r[(c, a, opt)]["kl"] for c in (f"W+{k}", f"W-{k}")
                                      for a in ARMS) / 4})
     return row
@@ -293,20 +314,27 @@ def per_seed(r):
 # ----------------------------------------------------------------------------- calibration
 
 def fit_lr(o, opt, lrs, target):
-    """The learning rate at which ``opt``'s KL meets ``target`` (a mean log KL): least
-    squares log KL = a_seed + b log lr over the grid's W+2 and W-2 grpo runs (one slope, one
-    intercept per seed), solved at the mean intercept; with the fit's points."""
-    pts = [(s, math.log(lr), math.log(r["kl"])) for s in CALIB_SEEDS for lr in lrs
-           for c in (f"W+{OPT_DOSE}", f"W-{OPT_DOSE}")
-           for r in [one_run(o, s, c, "grpo", opt, lr, run=False)] if r and r["kl"] > 0]
-    mean = {s: (sum(x for t, x, _ in pts if t == s) / max(1, sum(t == s for t, _, _ in pts)),
-                sum(y for t, _, y in pts if t == s) / max(1, sum(t == s for t, _, _ in pts)))
-            for s in CALIB_SEEDS}
-    b = (sum((x - mean[s][0]) * (y - mean[s][1]) for s, x, y in pts)
-         / sum((x - mean[s][0]) ** 2 for s, x, _ in pts))
+    """The learning rate at which ``opt``'s KL meets ``target`` (a mean log KL), from the
+    grid's W+2 and W-2 grpo runs at the learning rates where every calibration run kept its
+    gap (larger ones collapsed the policy: the KL of a collapse says nothing of step size).
+    Two or more such rates: least squares log KL = a_seed + b log lr (one slope, one
+    intercept per seed), solved at the mean intercept. One: KL grows as lr^2 (the KL of a
+    small step is quadratic in it). Returns (lr, the fit)."""
+    runs = {lr: [one_run(o, s, c, "grpo", opt, lr, run=False) for s in CALIB_SEEDS
+                 for c in (f"W+{OPT_DOSE}", f"W-{OPT_DOSE}")] for lr in lrs}
+    kept = [lr for lr in lrs if all(r["manipulation"] >= GAP_SHARE for r in runs[lr])]
+    kept = kept[:next((i for i, lr in enumerate(kept) if lr != lrs[i]), len(kept))]
+    pts = [(r["seed"], math.log(lr), math.log(r["kl"])) for lr in kept for r in runs[lr]]
+    if not pts:
+        raise common.CliError(f"{opt}: every learning rate of the grid lost the gap")
+    mean = {s: [sum(v[i] for t, *v in pts if t == s) / sum(t == s for t, *_ in pts)
+                for i in (0, 1)] for s in CALIB_SEEDS}
+    sxx = sum((x - mean[s][0]) ** 2 for s, x, _ in pts)
+    b = sum((x - mean[s][0]) * (y - mean[s][1]) for s, x, y in pts) / sxx if sxx else 2.0
     a = sum(mean[s][1] - b * mean[s][0] for s in CALIB_SEEDS) / len(CALIB_SEEDS)
     lr = math.exp((target - a) / b)
-    return float(f"{lr:.2g}"), {"slope": b, "intercept": a, "points": pts}
+    return float(f"{lr:.2g}"), {"slope": b, "assumed_slope": not sxx, "intercept": a,
+                                "kept_lrs": kept, "points": pts}
 
 
 def calibrate(o):
@@ -385,11 +413,208 @@ def calibration_summary(o, runs, target, fits):
     return data
 
 
+# ----------------------------------------------------------------------------- evaluation
+
+def calibrated_lr(o):
+    """The learning rates the calibration matched on KL (refused without it)."""
+    for folder in (o["out"], common.RESULTS):
+        data = common.load_record(os.path.join(folder, CALIB_FILE), ("lr",))
+        if data is not None:
+            return {k: float(v) for k, v in data["lr"].items()}
+    raise common.CliError(f"{CALIB_FILE} is missing: run --calibrate first")
+
+
+def stream_runs(o, which):
+    """One stream's seeds in order (every other seed, --n / 2 of them): {seed: runs}."""
+    runs, t0 = {}, time.time()
+    for seed in range(o["seeds"][0] + which, o["seeds"][0] + o["n"], 2):
+        runs[seed] = seed_runs(o, seed)
+        print(f"seed {seed} done [{time.time() - t0:.0f}s]", flush=True)
+    return runs
+
+
+def dose_name(k):
+    return f"I at {k} retr{'y' if k == 1 else 'ies'} ({TOKENS * k} tokens nominal)"
+
+
+PRIMARIES = {
+    "slope of I against the measured gap (nats per token)": ("slope", "> 0", None),
+    "log(observed / predicted I), SGD": ("log ratio sgd", f"inside +-log {RATIO_MARGIN:g}",
+                                         math.log(RATIO_MARGIN)),
+}
+SECONDARIES = {
+    **{dose_name(k): (f"I {k}", "> 0") for k in DOSES},
+    "log(observed / predicted I), AdamW": ("log ratio adamw", "> 0"),
+    "log ratio, AdamW - SGD": (("log ratio adamw", "log ratio sgd"), "> 0"),
+    "log ratio, AdamW - Adam beta1 = 0": (("log ratio adamw", "log ratio adam_b1_0"), "> 0"),
+}
+
+
+def column(rows, key):
+    if isinstance(key, tuple):
+        return [None if None in (r[key[0]], r[key[1]]) else r[key[0]] - r[key[1]] for r in rows]
+    return [r[key] for r in rows]
+
+
+def analyse(rows):
+    """The registered contrasts, Holm within each family. A ratio is read only on the seeds
+    whose runs of that optimizer kept the gap (per_seed leaves the others None)."""
+    seeds = [r["seed"] for r in rows]
+    primary = {}
+    for name, (key, pred, margin) in PRIMARIES.items():
+        c = stats.contrast(column(rows, key), 0.0, pred, seeds)
+        if margin is not None:
+            c["tost_margin"] = margin
+        primary[name] = c
+    secondary = {name: stats.contrast(column(rows, key), 0.0, pred, seeds)
+                 for name, (key, pred) in SECONDARIES.items()}
+    for fam in (primary, secondary):
+        ps = [stats.p_value(c) for c in fam.values()]
+        for c, p, h in zip(fam.values(), ps, stats.holm(ps)):
+            c["p"], c["p_holm"] = p, h
+    checks = {"[grpo - dapo]_D0": stats.contrast(column(rows, "diff D0"), 0.0,
+                                                 f"inside +-{D0_MARGIN:g}", seeds)}
+    checks["[grpo - dapo]_D0"]["verdict"] = stats.verdict(checks["[grpo - dapo]_D0"], D0_MARGIN)
+    for opt in OPTIMIZERS:
+        checks[f"positive control, {opt}"] = stats.contrast(column(rows, f"pc {opt}"), 0.0,
+                                                            f">= {PC_MIN:g}", seeds)
+        checks[f"log KL ratio, {opt} / adamw"] = stats.contrast(
+            [math.log(r[f"kl {opt}"] / r["kl adamw"]) for r in rows], 0.0,
+            f"inside +-log {KL_MARGIN:g}", seeds)
+    return primary, secondary, checks
+
+
+def decisions(primary, secondary, checks, rows):
+    """The registered decisions, as coded before the analysis read an evaluation seed."""
+    n_valid = {opt: sum(r[f"valid {opt}"] for r in rows) for opt in OPTIMIZERS}
+    p1, p2 = primary.values()
+    lo = lambda c: None if c["diff"] is None or c["half"] != c["half"] else c["diff"] - c["half"]
+    hi = lambda c: None if lo(c) is None else c["diff"] + c["half"]
+    v1 = ("inconclusive" if p1["p_holm"] is None or p1["p_holm"] >= 0.05 else
+          "effect" if p1["diff"] > 0 else "contradicted")
+    m = math.log(RATIO_MARGIN)
+    if n_valid["sgd"] < VOID_BELOW:
+        v2 = "void"
+    elif p2["p_holm"] is not None and p2["p_holm"] < 0.05:
+        v2 = "first order holds"
+    elif lo(p2) is not None and (lo(p2) > m or hi(p2) < -m):
+        v2 = "first order fails"
+    else:
+        v2 = "inconclusive"
+    # the fewest retries whose I is above 0 after Holm: where 1/L's push becomes detectable
+    found = [k for k in DOSES if (secondary[dose_name(k)]["p_holm"] or 1) < 0.05
+             and secondary[dose_name(k)]["diff"] > 0]
+    pc = {opt: checks[f"positive control, {opt}"]["diff"] for opt in OPTIMIZERS}
+    kl = {opt: checks[f"log KL ratio, {opt} / adamw"] for opt in OPTIMIZERS[1:]}
+    return {"n_seeds": len(rows), "kept the gap at 2 retries": n_valid,
+            "void_below": VOID_BELOW, "primary 1": v1, "primary 2": v2,
+            "fewest retries detected": min(found) if found else None,
+            "positive control passes": {k: v is not None and v >= PC_MIN for k, v in pc.items()},
+            "kl matched": {k: v["diff"] is not None and abs(v["diff"]) + (v["half"] or 0)
+                           < math.log(KL_MARGIN) for k, v in kl.items()},
+            "D0": checks["[grpo - dapo]_D0"]["verdict"]}
+
+
+def evaluate(o):
+    o["lr"].update(calibrated_lr(o))
+    streams = (["even", "odd"] if o["stream"] == "both" else [o["stream"]])
+    runs = {}
+    for which in streams:
+        runs.update(stream_runs(o, STREAMS[which]))
+    if o["stream"] != "both":
+        return None
+    seeds = sorted(runs)
+    rows = [dict(per_seed(runs[s]), seed=s) for s in seeds]
+    primary, secondary, checks = analyse(rows)
+    data = {"experiment": "e13_dose", "seeds": seeds, "lr": o["lr"], "gates": gates(o, seeds),
+            "steps": o["steps"], "primary": primary, "secondary": secondary, "checks": checks,
+            "decisions": decisions(primary, secondary, checks, rows), "rows": rows,
+            "curve": curve(runs, rows), "per_run": {
+                "|".join(k): [runs[s][k]["drift"] for s in seeds] for k in plan(o)}}
+    common.print_contrasts(primary)
+    common.print_contrasts(secondary, "secondary")
+    common.print_contrasts(checks, "check")
+    for k, v in data["decisions"].items():
+        print(f"decision: {k}: {v}")
+    data = common.clean(data)
+    common.save("e13_dose", data, o["out"], lambda plt: plot(plt, data))
+    return data
+
+
+def gates(o, seeds):
+    """Each warm start's own gap before RL (descriptive): {task s<seed>: tokens}."""
+    return {f"{task_of(f'W{d}{k}')} s{s}": (common.load_record(os.path.join(
+        o["records"], f"gate_{task_of(f'W{d}{k}')}_s{s}.json"), ("gap",)) or {}).get("gap")
+        for s in seeds for k in DOSES for d in "+-"}
+
+
+def curve(runs, rows):
+    """Per dose: the measured gap (tokens, |right - wrong| over W+ and W-, and as a share of
+    the mean length), I, and the first-order line kappa_AdamW x push."""
+    ok = rows
+    out = []
+    for k in DOSES:
+        gaps, shares = [], []
+        for r in ok:
+            for c in (f"W+{k}", f"W-{k}"):
+                rec = runs[r["seed"]][(c, "grpo", "adamw")]
+                g = [abs(x) for x in rec["gap"] if x is not None]
+                lens = [(a + b) / 2 for a, b in zip(rec["length_correct"], rec["length_incorrect"])
+                        if a is not None and b is not None]
+                gaps.append(sum(g) / len(g))
+                shares.append(gaps[-1] / (sum(lens) / len(lens)))
+        pred = [r["kappa adamw"] * (runs[r["seed"]][(f"W-{k}", "grpo", "adamw")]["push_1L"]
+                                    - runs[r["seed"]][(f"W+{k}", "grpo", "adamw")]["push_1L"])
+                for r in ok if r["kappa adamw"] is not None]
+        out.append({"retries": k, "gap": stats.ci(gaps), "share": stats.ci(shares),
+                    "I": stats.ci([r[f"I {k}"] for r in ok]), "first_order": stats.ci(pred)})
+    return out
+
+
+def plot(plt, data):
+    """I against the in-group gap with the first-order line; observed / predicted per
+    optimizer at 16 tokens."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+    xs = [c["gap"][0] for c in data["curve"]]
+    for key, color, label in (("I", "tab:red", "observed I (mean, 95 % t band)"),
+                              ("first_order", "0.4", "first-order prediction (kappa x push)")):
+        ys = [c[key][0] for c in data["curve"]]
+        hs = [c[key][1] or 0.0 for c in data["curve"]]
+        a.errorbar([0] + xs, [0] + ys, yerr=[0] + hs, color=color, marker="o", capsize=3,
+                   label=label)
+    for x, name in ((DEMO_GAP, "demo"), (E12_GAP, "E12")):
+        a.axvline(x, color="tab:blue", ls=":", lw=1)
+        a.text(x, a.get_ylim()[1] * 0.95, f" {name}", color="tab:blue", va="top")
+    a.axhline(0, color="0.7", lw=0.8)
+    a.set_xlabel("in-group length gap |right - wrong| (tokens; 0: no retries, I = 0 by design)")
+    a.set_ylabel("I = [grpo - dapo] W- minus W+ (nats)")
+    a.set_title("1/L's push on a choice the reward ignores")
+    a.legend(loc="upper left")
+    names = {"sgd": "SGD", "adam_b1_0": "Adam, beta1 = 0", "adamw": "AdamW"}
+    for i, opt in enumerate(OPTIMIZERS):
+        col = [r[f"log ratio {opt}"] for r in data["rows"]]
+        m, h = stats.ci(col)
+        if m is None:
+            continue
+        b.errorbar([i], [math.exp(m)], yerr=[[math.exp(m) - math.exp(m - (h or 0))],
+                                             [math.exp(m + (h or 0)) - math.exp(m)]],
+                   marker="o", capsize=4, color="k")
+    b.axhline(1, color="0.5", lw=0.8)
+    b.axhspan(1 / RATIO_MARGIN, RATIO_MARGIN, color="0.9", label="first order within the margin")
+    b.set_yscale("log")
+    b.set_xticks(range(len(OPTIMIZERS)), [names[o] for o in OPTIMIZERS])
+    b.set_xlim(-0.5, len(OPTIMIZERS) - 0.5)
+    b.set_ylabel("observed / predicted I (log scale)")
+    b.set_title(f"what the optimizer adds, at {TOKENS * OPT_DOSE} tokens")
+    b.legend(loc="upper left")
+    return fig
+
+
 # ----------------------------------------------------------------------------- main
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__, name="e13_dose", modes=("calibrate", "stream"),
-                     unused=("jobs",))
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e13_dose", plot),
+                     modes=("calibrate", "stream"), unused=("jobs",))
     if o["stream"] not in STREAMS:
         raise common.CliError(f"--stream takes {', '.join(STREAMS)}, got {o['stream']!r}")
     o.update(lr=dict(LR), steps=STEPS, sft_steps=SFT_STEPS)
@@ -405,7 +630,7 @@ def main(argv):
         row = per_seed(r)
         print({k: v for k, v in row.items()})
         return row
-    raise common.CliError("the evaluation waits for the pre-registration")
+    return evaluate(o)
 
 
 if __name__ == "__main__":
