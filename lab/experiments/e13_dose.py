@@ -28,7 +28,7 @@ the part of the push that 1/L alone makes (lab/lengthcov.py).
 
 The design, the primaries, the checks and the seeds are fixed in
 results/e13_preregistration.md, from the calibration seeds only (``--calibrate``, seeds
-2000-2001); the evaluation seeds are 200-209, in two interleaved streams (even, odd).
+2000-2001); the evaluation seeds are 200-211, in two interleaved streams (even, odd).
 The dose is the gap each run measures (lencov_gap): a warm start that learned its retries
 weakly gives a smaller dose, not a void seed. ``--stream=even`` or ``odd`` runs one stream
 (two one-thread processes share 2 cores without slowing each other); the analysis runs
@@ -79,15 +79,15 @@ SGD_LRS = (0.03, 0.1, 0.3, 1.0, 3.0)      # the calibration's grids
 B1_LRS = (1.5e-5, 3e-5, 6e-5)
 CALIB_FILE = "e13_calibration.json"
 # fixed by the pre-registration (results/e13_preregistration.md) from the calibration seeds
-RATIO_MARGIN = 2.0       # primary 2: observed / predicted inside [1/2, 2]
+RATIO_MARGIN = 1.5       # primary 2: observed / predicted inside [1/1.5, 1.5]
 VOID_BELOW = 6           # fewer seeds whose SGD runs kept the gap: primary 2 is void
 D0_MARGIN = 0.75         # nats: [grpo - dapo] at no retries, about 0 (E12's margin)
-PC_MIN = 2.0             # nats: the positive control's move (E12's)
+PC_MIN = 0.5             # nats: the positive control's interval must lie above it
 KL_MARGIN = 2.0          # the matched KL within a factor 2 of AdamW's
 DEMO_GAP, E12_GAP = 0.3, 16.0  # tokens: the demo's right - wrong gap, E12's
 STREAMS = {"even": 0, "odd": 1, "both": None}
 EXTRA = {"seeds": (str(FIRST_SEED), "the first evaluation seed (quick: 2100)"),
-         "n": (10, "evaluation seeds (half per stream)"),
+         "n": (12, "evaluation seeds (half per stream)"),
          "stream": ("both", "run one stream only: even (seeds 200, 202, ...; calibration 2000) "
                            "or odd (201, ...; 2001); both: both, then the analysis"),
          "calibrate": (False, "the calibration on seeds 2000-2001 (results/e13_calibration.json)"),
@@ -234,6 +234,8 @@ def one_run(o, seed, cond, arm, opt, lr=None, run=True):
            "gap": gaps, "manipulation": manipulation(gaps, cond),
            "push_1L": sum(m.get("lencov_choice_1L") or 0.0 for m in steps),
            "push": sum(m.get("lencov_choice") or 0.0 for m in steps),
+           "push_steps": [m.get("lencov_choice") for m in steps],
+           "push_1L_steps": [m.get("lencov_choice_1L") for m in steps],
            "reward": [m["reward"] for m in steps],
            "length_correct": [m.get("length_correct") for m in steps],
            "length_incorrect": [m.get("length_incorrect") for m in steps],
@@ -447,6 +449,7 @@ SECONDARIES = {
     "log(observed / predicted I), AdamW": ("log ratio adamw", "> 0"),
     "log ratio, AdamW - SGD": (("log ratio adamw", "log ratio sgd"), "> 0"),
     "log ratio, AdamW - Adam beta1 = 0": (("log ratio adamw", "log ratio adam_b1_0"), "> 0"),
+    "log ratio, Adam beta1 = 0 - SGD": (("log ratio adam_b1_0", "log ratio sgd"), "> 0"),
 }
 
 
@@ -477,7 +480,7 @@ def analyse(rows):
     checks["[grpo - dapo]_D0"]["verdict"] = stats.verdict(checks["[grpo - dapo]_D0"], D0_MARGIN)
     for opt in OPTIMIZERS:
         checks[f"positive control, {opt}"] = stats.contrast(column(rows, f"pc {opt}"), 0.0,
-                                                            f">= {PC_MIN:g}", seeds)
+                                                            f"above {PC_MIN:g}", seeds)
         checks[f"log KL ratio, {opt} / adamw"] = stats.contrast(
             [math.log(r[f"kl {opt}"] / r["kl adamw"]) for r in rows], 0.0,
             f"inside +-log {KL_MARGIN:g}", seeds)
@@ -504,12 +507,14 @@ def decisions(primary, secondary, checks, rows):
     # the fewest retries whose I is above 0 after Holm: where 1/L's push becomes detectable
     found = [k for k in DOSES if (secondary[dose_name(k)]["p_holm"] or 1) < 0.05
              and secondary[dose_name(k)]["diff"] > 0]
-    pc = {opt: checks[f"positive control, {opt}"]["diff"] for opt in OPTIMIZERS}
+    pc = {opt: checks[f"positive control, {opt}"] for opt in OPTIMIZERS}
     kl = {opt: checks[f"log KL ratio, {opt} / adamw"] for opt in OPTIMIZERS[1:]}
     return {"n_seeds": len(rows), "kept the gap at 2 retries": n_valid,
             "void_below": VOID_BELOW, "primary 1": v1, "primary 2": v2,
             "fewest retries detected": min(found) if found else None,
-            "positive control passes": {k: v is not None and v >= PC_MIN for k, v in pc.items()},
+            "positive control passes": {k: v["diff"] is not None and v["half"] is not None
+                                        and v["diff"] - v["half"] > PC_MIN
+                                        for k, v in pc.items()},
             "kl matched": {k: v["diff"] is not None and abs(v["diff"]) + (v["half"] or 0)
                            < math.log(KL_MARGIN) for k, v in kl.items()},
             "D0": checks["[grpo - dapo]_D0"]["verdict"]}
