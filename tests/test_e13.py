@@ -167,3 +167,32 @@ def test_the_figure_draws_from_made_up_records():
     assert data["curve"][0]["gap"][0] == pytest.approx(8.0)  # |gap| of W+ and W- alike
     assert data["curve"][0]["share"][0] == pytest.approx(8.0 / 24.0)
     plt.close(e13.plot(plt, data))
+
+
+def test_the_preregistration_quotes_the_calibration_json():
+    """Each calibration number the pre-registration states is the JSON's, as printed."""
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "results", "e13_calibration.json"), encoding="utf-8") as f:
+        cal = json.load(f)
+    with open(os.path.join(root, "results", "e13_preregistration.md"), encoding="utf-8") as f:
+        doc = " ".join(f.read().split())
+    rows = [cal["rows"][str(s)] for s in e13.CALIB_SEEDS]
+    pair = lambda key, fmt, f=lambda x: x: " and ".join(format(f(r[key]), fmt) for r in rows)
+    want = [f"lr {cal['lr']['sgd']:g}", f"lr {cal['lr']['adam_b1_0']:.1e}".replace("e-05", "e-5"),
+            "slopes were " + pair("slope", ".3f"),
+            "SGD " + pair("log ratio sgd", ".2f", math.exp),
+            "AdamW " + pair("log ratio adamw", ".1f", math.exp),
+            "β1 = 0 " + pair("log ratio adam_b1_0", ".1f", math.exp),
+            "log ratios under SGD were " + pair("log ratio sgd", ".3f"),
+            "gap_1 = " + pair("gap 1", ".1f"), "gap_3 = " + pair("gap 3", ".1f"),
+            "KL of log " + f"{cal['kl_target']:.1e}".replace("e-03", "e-3"),
+            f"sd {stats_sd([r['slope'] for r in rows]):.3f}"]
+    for w in want:
+        assert w in doc, w
+
+
+def stats_sd(xs):
+    m = sum(xs) / len(xs)
+    return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
