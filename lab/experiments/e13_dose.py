@@ -245,7 +245,7 @@ def one_run(o, seed, cond, arm, opt, lr=None, run=True):
     return rec
 
 
-def plan(o):
+def plan():
     """Every run of a seed: (cond, arm, optimizer)."""
     conds = ["D0"] + [f"W{d}{k}" for k in DOSES for d in "+-"]
     out = [(c, a, "adamw") for c in conds for a in ARMS]
@@ -261,7 +261,7 @@ def seed_runs(o, seed):
         for d in "+-":
             if not o["quick"]:
                 gate(o, seed, f"W{d}{k}", Warm(o, seed, f"W{d}{k}"))
-    return {(c, a, opt): one_run(o, seed, c, a, opt) for c, a, opt in plan(o)}
+    return {(c, a, opt): one_run(o, seed, c, a, opt) for c, a, opt in plan()}
 
 
 # ----------------------------------------------------------------------------- the analysis
@@ -350,7 +350,7 @@ def calibrate(o):
         for k in DOSES:
             for d in "+-":
                 gate(o, s, f"W{d}{k}", Warm(o, s, f"W{d}{k}"))
-        for c, a, opt in plan(o):
+        for c, a, opt in plan():
             if opt == "adamw":
                 one_run(o, s, c, a, opt)
         for opt, lrs in (("sgd", SGD_LRS), ("adam_b1_0", B1_LRS)):
@@ -371,9 +371,9 @@ def calibrate(o):
             (("sgd", SGD_LRS), ("adam_b1_0", B1_LRS))}
     o["lr"].update({opt: f[0] for opt, f in fits.items()})
     for s in seeds:  # phase 2: the optimizer arms at the matched learning rates
-        for c, a, opt in plan(o):
+        for c, a, opt in plan():
             one_run(o, s, c, a, opt)
-    runs = {s: {(c, a, opt): one_run(o, s, c, a, opt, run=False) for c, a, opt in plan(o)}
+    runs = {s: {(c, a, opt): one_run(o, s, c, a, opt, run=False) for c, a, opt in plan()}
             for s in CALIB_SEEDS}
     if any(None in r.values() for r in runs.values()):
         print("the summary waits for the other stream's phase 2", flush=True)
@@ -390,12 +390,12 @@ def calibration_summary(o, runs, target, fits):
         o["records"], f"gate_{task_of(f'W{d}{k}')}_s{s}.json"), ("gap",))["gap"]
         for s in CALIB_SEEDS for k in DOSES for d in "+-"}
     p_end = {}
-    for key in plan(o):
+    for key in plan():
         ps = [runs[s][key]["p_end"] for s in CALIB_SEEDS]
         p_end[" ".join(key)] = 1 / (1 + math.exp(-sum(math.log(p / (1 - p)) for p in ps)
                                                  / len(ps)))
     manip = {f"{' '.join(key)} s{s}": runs[s][key]["manipulation"] for s in CALIB_SEEDS
-             for key in plan(o) if runs[s][key]["manipulation"] is not None}
+             for key in plan() if runs[s][key]["manipulation"] is not None}
     sd = lambda k: stats.paired([rows[s][k] for s in CALIB_SEEDS if rows[s][k] is not None],
                                 [0.0] * sum(rows[s][k] is not None for s in CALIB_SEEDS))["sd"]
     data = {"experiment": "e13_dose calibration", "seeds": list(CALIB_SEEDS), "steps": o["steps"],
@@ -535,7 +535,7 @@ def evaluate(o):
             "steps": o["steps"], "primary": primary, "secondary": secondary, "checks": checks,
             "decisions": decisions(primary, secondary, checks, rows), "rows": rows,
             "curve": curve(runs, rows), "per_run": {
-                "|".join(k): [runs[s][k]["drift"] for s in seeds] for k in plan(o)}}
+                "|".join(k): [runs[s][k]["drift"] for s in seeds] for k in plan()}}
     common.print_contrasts(primary)
     common.print_contrasts(secondary, "secondary")
     common.print_contrasts(checks, "check")
