@@ -196,3 +196,30 @@ def test_the_preregistration_quotes_the_calibration_json():
 def stats_sd(xs):
     m = sum(xs) / len(xs)
     return math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+
+
+def test_quick_writes_every_record_and_resumes(tmp_path):
+    import json
+    import os
+    out = str(tmp_path / "q")
+    row = e13.main(["--quick", f"--out={out}"])
+    names = sorted(n for n in os.listdir(os.path.join(out, "e13")) if not n.startswith("warm_"))
+    assert names == sorted(e13.tag(c, a, opt, e13.QUICK_SEED) + ".json"
+                           for c, a, opt in e13.plan())
+    # D0's warm start is trained once and serves the positive control, relabelled
+    assert sorted(n for n in os.listdir(os.path.join(out, "e13")) if n.startswith("warm_")) \
+        == sorted(f"warm_{e13.task_of(c)}_s{e13.QUICK_SEED}.json"
+                  for c in ["D0"] + [f"W{d}{k}" for k in e13.DOSES for d in "+-"])
+    path = os.path.join(out, "e13", e13.tag("W+2", "grpo", "sgd", e13.QUICK_SEED) + ".json")
+    rec = json.load(open(path))
+    assert "--optimizer=sgd" in rec["flags"] and len(rec["gap"]) == 4 and rec["kl"] >= 0
+    stamp = os.path.getmtime(path)
+    assert e13.main(["--quick", f"--out={out}"]) == row  # every record read back, none redone
+    assert os.path.getmtime(path) == stamp
+
+
+def test_bad_flags_get_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        e13.common.cli(lambda argv: e13.main(["--stream=sideways", "--quick"]))
+    assert e.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --stream takes even, odd, both")
