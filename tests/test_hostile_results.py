@@ -22,7 +22,8 @@ pytestmark = pytest.mark.usefixtures("unchanged")
 
 SCRIPTS = ["chain_style", "demo_ledger", "e1_flips", "e2_coupling", "e3_masked",
            "e4_categories", "e5_value", "e6_group_size", "e7_schedulers", "e8_objectives",
-           "e9_drift_mechanism", "e10_length", "e11_optimizer", "multiplicity", "scoreboard"]
+           "e9_drift_mechanism", "e10_length", "e11_optimizer", "e12_covariance", "e13_dose",
+           "multiplicity", "scoreboard"]
 PARTIAL = common.default_out(True)
 
 
