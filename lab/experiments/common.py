@@ -514,6 +514,13 @@ DIAG_FLAGS = {
     "threads": (1, "torch threads per worker: these models gain little from more"),
 }
 
+# the flags of the experiments that keep the model's state at a few RL steps and probe it (E1, E2)
+KEPT_STATE_FLAGS = {
+    "batches": (2, "rollout batches per kept state"),
+    "steps": ("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
+    "primary_step": (100, "the step of the primary contrast (quick: the last of --steps)"),
+}
+
 
 def diag_setup(opts, seed):
     """The warm start of these options (trained once, reused), its task, a

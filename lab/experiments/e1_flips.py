@@ -54,9 +54,7 @@ from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
-    batches=(2, "rollout batches per kept state"),
-    steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
-    primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
+    **common.KEPT_STATE_FLAGS,
     eps=(1e-4, "flip threshold on |Delta| (nats)"),
     sgd_lr=(1e-3, "plain SGD lr (first-order reference)"),
     margin=(0.10, "verdict margin: 'similar' means the interval lies inside +-margin"),

@@ -61,10 +61,8 @@ from lab import estimators
 
 EXTRA = dict(
     common.DIAG_FLAGS,
-    batches=(2, "rollout batches per kept state"),
+    **common.KEPT_STATE_FLAGS,
     prompts=(8, "B: prompts per batch"),
-    steps=("0,100,200", "RL steps after which the state is kept and measured (quick: 0,20)"),
-    primary_step=(100, "the step of the primary contrast (quick: the last of --steps)"),
     sgd_lr=(1e-3, "plain SGD lr (also the closed form's eta)"),
     margin=(0.10, "verdict margin around 0.7"),
 )
