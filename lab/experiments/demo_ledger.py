@@ -16,7 +16,9 @@ Primary contrast (fixed before any run of this script): ``shared_dlogp_mean`` (t
 over its RL steps of ``shared_dlogp``, in nats per RL step), grpo minus dr_grpo, paired by
 seed, seeds 0-9, 95 % Student t. Predicted < 0: in the demo a wrong rollout is the one that
 forgot a carry, two tokens shorter, so under 1/L_i the negative advantages weigh more and a
-token every rollout shares is pushed down. Equivalence margin, fixed with it: 1e-4 nats per
+token every rollout shares is pushed down (that premise held for the teacher's solutions, not
+for the RL rollouts: there a right one was 0.3 tokens longer on average, results/README.md).
+Equivalence margin, fixed with it: 1e-4 nats per
 RL step (a shift of 0.01 nats, about 1 % of the token's probability, over the 100 steps).
 Secondary (Holm within the family): final accuracy, grpo minus dr_grpo (no prediction);
 ``tax_interior_sum`` (the KL at those histories, summed over the run), grpo minus dr_grpo
