@@ -297,3 +297,11 @@ ADVANTAGES = {
     "grpo": lambda rewards, group, lengths, baseline: advantages(rewards, group, scale=True),
     "dr_grpo": lambda rewards, group, lengths, baseline: advantages(rewards, group, scale=False),
 }
+
+# --adv=auto -> the --loss's own estimator: GRPO's scaled Â for grpo and dapo, Dr. GRPO's
+# unscaled one for the rest (plumbing/config.py resolves it; the catalogue adds its own)
+OWN_ADV = {"grpo": "grpo", "dr_grpo": "dr_grpo", "dapo": "grpo",
+           "dfpo_min": "dr_grpo", "dfpo_orth": "dr_grpo"}
+
+# the lesson's own names: a --loss or --adv beyond them turns the lab on (train.hooks_for)
+LESSON = frozenset(LOSSES) | frozenset(ADVANTAGES)

@@ -21,37 +21,27 @@ Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
      its backward; then the gradient clip and the optimizer step;
   5. log, and every --eval_every steps evaluate on held-out problems.
 
-The lab (lab/, one folder away) measures cancellation at three points of the step: after
-the rollouts, after each optimizer step (reading the coefficients c_{i,t} = -d loss /
-d log pi(y_{i,t}) that the backward left), and after the update. --instruments=false
-switches those off: no extra pass, no coefficient kept. (The lab's catalogue still
-resolves --adv=auto and checks the flags, and computes the loss when a switch of its own,
---beta say, is on.) Plumbing: the flags, the run folder and --resume (plumbing/); under
-torchrun, plumbing/dist_utils.py gives each process its rows (shard, micro_batches) and
-sums the logged numbers (step_means). ``python train.py --key=value`` (--help).
+The lab (lab/, one folder away) is reached through one hooks object (``Hooks``, at the
+end: each of its points does nothing here). Where the run turns it on (--instruments, the
+default, or an objective or switch of its catalogue: ``hooks_for``), its hooks measure
+cancellation after the rollouts, after each optimizer step (reading the coefficients
+c_{i,t} = -d loss / d log pi(y_{i,t}) the backward left) and after the update, and hand
+the step its catalogue's objective, in loss.py's signature. --instruments=false with the
+lesson's flags runs without lab/. Plumbing: the flags, the run's creation, its folder and
+--resume, what it prints (plumbing/); under torchrun, plumbing/dist_utils.py gives each
+process its rows (shard, micro_batches) and sums the logged numbers (step_means).
+``python train.py --key=value`` (--help).
 """
 
 import functools
-import math
-import os
-import random
 import sys
-import time
-import types
 
 import torch
-from tqdm import tqdm
 
 import batching
-from lab import instruments, objectives  # the lab: instruments; the catalogue joins loss.py
 import loss
-import toy_tasks
-from model import GPT, GPTConfig, amp, completion_logprobs, rl_optimizer
-from plumbing import checkpoint, dist_utils, fast_decode, rundir
-from plumbing.config import Config, given_flags, parse_args
-from plumbing.console import MIXED_START_STEPS, progress, summary_line, weak_start_hint
-from plumbing.errors import CliError, fail
-from plumbing.rundir import Run
+from model import amp, completion_logprobs, rl_optimizer
+from plumbing import checkpoint, config, console, dist_utils, errors, rundir
 from sampler import evaluate, rollouts
 from toy_tasks import EOS, PAD
 
@@ -66,7 +56,7 @@ def sft(run):
     if state.saved:  # resumed inside SFT: the optimizer's moments continue too
         state.restore(opt, run.rank)
     n_sft = dist_utils.share(cfg.sft_batch)  # this process's share of the batch
-    bar = progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
+    bar = console.progress(range(state.step + 1, cfg.sft_steps + 1), "sft", run.master)
     losses, first = [], state.step + 1  # losses: read back when a line or checkpoint is due
     for step in bar:
         if (step - 1) % cfg.ckpt_every == 0 or step == first:
@@ -84,7 +74,7 @@ def sft(run):
         losses.append(sft_loss.detach())
         printed = step % max(1, cfg.sft_steps // 4) == 0  # a log file gets 4 lines
         if printed or step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
-            sft_log(run, bar, step, losses, printed)
+            console.sft_log(run, bar, step, losses, printed)
             losses = []
         state.step = step
         if step == cfg.sft_steps:  # the warm start: --beta's reference, and the lab's start
@@ -124,46 +114,26 @@ def sft_texts(task, draw, n, rng, flawed=0.0):
     return prompts, sols
 
 
-def sft_log(run, bar, step, losses, printed):
-    """The losses of the steps up to ``step``, read back at once: their lines of
-    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
-    (and before any checkpoint of a diverged model)."""
-    values = torch.stack(losses).tolist()
-    first = step - len(values) + 1
-    for k, value in enumerate(values):
-        if not math.isfinite(value):
-            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
-                                     f"diverged (try a smaller --sft_lr)")
-        run.out.log({"phase": "sft", "step": first + k, "loss": value})
-    bar.set_postfix(loss=f"{values[-1]:.3f}")
-    if bar.disable and run.master and printed:
-        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
-
-
 # ----------------------------------------------------------------------------- phase 2: RL
 
 def rl(run):
     """Evaluate the warm start, then --rl_steps RL steps, evaluating every --eval_every."""
     cfg, state = run.cfg, run.state
     opt = rl_optimizer(run.model.parameters(), cfg.optimizer, cfg.lr)
-    ref_model = reference_model(run) if cfg.beta else None
+    run.hooks.rl_start(run)  # the lab: --beta's frozen reference (lab/hooks.py)
     if state.phase == "rl":  # resumed in RL: the optimizer's moments continue
         state.restore(opt, run.rank)
     else:
         evaluate_warm_start(run, opt)
-    bar = progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
+    bar = console.progress(range(state.step + 1, cfg.rl_steps + 1), "rl", run.master)
     for step in bar:
         state.step = step  # set first: a checkpoint saves the step that has just finished
         try:
-            rec = rl_step(run, opt, ref_model)
+            rec = rl_step(run, opt)
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step {step}: {e}; the run diverged (try a smaller --lr); "
                                      f"the last good checkpoint is kept") from None
-        if step <= MIXED_START_STEPS:  # one batch of 16 groups is noisy: average a few
-            state.sums["mixed_start_sum"] += rec["mixed"]
-            state.sums["mixed_at_start"] = state.sums["mixed_start_sum"] / step
-        if step == 1 and run.master and (hint := weak_start_hint(rec["mixed"])):
-            tqdm.write(hint)  # too few mixed groups: say how to strengthen the warm start
+        console.mixed_at_start(run, step, rec["mixed"])  # and a hint
         run.out.log(rec)
         # a checkpoint every --ckpt_every steps and at the end: --resume continues from it
         if step % cfg.ckpt_every == 0 or step == cfg.rl_steps:
@@ -171,26 +141,6 @@ def rl(run):
         if run.master:
             bar.set_postfix(reward=f"{rec['reward']:.2f}", acc=f"{state.sums['acc']:.2f}")
     bar.close()
-
-
-def reference_model(run):
-    """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
-    cfg = run.cfg
-    ref = GPT(run.raw.cfg).to(run.device)
-    # resumed in RL, the model has moved on: the reference comes back from its file
-    if run.state.phase == "rl":
-        path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
-        ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
-    else:
-        ref.load_state_dict(run.raw.state_dict())
-    return ref.eval().requires_grad_(False)
-
-
-LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mean reward of "
-          "the step's\n  samples; mixed: the share of groups with right and wrong rollouts "
-          "(only they carry\n  a signal)")
-LEGEND_LAB = ("; cancelled: the share of the step's shared-token coefficients that\n"
-              "  cancelled (the cancellation ledger, at the end)")
 
 
 def evaluate_warm_start(run, opt):
@@ -202,20 +152,19 @@ def evaluate_warm_start(run, opt):
     if run.master:
         try:
             acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device, run.decoder)
-            diag0 = run.inst.after(run.raw, {"eval_acc": acc0}) if run.inst else {}
+            diag0 = run.hooks.after(run.raw, {"eval_acc": acc0})
         except FloatingPointError as e:
             raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
         run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
         state.sums.update(acc0=acc0, acc=acc0)
-        print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
-        print(LEGEND + (LEGEND_LAB if run.inst else ""))
+        console.warm_start_lines(run, acc0)
     if cfg.rl_steps == 0:
         run.out.checkpoint(state, opt)
 
 
-def rl_step(run, opt, ref_model):
+def rl_step(run, opt):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
-    cfg, state, step, lab_ = run.cfg, run.state, run.state.step, run.inst
+    cfg, state, step = run.cfg, run.state, run.state.step
     run.model.train()  # (the sampler switches to eval mode and back by itself)
     # 1-2. each process samples its share of the groups and rewards them; then every one
     # holds the whole batch, so that advantages, the cut and the denominators are global
@@ -223,18 +172,12 @@ def rl_step(run, opt, ref_model):
                      cfg.prompts_per_step // run.world, run.decoder)
     batch.max_len = run.task.max_new_tokens  # dr_grpo's L_max: the completion budget
     batch = dist_utils.gather_rollouts(batch)
-    if ref_model is not None:  # --beta: the frozen reference's log-probs of the same tokens
-        with torch.no_grad(), amp(cfg, run.device):
-            batch.ref_logprobs = completion_logprobs(
-                ref_model, batch.prompts, batch.tokens, batch.mask, PAD, cfg.temperature
-            ).float()
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
     mixed = loss.mixed_fraction(batch.rewards, batch.group)
     rec = {"phase": "rl", "step": step, "reward": float(batch.rewards.mean()), "mixed": mixed}
-    if lab_:  # the lab looks at the rollouts before the update changes the policy
-        rec.update(lab_.rollouts(run.raw, batch))
+    rec.update(run.hooks.rollouts(run.raw, batch))  # the lab looks before the update
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
-    out = rl_update(run.model, opt, batch, cfg, state.gen, lab_)
+    out = rl_update(run.model, opt, batch, cfg, state.gen, run.hooks)
     checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
     rec.update({k: v for k, v in out.items() if k not in ("steps", "adv", "cut")})
     # 5. held-out greedy accuracy every --eval_every steps
@@ -242,22 +185,22 @@ def rl_step(run, opt, ref_model):
     if run.master and evaluating:
         state.sums["acc"] = rec["eval_acc"] = evaluate(run.raw, run.task, run.held_out, cfg,
                                                        run.device, run.decoder)
-    if lab_:  # the lab: what the update did (the ledger, the learning tax), its diagnostics
-        rec.update(lab_.after(run.raw, rec, batch, out["adv"], out["cut"]))
+    # the lab: what the update did (the ledger, the learning tax), its diagnostics
+    rec.update(run.hooks.after(run.raw, rec, batch, out["adv"], out["cut"]))
     if run.master and evaluating:
-        tqdm.write(f"rl step {step}: eval_acc {rec['eval_acc']:.3f}  reward {rec['reward']:.3f}  "
-                   f"mixed {mixed:.2f}{cancelled_text(rec)}  [{time.time() - run.t0:.0f}s]")
+        console.eval_line(run, rec)
     return rec
 
 
-def rl_update(model, opt, batch, cfg, gen, lab_=None):
+def rl_update(model, opt, batch, cfg, gen, hooks=None):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
     ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
+    hooks = hooks or hooks_for(cfg)
     # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES; --adv=
     # auto is the --loss's own, GRPO's (r - mu_g)/(sigma_g + eps) in the demo); fixed for
     # every epoch: the data are reused, the credit is not recomputed
     adv = loss.ADVANTAGES[cfg.adv](batch.rewards, batch.group, batch.mask.sum(1), batch.baseline)
-    objective = objective_of(cfg)  # loss.grpo in the demo
+    objective = hooks.objective(cfg, model, batch)  # loss.grpo in the demo
     logs = []  # each optimizer step's numbers
     for _ in range(cfg.epochs):
         # 4. the scheduler decides which rollouts meet in one step, and so whether the copies
@@ -266,65 +209,53 @@ def rl_update(model, opt, batch, cfg, gen, lab_=None):
         cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
             cfg.batching, batch.group, adv, batch.mask.sum(1), cfg.minibatches, gen))
         for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
-            logs.append(optimizer_step(model, opt, batch, adv, mb, cfg, lab_, objective))
+            logs.append(optimizer_step(model, opt, batch, adv, mb, cfg, objective, hooks))
     # the batch's line of metrics.jsonl: each number is its mean over the optimizer steps
     out = {k: sum(s[k] for s in logs) / len(logs) for k in logs[0]}
     return dict(out, steps=logs, adv=adv, cut=cut)  # and what a caller or the lab reads
 
 
-def optimizer_step(model, opt, batch, adv, mb, cfg, lab_=None, objective=None):
+def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
     """One optimizer step on mini-batch ``mb`` (indices into the batch): the step's
     denominators, then per micro-batch the log-probs, the loss and its backward, then the
     clip and the step. Returns its logged numbers."""
-    objective = objective or objective_of(cfg)
-    # one process is rank 0 of a world of 1: every torchrun step below is then a no-op
-    rank, world = dist_utils.rank_world()
-    mask = batch.mask
+    hooks = hooks or Hooks()
+    objective = objective or hooks_for(cfg).objective(cfg, model, batch)
     # this process's rows of mb (torchrun gives each rank a contiguous share), cut into
     # micro-batches of --micro_batch rollouts whose gradients add up to the step's
+    rank, world = dist_utils.rank_world()  # one process: rank 0 of a world of 1
     mine = dist_utils.shard(torch.arange(len(mb), device=mb.device), rank, world)
     parts = [mine[p] for p in dist_utils.micro_batches(len(mine), cfg.micro_batch)]
     # what every part shares: the *step's* N, sum L, L_max and DFPO weights, so that
     # splitting a step changes no copy's weight (--norm=local shows what breaks otherwise)
     counts_for = part_counts(model, batch, adv, mb, parts, cfg)
     n_parts = 1 if cfg.norm == "global" else len(parts) * world  # local: a mean of the parts
-    coef = torch.zeros(len(mb), mask.shape[1], device=mask.device) if lab_ else None
-    sums, seen = {}, []  # the logged numbers, summed; what the lab reads of each part
+    sums = {}  # the logged numbers, summed over the parts
     opt.zero_grad(set_to_none=True)  # gradients accumulate over the parts: one step
     for j, p in enumerate(parts):
         rows = mb[p]
-        if world > 1:  # DDP all-reduces the gradients in backward: on the last part only
-            model.require_backward_grad_sync = j == len(parts) - 1
+        dist_utils.sync_on_last(model, j == len(parts) - 1)  # DDP: one all-reduce a step
         logp, hidden = logprobs_of(model, batch, rows, cfg)
-        if lab_:
-            logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
-        args = (batch.old_logprobs[rows], mask[rows], adv[rows], batch.group[rows])
-        counts = dict(counts_for(p), extra=loss_extra(cfg, model, hidden, batch, rows))
+        args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
+        counts = dict(counts_for(p), rows=rows, hidden=hidden)  # (what the lab's may read)
         # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). Its value is
         # about 0 on-policy (the advantages are centred); its gradient is not
         value, clip_frac = objective(logp, *args, counts)
-        stats = dict(counts["extra"].stats, clip_frac=clip_frac, finite=torch.isfinite(value))
+        stats = dict(hooks.part(p, logp, args, counts, n_parts), clip_frac=clip_frac,
+                     finite=torch.isfinite(value))
         # the step's loss is the sum of its parts' (--norm=global), as if taken whole
         term = value / n_parts
         # DDP *averages* the ranks' gradients; each rank's term is its share of the step's
         # sum, so x world makes the average the sum (1 in one process)
         (term * world).backward()
-        if lab_:  # c_{i,t} = -d loss / d log pi(y_{i,t}), and the same loss with every ratio 1
-            coef[p] = (-logp.grad / world).float()
-            seen.append((p, logp.detach(), args, n_parts,
-                         lambda lp, a=args, c=counts: objective(lp, *a, on_policy(c))[0]))
-        # kept as tensors and read back once per step (each read makes a GPU wait)
-        for k, v in dict(stats, loss=term.detach()).items():  # stats: row-weighted means
-            v = torch.as_tensor(v, dtype=torch.float64, device=mask.device)
-            sums[k] = sums.get(k, 0.0) + (v if k == "loss" else v * len(p))
-    out = dist_utils.step_means(sums, len(mb), mask.device)
+        dist_utils.add_rows(sums, dict(stats, loss=term.detach()), len(p), batch.mask.device)
+    out = dist_utils.step_means(sums, len(mb), batch.mask.device)
     if out.pop("finite") < 1:  # stop before a NaN reaches the weights
         raise FloatingPointError("loss is not finite")
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    if lab_:  # how far the step's copies of each shared token were from cancelling
-        out.update(lab_.step(mb, coef, seen, adv))
+    out.update(hooks.step(mb, adv))  # the lab: how far the copies were from cancelling
     return out
 
 
@@ -358,36 +289,6 @@ def part_counts(model, batch, adv, mb, parts, cfg):
     return of
 
 
-def objective_of(cfg):
-    """--loss's function, of (logp, old_logp, mask, adv, group, counts): loss.LOSSES maps each
-    name to one (loss.grpo in the demo), and --clip's bounds are bound in. The engines'
-    catalogue adds its objectives to loss.LOSSES; a switch of its own (--beta, --agg,
-    --entropy_coef, ...) takes the catalogue's version of the objective (lab/objectives.py)."""
-    fn = loss.LOSSES[cfg.loss]
-    # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
-    if objectives.switched(cfg):
-        fn = functools.partial(objectives.catalogue_loss, cfg.loss)
-    return functools.partial(fn, clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
-
-
-def on_policy(counts):
-    """A part's counts with every ratio taken as 1: DFPO's w~ of the ratios at pi_old (all
-    1), and the catalogue's switches as on-policy (for the lab's c°)."""
-    return dict(counts, weights=None, extra=types.SimpleNamespace(**dict(vars(counts["extra"]),
-                                                                        on_policy=True)))
-
-
-def loss_extra(cfg, model, hidden, batch, rows):
-    """What an objective of the engines' catalogue may also read (the lesson's read none of
-    it): the flags, the model and these rows' hidden states (token entropies), the frozen
-    reference's log-probs (--beta); and where it leaves numbers to log."""
-    # the catalogue computes the token entropies once per part, and leaves them here
-    return types.SimpleNamespace(
-        cfg=cfg, model=getattr(model, "module", model), hidden=hidden,
-        ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
-        on_policy=False, entropy=None, stats={})
-
-
 def logprobs_of(net, batch, rows, cfg):
     """log pi(y_t | s_t) of the batch's ``rows`` (a tensor on the host) under ``net``, tempered
     as at sampling (so that an on-policy ratio is exactly 1), and the hidden states that
@@ -398,126 +299,82 @@ def logprobs_of(net, batch, rows, cfg):
                                    cfg.temperature, return_hidden=True)
 
 
-def cancelled_text(rec):
-    """The evaluation line's share of the shared tokens' coefficients that cancelled
-    (the lab's ledger), or nothing without the lab."""
-    if "ledger_cancelled" not in rec:  # --instruments=false: the lab measured nothing
-        return ""
-    done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
-    return f"  cancelled {done}"
+# ----------------------------------------------------------------------------- the lab's seams
+
+class Hooks:
+    """The points of the loop where the lab looks, each doing nothing: the run without the
+    lab. --loss's function (loss.LOSSES, --clip's bounds bound in: loss.grpo in the demo);
+    after the rollouts, before each part's backward, after each optimizer step, after the
+    update, at the end. The lab's hooks (lab/hooks.py) measure at each."""
+    legend = ""
+
+    def objective(self, cfg, model, batch):
+        return functools.partial(loss.LOSSES[cfg.loss],
+                                 clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
+
+    def rl_start(self, run):
+        pass
+
+    def rollouts(self, model, batch):
+        return {}
+
+    def part(self, p, logp, args, counts, n_parts):
+        return {}
+
+    def step(self, mb, adv):
+        return {}
+
+    def after(self, model, rec, batch=None, adv=None, cut=None):
+        return {}
+
+    def finish(self, summary):
+        return []
+
+
+def hooks_for(cfg, state=None, master=True, task=None, held_out=None):
+    """The run's hooks: the lab's where the run turns the lab on (--instruments, or an
+    objective, estimator or switch the lesson does not hold), else the do-nothing Hooks.
+    Without a run's ``state`` (a caller's own update), the lab's catalogue alone."""
+    if not config.needs_lab(cfg):
+        return Hooks()
+    from lab import hooks  # the lesson's one arrow into the lab
+    return hooks.LabHooks(cfg, state, master, task, held_out)
 
 
 # ----------------------------------------------------------------------------- main
 
 def main(cfg, given=None):
-    """One run of train.py: the checks, then the phases; returns the summary (rank 0).
+    """One run of train.py: the checks, the run, SFT, RL; returns the summary (rank 0).
     ``given``: the flags written on the command line, which --resume compares with
     the saved run (config.given_flags); None for a Config built in code."""
-    # one process, or one of torchrun's: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
-    rank, local_rank, world = dist_utils.env_world()
-    dist_utils.check_world(cfg, world)
-    # every check before anything is written; on --resume, the saved config, device and model
-    try:
-        cfg, device, found, model, saved = rundir.open_run(cfg, world, given)
+    try:  # every check before anything is written, then the model, folder and streams
+        with rundir.started(cfg, given) as run:
+            run.hooks = hooks_for(run.cfg, run.state, run.master, run.task, run.held_out)
+            if run.state.phase == "sft" and run.sft_steps > 0:
+                sft(run)
+            rl(run)
+            return console.summarise(run) if run.master else {}
     except rundir.Finished as done:  # --resume of a finished run: nothing to run or write
-        if rank == 0:
+        if dist_utils.env_world()[0] == 0:
             print(done)
         return done.summary
-    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
-    # the same initial model on every rank: DDP assumes the replicas start equal
-    torch.manual_seed(cfg.seed)
-    random.seed(cfg.seed)
-    if model is None:  # else it is ckpt.pt's (--resume)
-        cfg, model = initial_model(cfg, device, task)
-    # the last check: one writer per folder (rank 0 writes)
-    lock = rundir.lock_run(cfg, found) if rank == 0 else None
-    summary = None
-    try:
-        summary = run_phases(cfg, model, task, found, saved, rank, local_rank, world, device)
-    finally:  # every exit path leaves the process group (a barrier first only after a clean run)
-        rundir.unlock(lock)
-        dist_utils.teardown(clean=summary is not None)
-    return summary
-
-
-def initial_model(cfg, device, task=None):
-    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win); its
-    block is 64 tokens, or what ``task``'s longest prompt and completion need if more."""
-    if cfg.init_from:
-        model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
-        return rundir.init_from_checks(cfg, model, ck), model
-    # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
-    # the coupling of two tokens through it can be measured (lab/probes.py, THEORY.md 4)
-    gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
-                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=max(
-                        64, toy_tasks.longest_prompt(task) + task.max_new_tokens if task else 0))
-    return cfg, GPT(gpt).to(device)
-
-
-def run_phases(cfg, model, task, found, saved, rank, local_rank, world, device):
-    """After every check: join the process group, write the config, SFT, RL, the summary."""
-    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
-    sft_steps = 0 if cfg.init_from else cfg.sft_steps
-    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
-                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
-    if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
-        rundir.start_writing(cfg, found, resolved, saved)
-    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
-    # every rank draws its own problems and samples: its own streams, seeded by rank
-    state = checkpoint.RunState(
-        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
-        sol_rng=random.Random(cfg.seed + 1 + rank),
-        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
-        saved=saved,
-    )
-    # the lab's instruments, or None: --instruments=false runs the plain loop
-    inst = (instruments.Instruments(cfg, state, rank == 0, task, held_out)
-            if cfg.instruments else None)
-    run = Run(cfg, model, raw, task, held_out, state, rundir.RunDir(cfg, raw, rank == 0), device,
-              rank, world, inst, fast_decode.for_run(cfg, device))
-    if state.phase == "sft" and sft_steps > 0:
-        sft(run)
-    rl(run)
-    return summarise(run) if run.master else {}
-
-
-def summarise(run):
-    """The summary line of metrics.jsonl and the last printed lines."""
-    cfg, s = run.cfg, run.state.sums
-    mixed = s["mixed_at_start"]  # no mixed fraction without an RL step
-    summary = {
-        "warm_start_acc": s["acc0"],
-        **({} if mixed is None else {"mixed_at_start": mixed}),
-        "final_acc": s["acc"],
-        "gain": s["acc"] - s["acc0"],
-        "seconds": round(time.time() - run.t0, 1),
-    }
-    lines = run.inst.finish(summary) if run.inst else []  # the lab's: the cancellation ledger
-    run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
-    run.out.close()
-    print(summary_line(summary, cfg))
-    for line in lines:
-        print(line)
-    print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
-    return summary
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2.
-    Under torchrun only local rank 0 prints it (one line per node)."""
-    quiet = os.environ.get("LOCAL_RANK", "0") != "0"
-    # every failure a user can cause or meet ends in one line, never a traceback
-    try:
-        return main(parse_args(argv, Config, doc=__doc__), given_flags(argv))
-    except CliError as e:  # the other ranks give local rank 0 the time to print, then exit
-        time.sleep(5) if quiet else fail(str(e))
-        sys.exit(2)
-    except FloatingPointError as e:
-        fail(str(e))
-    except OSError as e:  # a disk that fills up, a folder that vanishes
-        fail(f"{e.strerror or type(e).__name__}: {e.filename or ''}".rstrip(": "))
-    except KeyboardInterrupt:
-        fail("interrupted")
+    """The command line: bad input gets one 'error: ...' line and exit status 2
+    (plumbing/errors.py). The lab joins first where the flags turn it on."""
+    def run():
+        if config.lab_wanted(argv):  # its catalogue and checks join loss.py's and config's
+            try:
+                import lab  # noqa: F401
+            except ModuleNotFoundError as e:
+                if e.name != "lab":
+                    raise
+                raise errors.CliError("these flags need the lab (lab/), which is not here; "
+                                      "--instruments=false runs the lesson alone") from None
+        return main(config.parse_args(argv, config.Config, doc=__doc__),
+                    config.given_flags(argv))
+    return errors.cli(run)
 
 
 if __name__ == "__main__":

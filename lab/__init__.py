@@ -2,14 +2,18 @@
 
 The lesson (model.py, sampler.py, toy_tasks.py, loss.py, batching.py, train.py) trains a
 policy. The lab measures what the training does to cancellation, and lends the lesson
-the engines' catalogue. train.py is the only lesson file that touches it:
+the engines' catalogue. train.py is the only lesson file that touches it, through one
+hooks object, and only where the run turns the lab on (train.hooks_for):
 
-  the instruments (instruments.py)   ``Instruments``: train.py calls it after the rollouts,
-                                     after each optimizer step (with the coefficients
-                                     c_{i,t} = -d loss / d log pi(y_{i,t}) its backward
-                                     left) and after the update; it keeps the ledger, the
-                                     residuals, the learning tax, the diagnostics.
-                                     --instruments=false: none of it runs
+  the hooks (hooks.py)               ``LabHooks``: train.py calls them after the rollouts,
+                                     before each part's backward, after each optimizer
+                                     step and after the update; they hand the step the
+                                     catalogue's objective and its extras (--beta's
+                                     reference, the hidden states, the switches)
+  the instruments (instruments.py)   ``Instruments``, behind the hooks: the ledger, the
+                                     residuals (from the coefficients c_{i,t} = -d loss /
+                                     d log pi(y_{i,t}) the backward left), the learning
+                                     tax, the diagnostics. --instruments=false: none of it
   the catalogue (objectives.py,      every --loss and --adv beyond the lesson's joins
   estimators.py, engines.py)         loss.LOSSES and loss.ADVANTAGES when the lab is
                                      imported; a switch of its own (--beta, --agg, ...)

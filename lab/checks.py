@@ -1,10 +1,11 @@
 """checks.py: the rules of the lab's flags, lent to train.py's command line.
 
 What it teaches: the catalogue's records decide what a combination of flags means.
-Which --loss, --adv, --agg and --kl_loss_type exist, what --adv=auto picks, which
+Which --loss, --adv, --agg and --kl_loss_type exist (what --adv=auto picks: each record's
+estimator, joined to loss.OWN_ADV), which
 switches an objective allows and which settings it needs (--loss=dro needs --dro_beta)
 are the records' (objectives.py, estimators.py, engines.py). plumbing/config.py knows
-none of them: importing the lab registers them there (its CHOICES, AUTO, IMPLIED and
+none of them: importing the lab registers them there (its CHOICES, IMPLIED and
 CHECKS), so the run's plumbing sits below the lab and never imports it.
 """
 
@@ -58,12 +59,6 @@ def check_objective(cfg):
                        f"not to --loss={cfg.loss}")
 
 
-def own_adv(cfg):
-    """--adv=auto: the estimator the --loss's record names (None for an unknown --loss)."""
-    obj = OBJECTIVES.get(cfg.loss)
-    return obj.adv if obj else None
-
-
 def implied(values):
     """An objective without a ratio clip runs with --clip=none unless --clip is given
     (and then refused by check_objective)."""
@@ -73,6 +68,5 @@ def implied(values):
 
 config.CHOICES.update(loss=OBJECTIVES, adv=estimators.ESTIMATORS, agg=objectives.AGGS,
                       kl_loss_type=engines.KL_TYPES)
-config.AUTO["adv"] = own_adv
 config.IMPLIED.append(implied)
 config.CHECKS.extend([check_names, check_objective])

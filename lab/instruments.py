@@ -4,8 +4,8 @@ What it teaches
 ---------------
 The lesson's RL step exposes two things: the rollout batch, and the coefficients
 c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimizer step
-(train.optimizer_step keeps them from its own backward pass, only when the lab is on).
-``Instruments`` reads them and nothing else of the step; train.py calls it at:
+(lab/hooks.py keeps them from the step's own backward pass, only when the lab is on).
+``Instruments`` reads them and nothing else of the step; the lab's hooks call it at:
 
   rollouts(model, batch)           before the update: the policy at the histories each
                                    group shares (for the learning tax), and the lengths
@@ -40,7 +40,7 @@ import toy_tasks
 
 class Instruments:
     """The lab's measures of one run; its running sums live in ``state.sums`` (resumed with
-    the run). ``master``: this process logs (rank 0). train.py calls it at three points:
+    the run). ``master``: this process logs (rank 0). The hooks call it at three points:
     ``rollouts``, ``step`` and ``after``; and ``finish`` for the summary."""
 
     def __init__(self, cfg, state, master, task=None, held_out=None):

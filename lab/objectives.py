@@ -29,7 +29,7 @@ the flag rules (lab/checks.py) and ``--help``, the scoreboard's predictions
 tests/test_docs.py checks the copy). To add an objective, write its term and
 ``register`` one record: it joins loss.LOSSES too. The lesson's five objectives are
 records here as well; a run uses the lesson's own function (loss.py) whenever no switch
-of this catalogue is on (train.objective_of), and ``catalogue_loss`` when one is
+of this catalogue is on (lab/hooks.py's objective), and ``catalogue_loss`` when one is
 (``switched``): the same numbers where both apply (tests/test_loss.py).
 
 Notation: N = sequences and sum L = completion tokens in the optimizer step,
@@ -246,6 +246,7 @@ def register(obj):
     OBJECTIVES[obj.name] = obj
     # one the lesson does not have joins loss.LOSSES, so train.py finds every --loss there
     loss.LOSSES.setdefault(obj.name, lambda *args, **kw: catalogue_loss(obj.name, *args, **kw))
+    loss.OWN_ADV.setdefault(obj.name, obj.adv)  # and its estimator is what --adv=auto picks
     return obj
 
 
@@ -472,7 +473,7 @@ def switched(cfg):
 def catalogue_loss(name, logp, old_logp, mask, adv, group, counts, clip):
     """Objective ``name`` of this catalogue with the run's switches, for one part of an
     optimizer step, in the lesson's signature (loss.LOSSES): (loss, clip fraction).
-    ``counts["extra"]`` (train.loss_extra) gives the flags, the model and the part's hidden
+    ``counts["extra"]`` (lab/hooks.py's extra) gives the flags, the model and the part's hidden
     states (token entropies), the reference's log-probs (--beta), and whether to take every
     ratio as 1 (the lab's on-policy coefficients); its ``stats`` get the extra numbers."""
     x = counts["extra"]

@@ -10,6 +10,7 @@ registries below when it is imported (lab/checks.py), and ``validate`` runs them
 """
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
@@ -26,9 +27,12 @@ from plumbing.errors import CliError
 
 # ----------------------------------------------------------------------------- the lab's part
 CHOICES = {}  # flag -> the names it takes (a live registry: --help reads it each time)
-AUTO = {}     # flag -> fn(cfg): what its "auto" stands for (--adv: the --loss's own), or None
 IMPLIED = []  # fn(values) -> {flag: value}: what a --loss implies for flags not given
 CHECKS = []   # fn(cfg), raising CliError: the objectives' own rules, run by validate
+# the flags only the lab reads (its catalogue's switches, its diagnostics): one of them
+# given turns the lab on (``needs_lab``), as does an objective loss.py does not hold
+LAB_FLAGS = ("agg", "dual_clip", "beta", "kl_loss_type", "entropy_coef", "dro_beta",
+             "top_entropy_quantile", "off_policy_mask_threshold", "diagnostics", "pass_k")
 
 
 def _f(default, help, choices=None):
@@ -124,10 +128,9 @@ class Config:
                            "(lab/diagnostics.py)")
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
 
-    def __post_init__(self):  # "auto" resolved (and logged) as the lab defines it: --adv
-        for name, resolve in AUTO.items():
-            if getattr(self, name) == "auto":
-                setattr(self, name, resolve(self) or "auto")
+    def __post_init__(self):  # --adv=auto resolved (and logged): the --loss's own (loss.py)
+        if self.adv == "auto":
+            self.adv = loss.OWN_ADV.get(self.loss, "auto")
 
 
 # --help shows Config's flags in these groups, in this order. A flag that is in
@@ -226,6 +229,25 @@ def given_flags(argv, cls=Config):
     return vars(parser(cls).parse_known_args(once(argv))[0])
 
 
+def needs_lab(values):
+    """Whether a run turns the lab on: its instruments (--instruments, the default), a
+    --loss or --adv loss.py does not hold, or a flag only the lab reads (LAB_FLAGS).
+    ``values``: a Config (a lab flag counts where it is not its default), or {name: value}
+    of the flags given (a lab flag counts where it is given)."""
+    v = values if isinstance(values, dict) else {
+        k: x for k, x in vars(values).items() if k not in LAB_FLAGS or x != getattr(Config, k)}
+    return (v.get("instruments", Config.instruments) or any(k in v for k in LAB_FLAGS)
+            or any(v.get(k, "auto") not in loss.LESSON | {"auto"} for k in ("loss", "adv")))
+
+
+def lab_wanted(argv):
+    """Whether a command line turns the lab on (needs_lab of its flags); --help does too,
+    since it lists the lab's choices."""
+    if any(a in ("-h", "--help") for a in argv):
+        return True
+    return needs_lab(vars(parser(Config).parse_known_args(argv)[0]))
+
+
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
     if any(a in ("-h", "--help") for a in argv):  # --task=chain --help: chain's defaults
@@ -309,8 +331,11 @@ def check_numbers(cfg):
 def validate(cfg):
     """Names, counts and combinations that cannot work, in the order --help lists them;
     the lab's rules (CHECKS) between the ranges and the schedule."""
-    if not CHECKS:  # a Config checked without them would take any --loss
-        raise RuntimeError("import lab before validating a Config: it registers its checks")
+    if not CHECKS and needs_lab(dataclasses.replace(cfg, instruments=False)):
+        # the lab not imported: the lesson's own names, and no flag only the lab reads
+        raise CliError(f"--loss={cfg.loss} --adv={cfg.adv} or a flag of the lab's needs the "
+                       f"lab (lab/); the lesson holds --loss and --adv "
+                       f"{' | '.join(sorted(loss.LESSON))}")
     check_numbers(cfg)
     if not 1 <= cfg.digits <= 20:  # before make_task: a huge --digits would hang it
         raise CliError(f"--digits={cfg.digits} does not fit a {BLOCK_SIZE}-token block; "

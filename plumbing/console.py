@@ -10,8 +10,11 @@ much cancelled inside the optimizer steps, what did not and why, the flag that
 removes the largest cause, and how the shared tokens' log-probabilities moved.
 """
 
+import math
 import sys
+import time
 
+import torch
 from tqdm import tqdm
 
 
@@ -46,3 +49,82 @@ def summary_line(summary, cfg):
                  if mixed is not None else "no RL steps run")
     return (f"warm start acc {acc0:.3f} -> after RL {acc:.3f} ({100 * (acc - acc0):+.1f} points) "
             f"in {summary['seconds']:.0f} s\n{mixed_txt}")
+
+
+# ----------------------------------------------------------------------------- a run's lines
+
+def sft_log(run, bar, step, losses, printed):
+    """The losses of the SFT steps up to ``step``, read back at once: their lines of
+    metrics.jsonl, and the printed line. A non-finite one stops the run before its line
+    (and before any checkpoint of a diverged model)."""
+    values = torch.stack(losses).tolist()
+    first = step - len(values) + 1
+    for k, value in enumerate(values):
+        if not math.isfinite(value):
+            raise FloatingPointError(f"SFT step {first + k}: loss is not finite; the run "
+                                     f"diverged (try a smaller --sft_lr)")
+        run.out.log({"phase": "sft", "step": first + k, "loss": value})
+    bar.set_postfix(loss=f"{values[-1]:.3f}")
+    if bar.disable and run.master and printed:
+        print(f"sft step {step}: loss {values[-1]:.3f}", flush=True)
+
+
+LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mean reward of "
+          "the step's\n  samples; mixed: the share of groups with right and wrong rollouts "
+          "(only they carry\n  a signal)")
+
+
+def warm_start_lines(run, acc0):
+    """RL step 0's line, and what the numbers of the lines to come mean (the lab's hooks
+    add their legend)."""
+    print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
+    print(LEGEND + run.hooks.legend)
+
+
+def mixed_at_start(run, step, mixed):
+    """The summary's mixed fraction (its mean over RL steps 1-10), and after RL step 1 a
+    hint if too few groups are mixed."""
+    sums = run.state.sums
+    if step <= MIXED_START_STEPS:  # one batch of 16 groups is noisy: average a few
+        sums["mixed_start_sum"] += mixed
+        sums["mixed_at_start"] = sums["mixed_start_sum"] / step
+    if step == 1 and run.master and (hint := weak_start_hint(mixed)):
+        tqdm.write(hint)  # too few mixed groups: say how to strengthen the warm start
+
+
+def eval_line(run, rec):
+    """An evaluation's line: accuracy, reward, mixed groups (and what the lab's ledger
+    says cancelled)."""
+    tqdm.write(f"rl step {rec['step']}: eval_acc {rec['eval_acc']:.3f}  reward "
+               f"{rec['reward']:.3f}  mixed {rec['mixed']:.2f}{cancelled_text(rec)}  "
+               f"[{time.time() - run.t0:.0f}s]")
+
+
+def cancelled_text(rec):
+    """The share of the shared tokens' coefficients that cancelled (the lab's ledger), or
+    nothing without the lab."""
+    if "ledger_cancelled" not in rec:  # --instruments=false: the lab measured nothing
+        return ""
+    done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
+    return f"  cancelled {done}"
+
+
+def summarise(run):
+    """The summary line of metrics.jsonl and the last printed lines (rank 0)."""
+    cfg, s = run.cfg, run.state.sums
+    mixed = s["mixed_at_start"]  # no mixed fraction without an RL step
+    summary = {
+        "warm_start_acc": s["acc0"],
+        **({} if mixed is None else {"mixed_at_start": mixed}),
+        "final_acc": s["acc"],
+        "gain": s["acc"] - s["acc0"],
+        "seconds": round(time.time() - run.t0, 1),
+    }
+    lines = run.hooks.finish(summary)  # the lab's: the cancellation ledger
+    run.out.log({"phase": "summary", "step": cfg.rl_steps, **summary})
+    run.out.close()
+    print(summary_line(summary, cfg))
+    for line in lines:
+        print(line)
+    print(f"outputs in {cfg.out_dir}/; plot the curves: python -m lab.plot {cfg.out_dir}")
+    return summary

@@ -220,6 +220,22 @@ def on_rank0(make):
     return broadcast_cut(make() if rank_world()[0] == 0 else None)
 
 
+def sync_on_last(model, last):
+    """DDP all-reduces the gradients in each backward: of a step's parts, let only the last
+    one do it (the others accumulate locally). One process: nothing to do."""
+    if rank_world()[1] > 1:
+        model.require_backward_grad_sync = last
+
+
+def add_rows(acc, stats, n, device):
+    """Add a part's logged numbers to the step's sums, as tensors (read back once per
+    step: each read makes a GPU wait): the loss as it is, the rest (row-weighted means)
+    times the part's ``n`` rows."""
+    for k, v in stats.items():
+        v = torch.as_tensor(v, dtype=torch.float64, device=device)
+        acc[k] = acc.get(k, 0.0) + (v if k == "loss" else v * n)
+
+
 def step_means(acc, n, device):
     """A step's logged numbers, summed over processes: the loss is a sum, the rest were
     summed as row-weighted means (divided here by the step's n rows)."""

@@ -5,7 +5,9 @@ and call ``fail``, which prints ``error: ...`` on stderr. ``cli(main, ...)`` is
 that catch, shared by the entry points: bad input, a diverged run, a failed
 write (a full disk, a folder that vanished) and Ctrl-C each end in one line."""
 
+import os
 import sys
+import time
 
 
 class CliError(Exception):
@@ -27,7 +29,12 @@ def cli(main, *args):
     'error: ...' line and exit status 2."""
     try:
         return main(*args)
-    except (CliError, FloatingPointError) as e:
+    except CliError as e:  # under torchrun only local rank 0 prints it (one line per node):
+        if os.environ.get("LOCAL_RANK", "0") != "0":  # the others give it time, then exit
+            time.sleep(5)
+            sys.exit(2)
+        fail(str(e))
+    except FloatingPointError as e:
         fail(str(e))
     except OSError as e:
         fail(os_line(e))

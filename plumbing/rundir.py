@@ -16,10 +16,12 @@ What it teaches: a run finished yesterday must survive anything typed today.
    A finished run has no step left: its resume changes nothing and says so.
 """
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import random
 import sys
 import textwrap
 import time
@@ -27,8 +29,9 @@ from dataclasses import dataclass, field, fields, replace
 
 import torch
 
-from model import rl_optimizer
-from plumbing import checkpoint, dist_utils
+import toy_tasks
+from model import GPT, GPTConfig, rl_optimizer
+from plumbing import checkpoint, dist_utils, fast_decode
 from plumbing.config import Config, default_of
 from plumbing.config import validate as validate_config
 from plumbing.errors import CliError
@@ -345,9 +348,9 @@ class RunDir:
 
 @dataclass
 class Run:
-    """What every phase of one run shares, made once by train.run_phases: the flags, the
+    """What every phase of one run shares, made once by ``started``: the flags, the
     models, the task, the resumable state, the run folder, this process's place, and the
-    lab's instruments (None with --instruments=false)."""
+    lab's hooks (train.hooks_for sets them)."""
     cfg: object
     model: object                # what backward runs through: DDP-wrapped under torchrun
     raw: object                  # the plain module: sampling, evaluation, checkpoints
@@ -358,10 +361,73 @@ class Run:
     device: str
     rank: int
     world: int
-    inst: object = None
+    hooks: object = None
     decoder: object = None       # the sampler's fixed-shape decode step (GPU), or None
+    sft_steps: int = 0           # SFT steps of the run (0 with --init_from)
     t0: float = field(default_factory=time.time)
 
     @property
     def master(self):  # rank 0 evaluates, logs and writes
         return self.rank == 0
+
+
+@contextlib.contextmanager
+def started(cfg, given=None):
+    """The run of ``cfg``, ready for its phases: every check (``open_run``), the model (a
+    new one, --init_from's or ckpt.pt's), the folder's lock, the process group, config.json,
+    the problems and the random streams. On leaving, the lock and the process group go (a
+    barrier first only after a clean run). Finished: a finished run's --resume."""
+    # one process, or one of torchrun's: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE
+    rank, local_rank, world = dist_utils.env_world()
+    dist_utils.check_world(cfg, world)
+    # every check before anything is written; on --resume, the saved config, device and model
+    cfg, device, found, model, saved = open_run(cfg, world, given)
+    task = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad)
+    # the same initial model on every rank: DDP assumes the replicas start equal
+    torch.manual_seed(cfg.seed)
+    random.seed(cfg.seed)
+    if model is None:  # else it is ckpt.pt's (--resume)
+        cfg, model = initial_model(cfg, device, task)
+    lock = lock_run(cfg, found) if rank == 0 else None  # the last check: one writer
+    clean = False
+    try:
+        yield new_run(cfg, model, task, found, saved, rank, local_rank, world, device)
+        clean = True
+    finally:
+        unlock(lock)
+        dist_utils.teardown(clean=clean)
+
+
+def initial_model(cfg, device, task=None):
+    """A new model of --n_layer/--n_head/--n_embd, or --init_from's (whose sizes win); its
+    block is 64 tokens, or what ``task``'s longest prompt and completion need if more."""
+    if cfg.init_from:
+        model, ck = checkpoint.load_checkpoint(cfg.init_from, device)
+        return init_from_checks(cfg, model, ck), model
+    # an untied output layer of N_OUT rows: the unembedding is a parameter of its own, so
+    # the coupling of two tokens through it can be measured (lab/probes.py, THEORY.md 4)
+    gpt = GPTConfig(vocab_size=toy_tasks.VOCAB_SIZE, n_out=toy_tasks.N_OUT, n_layer=cfg.n_layer,
+                    n_head=cfg.n_head, n_embd=cfg.n_embd, block_size=max(
+                        64, toy_tasks.longest_prompt(task) + task.max_new_tokens if task else 0))
+    return cfg, GPT(gpt).to(device)
+
+
+def new_run(cfg, model, task, found, saved, rank, local_rank, world, device):
+    """After every check: join the process group, write config.json, and make the Run:
+    the held-out problems and each rank's random streams."""
+    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
+    sft_steps = 0 if cfg.init_from else cfg.sft_steps
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
+                    sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
+    if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
+        start_writing(cfg, found, resolved, saved)
+    held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
+    # every rank draws its own problems and samples: its own streams, seeded by rank
+    state = checkpoint.RunState(
+        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
+        sol_rng=random.Random(cfg.seed + 1 + rank),
+        gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
+        saved=saved,
+    )
+    return Run(cfg, model, raw, task, held_out, state, RunDir(cfg, raw, rank == 0), device,
+               rank, world, decoder=fast_decode.for_run(cfg, device), sft_steps=sft_steps)

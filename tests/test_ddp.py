@@ -17,6 +17,7 @@ import sys
 import pytest
 import torch
 
+import lab.hooks
 import lab.instruments
 from plumbing import dist_utils
 import loss
@@ -152,7 +153,8 @@ def test_local_norm_breaks_dapo_cancellation(norm, expected):
     batch = shared_group()
     inst.rollouts(model, batch)  # the lab sees the rollouts before the update
     out = train.rl_update(model, torch.optim.SGD(model.parameters(), lr=0.1), batch, cfg,
-                          torch.Generator().manual_seed(0), inst)
+                          torch.Generator().manual_seed(0),
+                          lab.hooks.LabHooks(cfg, instruments=inst))
     assert out["exch_residual"] == pytest.approx(expected, abs=1e-6)
     # only the first token is shared
     assert out["first_token_residual"] == pytest.approx(expected, abs=1e-6)

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from plumbing import config
+from plumbing import config, console
 from lab import ledger, plot, residuals
 import toy_tasks
 import train
@@ -228,27 +228,27 @@ def test_experiment_help_has_one_flag_per_line():
 # --------------------------------------------------------------------------- runs that cannot learn
 
 def test_weak_start_hint_names_the_flags():
-    hint = train.weak_start_hint(0.06)
+    hint = console.weak_start_hint(0.06)
     assert hint.startswith("hint: only 6 % of groups are mixed")
     assert all(len(line) <= 100 for line in hint.splitlines())
     for flag in ("--sft_steps", "--sft_flawed", "--group_size", "--temperature"):
         assert flag in hint
-    assert train.weak_start_hint(0.2) == "" and train.weak_start_hint(0.75) == ""
+    assert console.weak_start_hint(0.2) == "" and console.weak_start_hint(0.75) == ""
 
 
 def test_summary_line_never_prints_nan():
     cfg = Config()
     base = {"warm_start_acc": 0.5, "final_acc": 0.5, "seconds": 3.0}
-    line = train.summary_line(base, cfg)
+    line = console.summary_line(base, cfg)
     assert "nan" not in line.lower() and "no RL steps run" in line
-    assert "mixed groups in RL steps 1-10: 0.75 on average" in train.summary_line(
+    assert "mixed groups in RL steps 1-10: 0.75 on average" in console.summary_line(
         dict(base, mixed_at_start=0.75), cfg
     )
 
 
 def closing(summary, cfg):
     """The run's last lines: the summary, then the ledger's (lab/ledger.py), one per line."""
-    return "\n".join([train.summary_line(summary, cfg)] +
+    return "\n".join([console.summary_line(summary, cfg)] +
                      ledger.ledger_lines(summary, cfg)).splitlines()
 
 

@@ -135,10 +135,10 @@ def stopped_on_tmpfs(disk):
     root, fill = disk
     real = train.rl_step
 
-    def stop_at_3(run, opt, ref):
+    def stop_at_3(run, opt):
         if run.state.step == 3:
             raise KeyboardInterrupt
-        return real(run, opt, ref)
+        return real(run, opt)
     train.rl_step = stop_at_3
     try:
         with pytest.raises(KeyboardInterrupt):

@@ -29,10 +29,10 @@ def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("resume54")
     real = train.rl_step
 
-    def stop_at_3(run, opt, ref):
+    def stop_at_3(run, opt):
         if run.state.step == 3:
             raise KeyboardInterrupt
-        return real(run, opt, ref)
+        return real(run, opt)
     train.rl_step = stop_at_3
     try:
         with pytest.raises(KeyboardInterrupt):

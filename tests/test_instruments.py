@@ -46,10 +46,10 @@ def counted(monkeypatch):
         counts["backward"] += live["on"]
         return real_backward(self, *a, **k)
 
-    def rl_step(run, opt, ref):
+    def rl_step(run, opt):
         live["on"] = run.state.step == 2  # one whole RL step, before its evaluation
         try:
-            return real_step(run, opt, ref)
+            return real_step(run, opt)
         finally:
             live["on"] = False
     monkeypatch.setattr(GPT, "forward", forward)

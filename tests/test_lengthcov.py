@@ -12,6 +12,7 @@ import torch
 import toy_tasks
 import train
 from lab import lengthcov
+from plumbing import rundir
 from plumbing.config import parse_args
 
 
@@ -121,11 +122,11 @@ def test_parity_reward_and_credit():
 def test_block_follows_the_task():
     cfg = parse_args(["--task=parity_random_long", "--n_layer=1", "--n_head=2", "--n_embd=32"])
     task = toy_tasks.make_task(cfg.task)
-    _, model = train.initial_model(cfg, "cpu", task)
+    _, model = rundir.initial_model(cfg, "cpu", task)
     need = toy_tasks.longest_prompt(task) + task.max_new_tokens
     assert need > 64 and model.cfg.block_size == need
     cfg = parse_args(["--task=chain", "--n_layer=1", "--n_head=2", "--n_embd=32"])
-    _, model = train.initial_model(cfg, "cpu", toy_tasks.make_task("chain"))
+    _, model = rundir.initial_model(cfg, "cpu", toy_tasks.make_task("chain"))
     assert model.cfg.block_size == 64  # the old tasks keep their block (and checkpoints)
 
 

@@ -14,6 +14,7 @@ from plumbing import checkpoint
 import train
 from plumbing.config import Config, parse_args
 from plumbing.errors import CliError
+import lab.hooks
 import lab.instruments
 from lab import objectives
 
@@ -104,7 +105,8 @@ def test_off_policy_reuse_moves_ratios_and_parameters():
     inst = lab.instruments.Instruments(cfg, types.SimpleNamespace(sums=checkpoint.new_sums()),
                                        True)
     inst.rollouts(m, batch)  # the lab sees the rollouts before the update
-    steps = train.rl_update(m, opt, batch, cfg, gen, inst)["steps"]
+    hooks = lab.hooks.LabHooks(cfg, instruments=inst)
+    steps = train.rl_update(m, opt, batch, cfg, gen, hooks)["steps"]
     assert len(steps) == 2
     assert steps[0]["seq_ratio"] == pytest.approx(1.0, abs=1e-5)   # first pass on-policy
     assert steps[0]["abs_log_ratio"] < 1e-5

@@ -1,0 +1,146 @@
+"""hooks.py: the lab's seams in train.py's loop, and the extras its catalogue's objectives read.
+
+What it teaches: how the lab reaches into the lesson without the lesson knowing it. train.py
+calls one hooks object at fixed points of a run; ``train.Hooks`` names them and does nothing
+at each. Where the run turns the lab on (its instruments, or an objective, estimator or
+switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
+
+  objective(cfg, model, batch)  --loss's function, in loss.py's signature (logp, old_logp,
+                                mask, Â, group, counts) -> (loss, clip fraction). A switch
+                                of the catalogue (--beta, --agg, --entropy_coef, ...)
+                                takes the catalogue's version of it (objectives.py); its
+                                objectives also read the part's extras (``extra``)
+  rl_start(run)                 --beta's frozen reference policy: the warm start
+  rollouts(model, batch)        the reference's log-probs of the batch (--beta); the
+                                instruments' look before the update (instruments.py)
+  part(p, logp, args, counts, n_parts)  before a part's backward: its log-probs keep their
+                                gradient, the coefficients c_{i,t} = -d loss / d log pi;
+                                returns the catalogue's own numbers of the part
+  step(mb, adv)                 after the optimizer step: the instruments' residuals
+  after(...), finish(summary)   the ledger, the learning tax, the diagnostics; its lines
+"""
+
+import functools
+import os
+import types
+
+import torch
+
+import loss
+from lab import objectives
+from lab.instruments import Instruments
+from model import GPT, amp, completion_logprobs
+from plumbing import checkpoint, dist_utils
+from toy_tasks import PAD
+
+LEGEND_LAB = ("; cancelled: the share of the step's shared-token coefficients that\n"
+              "  cancelled (the cancellation ledger, at the end)")
+
+
+class LabHooks:
+    """The lab's hooks of one run, its instruments on with --instruments; without the run's
+    ``state`` (a caller's own update, train.rl_update) the catalogue's objective alone."""
+
+    def __init__(self, cfg, state=None, master=True, task=None, held_out=None, instruments=None):
+        self.cfg, self.inst = cfg, instruments
+        if instruments is None and cfg.instruments and state is not None:
+            self.inst = Instruments(cfg, state, master, task, held_out)
+        self.legend = LEGEND_LAB if self.inst else ""
+        self.ref_model, self.seen = None, []
+
+    # ------------------------------------------------------------------ the objective
+
+    def objective(self, cfg, model, batch):
+        """--loss's function for the update of ``batch`` by ``model``, --clip's bounds bound
+        in: loss.LOSSES' (loss.grpo in the demo; the catalogue's objectives joined it when
+        the lab was imported), or the catalogue's version when a switch of its own is on."""
+        fn = loss.LOSSES[cfg.loss]
+        # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
+        if objectives.switched(cfg):
+            fn = functools.partial(objectives.catalogue_loss, cfg.loss)
+        clip = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
+        plain = getattr(model, "module", model)
+        self.batch = batch  # the step reads its mask
+
+        def objective(logp, old_logp, mask, adv, group, counts):
+            if "extra" not in counts:  # the part's extras, made once (its c° reuses them)
+                counts["extra"] = self.extra(cfg, plain, batch, counts)
+            return fn(logp, old_logp, mask, adv, group, counts, clip=clip)
+        self.fn = objective
+        return objective
+
+    @staticmethod
+    def extra(cfg, model, batch, counts):
+        """What an objective of the catalogue may also read (the lesson's read none of it):
+        the flags, the model and the part's hidden states (token entropies), the frozen
+        reference's log-probs (--beta); and where it leaves numbers to log."""
+        rows = counts["rows"]
+        # the catalogue computes the token entropies once per part, and leaves them here
+        return types.SimpleNamespace(
+            cfg=cfg, model=model, hidden=counts["hidden"],
+            ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
+            on_policy=False, entropy=None, stats={})
+
+    @staticmethod
+    def on_policy(counts):
+        """A part's counts with every ratio taken as 1: DFPO's w~ of the ratios at pi_old (all
+        1), and the catalogue's switches as on-policy (for the lab's c°)."""
+        return dict(counts, weights=None, extra=types.SimpleNamespace(
+            **dict(vars(counts["extra"]), on_policy=True)))
+
+    # ------------------------------------------------------------------ the run's points
+
+    def rl_start(self, run):
+        """--beta's frozen reference policy: the warm start (the run's own, or --init_from's)."""
+        cfg = run.cfg
+        if not cfg.beta:
+            return
+        ref = GPT(run.raw.cfg).to(run.device)
+        # resumed in RL, the model has moved on: the reference comes back from its file
+        if run.state.phase == "rl":
+            path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
+            ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
+        else:
+            ref.load_state_dict(run.raw.state_dict())
+        self.ref_model = ref.eval().requires_grad_(False)
+
+    def rollouts(self, model, batch):
+        """The frozen reference's log-probs of the batch's tokens (--beta); then the
+        instruments' look at the rollouts, before the update changes the policy."""
+        if self.ref_model is not None:
+            with torch.no_grad(), amp(self.cfg, batch.mask.device.type):
+                batch.ref_logprobs = completion_logprobs(
+                    self.ref_model, batch.prompts, batch.tokens, batch.mask, PAD,
+                    self.cfg.temperature).float()
+        self.batch = batch
+        return self.inst.rollouts(model, batch) if self.inst else {}
+
+    def part(self, p, logp, args, counts, n_parts):
+        """Before part ``p``'s backward: the instruments keep its log-probs, whose gradient
+        the backward leaves (the coefficients), and its loss with every ratio 1. Returns the
+        catalogue's own numbers of the part (its objective left them in counts)."""
+        if self.inst:
+            logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
+            self.seen.append((p, logp, args, n_parts, lambda lp, a=args, c=counts:
+                              self.fn(lp, *a, self.on_policy(c))[0]))
+        return counts["extra"].stats if "extra" in counts else {}
+
+    def step(self, mb, adv):
+        """After the optimizer step on ``mb``: c_{i,t} = -d loss / d log pi(y_{i,t}) of its
+        rows, and the instruments' measures of the step's copies of each shared token."""
+        seen, self.seen = self.seen, []
+        if not self.inst:
+            return {}
+        world = dist_utils.rank_world()[1]
+        mask = self.batch.mask
+        coef = torch.zeros(len(mb), mask.shape[1], device=mask.device)
+        for p, logp, *_ in seen:
+            coef[p] = (-logp.grad / world).float()
+        return self.inst.step(mb, coef, [(p, logp.detach(), *rest) for p, logp, *rest in seen],
+                              adv)
+
+    def after(self, model, rec, batch=None, adv=None, cut=None):
+        return self.inst.after(model, rec, batch, adv, cut) if self.inst else {}
+
+    def finish(self, summary):
+        return self.inst.finish(summary) if self.inst else []
