@@ -110,3 +110,29 @@ def choice_log_odds(logp, choice_id):
     other token, from the next-token log-probs [P, V] at the prompts."""
     lp = logp[:, choice_id].double()
     return float((lp - torch.log1p(-lp.exp().clamp(max=1 - 1e-12))).mean())
+
+
+# E13 (results/README.md): the in-group gaps, as shares of the mean length, at which it measured
+# 1/L_i's drift of a choice the reward ignores (its 1-3 retries), and the smallest at which that
+# drift was detected (None: at none). tests/test_e13.py checks them against e13_dose.json.
+E13_SHARES = None       # (smallest, largest) share of the mean length, in %
+E13_DETECTED = None     # the smallest measured share (%) whose drift was detected, or None
+
+
+def where_on_curve(share):
+    """Where a run's in-group gap (``share``: % of the mean length) falls on E13's measured
+    curve, in one sentence that claims no more than the curve shows ([] before E13 ran)."""
+    if E13_SHARES is None:
+        return []
+    lo, hi = E13_SHARES
+    head = (f"E13 measured 1/L_i's drift of a choice the reward ignores at gaps of "
+            f"{lo:.0f}-{hi:.0f} % of the mean length")
+    found = ("it detected none" if E13_DETECTED is None else
+             f"it detected one from {E13_DETECTED:.0f} %")
+    if share < lo:
+        return [f"{head} ({found}); this gap is below that range, where it measured nothing."]
+    if share > hi:
+        return [f"{head} ({found}); this gap is above that range."]
+    if E13_DETECTED is None or share < E13_DETECTED:
+        return [f"{head} ({found}); this gap is inside that range, where it detected none."]
+    return [f"{head} ({found}); this gap is inside that range, where it detected one."]
