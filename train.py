@@ -305,7 +305,7 @@ class Hooks:
     """The points of the loop where the lab looks, each doing nothing: the run without the
     lab. --loss's function (loss.LOSSES, --clip's bounds bound in: loss.grpo in the demo);
     after the rollouts, before each part's backward, after each optimizer step, after the
-    update, at the end. The lab's hooks (lab/hooks.py) measure at each."""
+    update, in an evaluation's line, at the end. The lab's hooks (lab/hooks.py) measure at each."""
     legend = ""
 
     def objective(self, cfg, model, batch):
@@ -326,6 +326,9 @@ class Hooks:
 
     def after(self, model, rec, batch=None, adv=None, cut=None):
         return {}
+
+    def line(self, rec):
+        return ""
 
     def finish(self, summary):
         return []

@@ -17,7 +17,8 @@ switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
                                 gradient, the coefficients c_{i,t} = -d loss / d log pi;
                                 returns the catalogue's own numbers of the part
   step(mb, adv)                 after the optimizer step: the instruments' residuals
-  after(...), finish(summary)   the ledger, the learning tax, the diagnostics; its lines
+  after(...), line(rec)         the ledger, the learning tax, the diagnostics; what
+  finish(summary)               cancelled, in an evaluation's line; the run's last lines
 """
 
 import functools
@@ -141,6 +142,14 @@ class LabHooks:
 
     def after(self, model, rec, batch=None, adv=None, cut=None):
         return self.inst.after(model, rec, batch, adv, cut) if self.inst else {}
+
+    def line(self, rec):
+        """The evaluation line's share of the shared tokens' coefficients that cancelled
+        (the ledger), or nothing without the instruments."""
+        if "ledger_cancelled" not in rec:  # --instruments=false: the lab measured nothing
+            return ""
+        done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
+        return f"  cancelled {done}"
 
     def finish(self, summary):
         return self.inst.finish(summary) if self.inst else []

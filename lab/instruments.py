@@ -38,6 +38,17 @@ from plumbing import dist_utils
 import toy_tasks
 
 
+# the instruments' running sums, kept in the run's state (its checkpoint saves and restores
+# them): the cancellation ledger's mass and parts (ledger.py), the summed shared_dlogp, the
+# RL steps they cover and those with a mixed group; the length-reward gap inside mixed
+# groups (lengthcov.py); the learning tax, the summed exch_residual, and the warm start's
+# diagnostics (drift's reference)
+SUMS = {**{f"ledger_{k}": 0.0 for k in ("mass", "cancelled", *ledger.LEDGER_PARTS,
+                                         "steps", "mixed_steps")},
+        "shared_dlogp_sum": 0.0, "lencov_groups": 0.0, "lencov_gap_sum": 0.0, "length_sum": 0.0,
+        "tax_sum": 0.0, "tax_interior_sum": 0.0, "exch_sum": 0.0, "diag_ref": None}
+
+
 class Instruments:
     """The lab's measures of one run; its running sums live in ``state.sums`` (resumed with
     the run). ``master``: this process logs (rank 0). The hooks call it at three points:
@@ -45,6 +56,8 @@ class Instruments:
 
     def __init__(self, cfg, state, master, task=None, held_out=None):
         self.cfg, self.state, self.master = cfg, state, master
+        for k, v in SUMS.items():  # a resumed run's come back with the checkpoint's
+            state.sums.setdefault(k, v)
         self.task, self.held_out = task, held_out  # --diagnostics evaluates on them
         self.before = None
         self.steps = []  # (rows, c, c°) of each optimizer step of the current batch

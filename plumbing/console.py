@@ -1,13 +1,11 @@
-"""console.py: what a run prints, and nothing else.
+"""console.py: what a run prints (and the lines of metrics.jsonl it writes as it prints).
 
-What it teaches: the few numbers a student should watch. A progress bar on a
-terminal (none in a redirected log, where its redraws would flood the file),
-one line per evaluation, a hint when too few groups are mixed for RL to learn
-(a group whose rollouts are all right or all wrong has Â_i = 0 for every i),
-and a summary that closes with the run's cancellation ledger (ledger.py,
-THEORY.md section 2.5): of the coefficients the shared tokens received, how
-much cancelled inside the optimizer steps, what did not and why, the flag that
-removes the largest cause, and how the shared tokens' log-probabilities moved.
+What it teaches: the few numbers a student should watch. A progress bar on a terminal
+(none in a redirected log, where its redraws would flood the file), SFT's loss, one line
+per evaluation with a legend at RL step 0, a hint when too few groups are mixed for RL to
+learn (a group whose rollouts are all right or all wrong has Â_i = 0 for every i), and a
+summary. Where the lab is on, its hooks add to the lines: what cancelled, and the run's
+cancellation ledger at the end (lab/ledger.py, THEORY.md section 2.5).
 """
 
 import math
@@ -93,20 +91,11 @@ def mixed_at_start(run, step, mixed):
 
 
 def eval_line(run, rec):
-    """An evaluation's line: accuracy, reward, mixed groups (and what the lab's ledger
-    says cancelled)."""
+    """An evaluation's line: accuracy, reward, mixed groups (and the lab's hooks' word:
+    what the ledger says cancelled)."""
     tqdm.write(f"rl step {rec['step']}: eval_acc {rec['eval_acc']:.3f}  reward "
-               f"{rec['reward']:.3f}  mixed {rec['mixed']:.2f}{cancelled_text(rec)}  "
+               f"{rec['reward']:.3f}  mixed {rec['mixed']:.2f}{run.hooks.line(rec)}  "
                f"[{time.time() - run.t0:.0f}s]")
-
-
-def cancelled_text(rec):
-    """The share of the shared tokens' coefficients that cancelled (the lab's ledger), or
-    nothing without the lab."""
-    if "ledger_cancelled" not in rec:  # --instruments=false: the lab measured nothing
-        return ""
-    done = f"{100 * rec['ledger_cancelled']:.0f} %" if rec["ledger_mass"] > 0 else "n/a"
-    return f"  cancelled {done}"
 
 
 def summarise(run):

@@ -114,7 +114,7 @@ CORRUPT_STATES = {  # name: (change to the checkpoint, a piece of the message na
         lambda s, ck: s["streams"][0].update(python_random=(99, (1, 2), None)),
         "python_random",
     ),
-    "a sum missing": (lambda s, ck: s["sums"].pop("tax_sum"), "sums"),
+    "a sum missing": (lambda s, ck: s["sums"].pop("mixed_start_sum"), "sums"),
     "a moment of the wrong shape": (
         lambda s, ck: s["optimizer"]["state"][0].update(exp_avg=torch.zeros(3)),
         "exp_avg",
