@@ -367,17 +367,25 @@ def cli(argv):
     """The command line: bad input gets one 'error: ...' line and exit status 2
     (plumbing/errors.py). The lab joins first where the flags turn it on."""
     def run():
-        if config.lab_wanted(argv):  # its catalogue and checks join loss.py's and config's
-            try:
-                import lab  # noqa: F401
-            except ModuleNotFoundError as e:
-                if e.name != "lab":
-                    raise
-                raise errors.CliError("these flags need the lab (lab/), which is not here; "
-                                      "--instruments=false runs the lesson alone") from None
+        join_lab(argv)
         return main(config.parse_args(argv, config.Config, doc=__doc__),
                     config.given_flags(argv))
     return errors.cli(run)
+
+
+def join_lab(argv):
+    """Import the lab where the command line turns it on: its catalogue's names and checks
+    join loss.py's and config's registries before the flags are read."""
+    if not config.lab_wanted(argv):
+        return
+    try:
+        import lab  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "lab":
+            raise
+        if not config.asks_help(argv):  # --help lists the lesson's choices alone
+            raise errors.CliError("these flags need the lab (lab/), which is not here; "
+                                  "--instruments=false runs the lesson alone") from None
 
 
 if __name__ == "__main__":

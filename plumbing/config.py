@@ -26,7 +26,9 @@ import toy_tasks
 from plumbing.errors import CliError
 
 # ----------------------------------------------------------------------------- the lab's part
-CHOICES = {}  # flag -> the names it takes (a live registry: --help reads it each time)
+# flag -> the names it takes (a live registry: --help reads it each time): the lesson's,
+# and the lab's catalogue once it is imported
+CHOICES = {"loss": loss.LOSSES, "adv": loss.ADVANTAGES}
 IMPLIED = []  # fn(values) -> {flag: value}: what a --loss implies for flags not given
 CHECKS = []   # fn(cfg), raising CliError: the objectives' own rules, run by validate
 # the flags only the lab reads (its catalogue's switches, its diagnostics): one of them
@@ -240,17 +242,21 @@ def needs_lab(values):
             or any(v.get(k, "auto") not in loss.LESSON | {"auto"} for k in ("loss", "adv")))
 
 
+def asks_help(argv):
+    return any(a in ("-h", "--help") for a in argv)
+
+
 def lab_wanted(argv):
     """Whether a command line turns the lab on (needs_lab of its flags); --help does too,
-    since it lists the lab's choices."""
-    if any(a in ("-h", "--help") for a in argv):
+    since it lists the lab's choices (the lesson's alone without lab/)."""
+    if asks_help(argv):
         return True
     return needs_lab(vars(parser(Config).parse_known_args(argv)[0]))
 
 
 def parse_args(argv, cls=Config, doc="", check=True):
     """--key=value flags -> a Config. --help prints every flag and exits 0."""
-    if any(a in ("-h", "--help") for a in argv):  # --task=chain --help: chain's defaults
+    if asks_help(argv):  # --task=chain --help: chain's defaults
         task = next((a.partition("=")[2] for a in argv if a.startswith("--task=")), Config.task)
         print(usage(cls, doc) if cls is not Config else usage(
             cls, doc, GROUPS, EXAMPLES, TASK_DEFAULTS.get(task))
