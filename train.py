@@ -194,8 +194,9 @@ def rl_step(run, opt):
 
 def rl_update(model, opt, batch, cfg, gen, hooks=None):
     """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
-    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it."""
-    hooks = hooks or hooks_for(cfg)
+    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it. ``hooks``: the
+    run's (the lab's, with its catalogue's objectives), else the lesson's alone."""
+    hooks = hooks or Hooks()
     # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES; --adv=
     # auto is the --loss's own, GRPO's (r - mu_g)/(sigma_g + eps) in the demo); fixed for
     # every epoch: the data are reused, the credit is not recomputed
@@ -220,7 +221,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
     denominators, then per micro-batch the log-probs, the loss and its backward, then the
     clip and the step. Returns its logged numbers."""
     hooks = hooks or Hooks()
-    objective = objective or hooks_for(cfg).objective(cfg, model, batch)
+    objective = objective or hooks.objective(cfg, model, batch)
     # this process's rows of mb (torchrun gives each rank a contiguous share), cut into
     # micro-batches of --micro_batch rollouts whose gradients add up to the step's
     rank, world = dist_utils.rank_world()  # one process: rank 0 of a world of 1
@@ -340,8 +341,8 @@ def hooks_for(cfg, state=None, master=True, task=None, held_out=None):
     Without a run's ``state`` (a caller's own update), the lab's catalogue alone."""
     if not config.needs_lab(cfg):
         return Hooks()
-    from lab import hooks  # the lesson's one arrow into the lab
-    return hooks.LabHooks(cfg, state, master, task, held_out)
+    from lab.hooks import LabHooks  # the lesson's arrow into the lab
+    return LabHooks(cfg, state, master, task, held_out)
 
 
 # ----------------------------------------------------------------------------- main

@@ -94,6 +94,7 @@ from model import GPT, GPTConfig, completion_logprobs
 from sampler import sample
 from toy_tasks import EOS, PAD
 from lab import estimators, ledger, objectives, residuals, syncs
+from lab.hooks import LabHooks
 
 FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
         "mm": 2048, "repeats": 5, "recompute_repeats": 3, "sync_flags": [],
@@ -333,7 +334,9 @@ def bench_update(model, batch, P, peak, device):
     gen = torch.Generator(device=device).manual_seed(0)
     model.train()
     cfg = Config(batching="full")
-    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen), P["repeats"], device)
+    hooks = LabHooks(cfg)
+    s = median_time(lambda: train.rl_update(model, opt, batch, cfg, gen, hooks), P["repeats"],
+                    device)
     c = model.cfg
     flops = 6 * (model.num_params() - model.wpe.weight.numel()) + 12 * c.n_layer * c.n_embd * T
     gflops = flops * N * T / s / 1e9  # N * T positions: the last token predicts nothing
@@ -406,7 +409,7 @@ def ddp_step(model, raw, opt, task, draw, cfg, gen, device):
     )
     batch.max_len = task.max_new_tokens
     gather_s, batch = timed(lambda: dist_utils.gather_rollouts(batch), device)
-    train.rl_update(model, opt, batch, cfg, gen)
+    train.rl_update(model, opt, batch, cfg, gen, LabHooks(cfg))
     if device == "cuda":
         torch.cuda.synchronize()
     return time.perf_counter() - t, gather_s

@@ -35,6 +35,7 @@ from plumbing.config import Config  # noqa: E402
 from model import GPT, GPTConfig, completion_logprobs  # noqa: E402
 from sampler import Rollouts  # noqa: E402
 from lab import objectives
+from lab.hooks import LabHooks  # noqa: E402
 
 B, G = 4, 4  # groups, rollouts per group
 
@@ -84,7 +85,7 @@ def one_update(model, batch, cfg):
     """rl_update with plain SGD (lr * grad: a scale error would show, unlike
     Adam's first step) and the scheduler seeded as in train.py."""
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr)
-    train.rl_update(model, opt, batch, cfg, torch.Generator().manual_seed(0))
+    train.rl_update(model, opt, batch, cfg, torch.Generator().manual_seed(0), LabHooks(cfg))
 
 
 INVARIANT = [name for name, obj in objectives.OBJECTIVES.items() if not obj.split_dependent]

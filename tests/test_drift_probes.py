@@ -11,6 +11,7 @@ import toy_tasks  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
 from sampler import Rollouts
 from lab import estimators
+from lab.hooks import LabHooks
 
 
 def test_credit_by_hand():
@@ -157,14 +158,14 @@ def test_split_step_takes_train_py_s_step(loss, opt_name, offpolicy):
             model, batch.prompts, batch.tokens, batch.mask, toy_tasks.PAD
         )
     if offpolicy:  # one step first, so that the ratio is not 1 and the clip binds for some tokens
-        train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg)
+        train.optimizer_step(model, opt, batch, adv, torch.arange(12), cfg, hooks=LabHooks(cfg))
     twin = copy.deepcopy(model)
     twin_opt = train.rl_optimizer(twin.parameters(), opt_name, opt.param_groups[0]["lr"])
     # load_state_dict shares same-dtype tensors
     twin_opt.load_state_dict(copy.deepcopy(opt.state_dict()))
     rows = torch.arange(6) if offpolicy else torch.arange(12)  # a mini-batch: the first 2 groups
     sub = batch.rows(rows)
-    train.optimizer_step(model, opt, batch, adv, rows, cfg)
+    train.optimizer_step(model, opt, batch, adv, rows, cfg, hooks=LabHooks(cfg))
     out = DP.split_step(twin, twin_opt, sub, adv[rows], cfg, task, problems)
     moved = max(
         float((p - q).detach().abs().max()) for p, q in zip(model.parameters(), twin.parameters())

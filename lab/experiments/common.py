@@ -36,6 +36,7 @@ from tqdm import tqdm
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from lab import objectives
+from lab.hooks import LabHooks
 from plumbing import checkpoint
 from plumbing import config
 from plumbing import dist_utils
@@ -564,7 +565,7 @@ def rl_states(opts, seed, steps, lr=None):
         model.train()
         batch = train.rollouts(model, task, draw, cfg, gen, "cpu")
         batch.max_len = task.max_new_tokens
-        train.rl_update(model, opt, batch, cfg, gen)
+        train.rl_update(model, opt, batch, cfg, gen, LabHooks(cfg))
     return paths
 
 
@@ -652,7 +653,8 @@ def real_step(model, opt, batch, adv, loss="grpo", grad_clip=1.0, params="all"):
     with torch.no_grad():  # "old" log-probs in the model's own dtype: the ratio is exactly 1
         old = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, PAD)
     rows = torch.arange(len(adv))
-    train.optimizer_step(new, new_opt, dataclasses.replace(batch, old_logprobs=old), adv, rows, cfg)
+    train.optimizer_step(new, new_opt, dataclasses.replace(batch, old_logprobs=old), adv, rows, cfg,
+                         hooks=LabHooks(cfg))
     for p in new.parameters():
         p.requires_grad_(True)
     return new, new_opt
