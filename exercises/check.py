@@ -278,7 +278,7 @@ def ex2_cases():
     for seed in (20, 21):
         w, adv, group = random_batch(seed, centre=seed == 20)
         v = torch.rand(len(w), generator=torch.Generator().manual_seed(seed + 100)).double()
-        calls.append(call("differentiable in w (do not detach)", "grad", (w, adv, group),
+        calls.append(call("differentiable in w", "grad", (w, adv, group),
                           describe_batch(seed, seed == 20), v=v))
     return calls
 
@@ -363,7 +363,7 @@ def ex2_gradient(pairs):
         tensor_like(r["out"], w.shape, w.dtype, c["where"])
         assert torch.is_tensor(r.get("grad")), (
             f"{c['where']}: w~ carries no gradient back to w (detached, or rebuilt from numbers);"
-            " the loss, not the transform, decides where gradients stop")
+            " a linear map of w passes its gradient on")
         assert torch.is_tensor(r.get("fv")) and r["fv"].shape == w.shape, \
             f"{c['where']}: applied to v, it gives no tensor of w's shape"
         close(r["grad"], r["fv"], f"{c['where']}: the gradient of sum_i v_i w~_i is not the "
@@ -667,8 +667,10 @@ def numbers(ex):
                 "EX7: the template tokens are some of the tokens, not all"
         assert r is not None, ("this copy has no class roster (exercises/roster.json), so these "
                                "are not your teacher's tables")
-        assert name in r["students"], (f"STUDENT = {name!r} is not on this class's roster; write "
-                                       "your name as your teacher spelled it")
+        near = roster.near(name, r["students"])
+        assert roster.find(name, r["students"]), (
+            f"STUDENT = {name!r} is not on this class's roster; write your name as your teacher "
+            "spelled it" + (f" (did you mean {near!r}?)" if near else ""))
     return check
 
 
@@ -684,7 +686,7 @@ CASES = {"ex2": ex2_cases, "ex3": ex3_cases, "ex5": ex5_cases, "ex6": ex6_cases}
 PROPS = {  # (property, how it is judged from its calls; "local" runs the library here)
     "ex2": [("hand examples", ex2_hand), ("orthogonal to A in every group", ex2_orthogonal),
             ("edge cases", ex2_edges), ("keeps the dtype of w", ex2_dtype),
-            ("differentiable in w (do not detach)", ex2_gradient),
+            ("differentiable in w", ex2_gradient),
             ("leaves its inputs unchanged", inputs_unchanged),
             ("inside dfpo_orth, off-policy", ("local", cancels_inside("dfpo_orth")))],
     "ex3": [("hand example", ex3_hand), ("the group minimum", ex3_minimum),

@@ -4,11 +4,15 @@ Every student gets different numbers, drawn from the name or id written in
 STUDENT in exercises/sheet.py, so answers cannot be copied from a neighbour. Which of
 your name's draws you get (``variant``) is the class roster's (exercises/roster.json):
 your teacher's copy picks, per student, a draw where every number is well conditioned
-and no common mistake happens to give the right number.
+and no common mistake happens to give the right number. A name is found on the roster
+whatever its case and spacing (roster.fold).
 
-    python -m exercises.problems          # print your tables
+    python -m exercises.problems            # test the install, then print your tables
+    python -m exercises.problems --no_torch # your tables only, with Python alone
 
-Nothing here computes an answer: it prints the inputs only.
+It is the first command of the class, so it tests the install first: it imports torch,
+numpy and tiktoken and runs a tiny model forward and backward. Whatever is missing is
+said in one line. Nothing here computes an answer: it prints the inputs only.
 """
 
 import hashlib
@@ -23,8 +27,8 @@ if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one 
 
 def rng(student, ex, variant=0):
     """A random stream fixed by (student, exercise, variant)."""
-    from exercises.roster import canonical
-    tag = f"{canonical(student).lower()}/{ex}" + (f"/{variant}" if variant else "")
+    from exercises.roster import fold
+    tag = f"{fold(student)}/{ex}" + (f"/{variant}" if variant else "")
     return random.Random(int(hashlib.sha256(tag.encode()).hexdigest()[:16], 16))
 
 
@@ -63,20 +67,25 @@ def ex7(student, variant=0):
 
 
 def tables(student):
-    """{"EX1": draw, "EX4": ..., "EX7": ...} from the class roster, or None when the
-    student is not on it (or the copy has none)."""
+    """(the roster's spelling of the name, {"EX1": draw, "EX4": ..., "EX7": ...}), or None
+    when the student is not on the class roster (or the copy has none)."""
     from exercises import roster
-    r = roster.load()
-    entry = (r or {"students": {}})["students"].get(roster.canonical(student))
-    return dict(entry) if entry else None
+    names = (roster.load() or {"students": {}})["students"]
+    found = roster.find(student, names)
+    return (found, dict(names[found])) if found else None
 
 
 def show(student):
-    v = tables(student)
-    if v is None:
+    found = tables(student)
+    if found is None:
+        from exercises import roster
+        near = roster.near(student, (roster.load() or {"students": {}})["students"])
         print(f"note: {student!r} is not on this class's roster (exercises/roster.json): these "
-              "are not the tables your teacher marks; write your name as your teacher has it\n")
+              "are not the tables your teacher marks; write your name as your teacher has it"
+              + (f" (did you mean {near!r}?)" if near else "") + "\n")
         v = {"EX1": 0, "EX4": 0, "EX7": 0}
+    else:
+        student, v = found
     p = ex1(student, v["EX1"])
     print(f"Tables for STUDENT = {student!r}\n")
     print("Exercise 1: one group of G = 4 rollouts, on-policy; token 0 is shared.")
@@ -145,29 +154,80 @@ class SheetError(Exception):
 SHEET_BYTES = 256 << 10  # a full sheet with long answers is under 20 KB
 
 
-def main():
+class SetupError(Exception):
+    """The install cannot run the exercises: one line saying what is missing, exit 2."""
+
+
+SETUP_FIX = ("follow Setup in EXERCISES.md (pip install -r requirements.txt), or pair with a "
+             "neighbour; python -m exercises.problems --no_torch prints your tables meanwhile")
+
+
+def test_setup():
+    """What the exercises need, tried as they use it: torch, numpy and tiktoken import, and
+    a one-layer model of model.py runs forward and backward with finite, non-zero gradients.
+    Returns a line that says so; raises SetupError naming what failed."""
+    import importlib
+    import time
+    start = time.monotonic()
+    missing = []
+    for module in ("torch", "numpy", "tiktoken"):
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # ImportError, or a broken build (OSError, RuntimeError)
+            missing.append(f"{module} ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+                           if str(e) else f"{module} ({type(e).__name__})")
+    if missing:
+        raise SetupError(f"cannot import {'; '.join(missing)} in {sys.executable}: {SETUP_FIX}")
     try:
+        import torch
+        import model
+        torch.manual_seed(0)
+        net = model.GPT(model.GPTConfig(n_layer=1, n_head=1, n_embd=8, block_size=8))
+        idx = torch.randint(0, 31, (2, 6), device="cpu")
+        model.token_logprobs(net(idx)[:, :-1], idx[:, 1:]).sum().backward()
+        grads = [p.grad for p in net.parameters() if p.grad is not None]
+        ok = grads and all(bool(torch.isfinite(g).all()) for g in grads) and any(
+            bool(g.abs().sum() > 0) for g in grads)
+    except Exception as e:  # the install imports but does not run
+        raise SetupError(f"torch {getattr(torch, '__version__', '?')} imports but a tiny model "
+                         f"fails to run ({type(e).__name__}: {str(e)[:80]}): {SETUP_FIX}") from None
+    if not ok:
+        raise SetupError(f"torch {torch.__version__} runs a tiny model but its gradients are "
+                         f"zero or not finite: {SETUP_FIX}")
+    return (f"setup ok: torch {torch.__version__} ran a tiny model forward and backward "
+            f"({time.monotonic() - start:.1f} s)")
+
+
+def main(argv):
+    """Test the install (unless --no_torch), then print the tables of the sheet's STUDENT."""
+    if argv not in ([], ["--no_torch"]):
+        print("error: usage: python -m exercises.problems [--no_torch]", file=sys.stderr)
+        return 2
+    try:
+        if not argv:
+            print(test_setup() + "\n")
         sheet = read_sheet(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sheet.py"))
-    except SheetError as e:
+    except (SetupError, SheetError) as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     if not str(getattr(sheet, "STUDENT", "") or "").strip():
-        print(
-            "error: write your name or student id in STUDENT in exercises/sheet.py first",
-            file=sys.stderr,
-        )
-        sys.exit(2)
+        print("error: write your name or student id in STUDENT in exercises/sheet.py first",
+              file=sys.stderr)
+        return 2
     from exercises.roster import RosterError
     try:
         show(str(sheet.STUDENT))
     except RosterError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
     try:
-        main()
+        sys.exit(main(sys.argv[1:]))
+    except BrokenPipeError:  # the reader (head, less) stopped early: nothing is wrong
+        os._exit(0)
     except KeyboardInterrupt:
         print("\ninterrupted", file=sys.stderr)
         sys.exit(130)

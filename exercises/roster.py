@@ -30,6 +30,30 @@ def canonical(name):
     return " ".join(unicodedata.normalize("NFC", str(name)).split())
 
 
+def fold(name):
+    """The one key by which two spellings of a name are the same student, everywhere: the
+    roster, the tables, the check, the hand-in and the marker. ``canonical``, then lower
+    case: "ada  LOVELACE" is "Ada Lovelace". The tables are drawn from it too
+    (problems.rng), so two spellings that match also get the same numbers."""
+    return canonical(name).lower()
+
+
+def find(name, names):
+    """The spelling ``names`` (a roster's names) has for ``name``, compared by ``fold``; None
+    when the name is not there."""
+    key = fold(name)
+    return next((n for n in names if fold(n) == key), None)
+
+
+def near(name, names):
+    """The roster name closest to ``name`` (a typing slip, say), or None: what a line that
+    refuses a name suggests instead."""
+    import difflib
+    folded = {fold(n): n for n in names}
+    best = difflib.get_close_matches(fold(name), list(folded), n=1, cutoff=0.75)
+    return folded[best[0]] if best else None
+
+
 def name_problem(name):
     """None for a name a roster may hold, else why not: control characters, line or
     paragraph separators and byte-order marks split or hide a name."""
@@ -98,4 +122,7 @@ def load(path=PATH):
                       for v in entry.values()))
         if not ok or name != canonical(name) or name_problem(name):
             raise RosterError(f"{path}: the entry for {name[:40]!r} is not a roster entry")
+    folded = [fold(n) for n in r["students"]]
+    if len(set(folded)) != len(folded):  # two entries one student would match
+        raise RosterError(f"{path} names one student twice (names differ only in case)")
     return r
