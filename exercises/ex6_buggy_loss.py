@@ -1,13 +1,14 @@
 """Exercise 6 (diagnose and fix): a DFPO objective whose shared tokens do not cancel.
 
-Read: THEORY.md sections 2.1 and 2.3, loss.py's docstring and policy_loss.
+Read: THEORY.md sections 2.1 and 2.3. Then measure; do not look for the answer in the
+library: the check's numbers are what your written answer must explain.
 It does not need exercise 2: while the check measures this loss, it puts its own
 Adv-Orthogonal (for its inputs only) in place of loss.adv_orthogonal, so keep
 calling loss.adv_orthogonal(w, adv, group) as below.
 
-``dfpo_orth_loss`` below is meant to be the ``dfpo_orth`` row of loss.py
-written out on its own, with no clip. Its specification is the gradient it
-must produce: every completion token of rollout i gets the coefficient
+``dfpo_orth_loss`` below is DFPO with Adv-Orthogonal, written out on its own, with no
+clip. Its specification is the gradient it must produce: every completion token of
+rollout i gets the coefficient
 
     c_{i,t} = -d loss / d log pi_new(y_{i,t}) = w~_i * Â_i / (N * L_max)
 

@@ -5,8 +5,9 @@
 
 The copy is the last commit (``git archive HEAD``), never the working tree: a key
 printout, a solved exercise or a notes folder left lying in the teacher's checkout
-cannot leak into it. Uncommitted changes or untracked files under exercises/ are
-refused (they would be silently missing) unless ``--allow_dirty``. OUT_DIR must not
+cannot leak into it. So an uncommitted change or an untracked file anywhere in the copy's
+part of the tree is refused in one line (it would be missing without a word); with
+``--allow_dirty`` the copy is built without them and each is named. OUT_DIR must not
 exist or be empty.
 
 What changes in the copy, and why:
@@ -18,9 +19,16 @@ What changes in the copy, and why:
   docstring; their bodies become ``raise NotImplementedError("exercise N: ...")``;
 * library code one step from an answer is rewritten to an equivalent that is not
   (``REWRITES``: diagnostics' ``mixed_rows`` computed the per-group minimum of exercise 3);
+* text that answers an exercise is cut or reworded (``HIDE``): the stop-gradient on DFPO's
+  weights and why it is there (exercise 6), and which transform can raise a weight
+  (exercise 3). loss.dfpo_weights loses its ``.detach()``: every caller passes the
+  detached s_i (loss.sequence_ratio), so its values and gradients are the same;
+* the copy is searched for every exercise's answer (``ANSWERS``, and each roster
+  student's key numbers) and refused, in one line, if one is there;
 * tests that read results/ are marked skipped, with that reason;
 * Markdown: the teacher's sections of EXERCISES.md are cut, and a link that would not
-  resolve in the copy keeps its text and loses its target (or its anchor).
+  resolve in the copy keeps its text and loses its target (or its anchor); so does a link
+  into results/, where the copy has only a note.
 
 The copy is written into a temporary folder beside OUT_DIR and renamed into place at the
 end: a full disk, an error or Ctrl-C leaves no partial copy. In the copy, ``python -m
@@ -68,6 +76,38 @@ RESULTS_NOTE = """# Results
 The lab report and its data are not part of the student copy. They are in the
 project's own repository, under `results/`.
 """
+# (file, or "*" for every .py and .md file; pattern; replacement), applied in this order.
+# A rule that finds nothing is harmless (tests/test_classroom_copy.py flags it): what
+# guards the copy is the search for ANSWERS below.
+HIDE = (
+    ("loss.py", r"sg\(w~_i\) / \(N L_max\)    ", "w~_i / (N L_max)        "),
+    ("loss.py", r"DFPO's two detached group transforms", "DFPO's two group transforms"),
+    ("loss.py", r"\), detached: the sequence's importance weight",
+     "): the sequence's importance weight"),
+    ("loss.py", r", then the group transform,\n    under a stop-gradient \(without it the "
+     r"transform would couple the copies' gradients\n    again\)\. A per-group",
+     ", then the group transform.\n    A per-group"),
+    ("loss.py", r"return transform\(w, adv, group\)\.detach\(\)",
+     "return transform(w, adv, group)"),
+    ("loss.py", r"DFPO \[P1\]: a detached group transform", "DFPO [P1]: a group transform"),
+    ("*", r"sg\(w~(_i)?\)", r"w~\1"),
+    ("*", r"# \[N\] s_i, detached", "# [N] s_i"),
+    ("*", r"# w~ is detached: [^\n]*", "# the step's weights, then its gradient"),
+    ("THEORY.md", r"\n  It never raises a weight \(`w̃_i ≤ w_i`\), so it is conservative\.", ""),
+    ("THEORY.md", r"Euclidean sense, and it can raise a weight\.", "Euclidean sense."),
+)
+# What answers each exercise, as text no copy may hold (case-insensitive). The numbers of
+# exercises 1 and 4 are searched for too, per roster student (``key_numbers``).
+ANSWERS = {
+    "ex2": ("dot / nrm", "coef[g] * adv", "index_add_(0, g, adv * w)"),
+    "ex3": ('"amin"', "scatter_reduce(0, g, w", "never raises a weight", "it can raise a weight",
+            "so it is conservative", "the conservative one"),
+    "ex5": ("improved = true", "2. greedy", "p[g] * p[c] + n[g] * n[c]"),
+    "ex6": ("couple the copies' gradients", "sg(w~", "w~ is detached", "under a stop-gradient",
+            "detached group transform", "s_i, detached", "group).detach()",
+            "adv_orthogonal(w, adv, group).detach", "where gradients stop",
+            "policy_loss uses the transformed weights"),
+}
 TEACHER_SECTION = re.compile(r"<!-- teacher -->.*?<!-- /teacher -->\n?", re.S)
 RESULTS_SKIP = ("needs results/, the lab report's data, which the student copy leaves out")
 MAX_NAME = 200  # characters; a name longer than this is a pasted paragraph
@@ -244,11 +284,14 @@ def read_roster(path):
         notes.append(f"normalised the spacing or accents of {changed} names")
     if not names:
         raise HandoutError(f"--roster={path} holds no name")
-    seen = set()
-    for n in names:
-        if n in seen:
-            raise HandoutError(f"--roster={path} names {n!r} twice; each student once")
-        seen.add(n)
+    seen = {}
+    for n in names:  # compared as everything compares names: case and spacing aside
+        if roster.fold(n) in seen:
+            twice = n if seen[roster.fold(n)] == n else f"{seen[roster.fold(n)]!r} and {n!r}"
+            raise HandoutError(f"--roster={path} names {twice!r} twice; each student once"
+                               if twice == n else f"--roster={path} names one student twice "
+                               f"({twice}: names differ only in case); each student once")
+        seen[roster.fold(n)] = n
     return names, notes
 
 
@@ -268,14 +311,35 @@ def roster_json(names, progress=sys.stderr):
 
 # ----------------------------------------------------------------------------- the copy
 
-def check_clean():
-    """Refuse uncommitted changes or untracked files under exercises/: the copy is the last
-    commit, so they would be missing from it without a word."""
-    dirty = git("status", "--porcelain", "--untracked-files=all", "--", "exercises").decode()
-    if dirty.strip():
-        first = dirty.strip().splitlines()[0][3:]
-        raise HandoutError(f"exercises/ has uncommitted changes or untracked files ({first}, ...); "
-                           "the copy is the last commit: commit them, or pass --allow_dirty")
+def uncommitted():
+    """The paths the copy would take from the tree but holds from the last commit instead:
+    every uncommitted change and untracked file outside LEFT_OUT (renames: both names)."""
+    raw = git("status", "--porcelain=v1", "-z", "--untracked-files=all").decode("utf-8", "replace")
+    fields, out = raw.split("\0"), []
+    i = 0
+    while i < len(fields):
+        entry = fields[i]
+        i += 1
+        if len(entry) < 4:
+            continue
+        paths = [entry[3:]]
+        if "R" in entry[:2] or "C" in entry[:2]:  # the old name follows as its own field
+            paths.append(fields[i])
+            i += 1
+        out += [p for p in paths if not p.startswith(LEFT_OUT)]
+    return sorted(set(out))
+
+
+def check_clean(allow_dirty):
+    """[] when the tree is the last commit (outside LEFT_OUT); else HandoutError, or with
+    ``allow_dirty`` the paths the copy will not have."""
+    dirty = uncommitted()
+    if dirty and not allow_dirty:
+        shown = ", ".join(dirty[:3]) + (f" and {len(dirty) - 3} more" if len(dirty) > 3 else "")
+        raise HandoutError(f"{len(dirty)} uncommitted changes or untracked files would be missing "
+                           f"from the copy, which is the last commit ({shown}); commit them, or "
+                           "pass --allow_dirty to build without them")
+    return dirty
 
 
 def contents(files, extra):
@@ -296,14 +360,72 @@ def contents(files, extra):
             data = text.encode("utf-8")
         out[rel] = (data, mode)
     out.update({rel: (text.encode("utf-8"), 0o644) for rel, text in extra.items()})
-    texts = {rel: data.decode("utf-8", "replace") for rel, (data, _) in out.items()
-             if rel.endswith(".md")}
-    for rel in texts:
-        text = TEACHER_SECTION.sub("", texts[rel])
-        texts[rel] = text
+    for rel, (data, mode) in out.items():
+        if rel.endswith((".py", ".md")):
+            out[rel] = (hide(rel, data.decode("utf-8")).encode("utf-8"), mode)
+    texts = {rel: TEACHER_SECTION.sub("", data.decode("utf-8", "replace"))
+             for rel, (data, _) in out.items() if rel.endswith(".md")}
+    # results/ holds only a note in the copy: a link into it would lead to that note
+    linkable = {rel: t for rel, t in texts.items() if not rel.startswith("results/")}
+    files = [rel for rel in out if not rel.startswith("results/")]
     for rel, text in texts.items():
-        out[rel] = (fix_links(rel, text, texts, out).encode("utf-8"), out[rel][1])
+        out[rel] = (fix_links(rel, text, linkable, files).encode("utf-8"), out[rel][1])
     return out
+
+
+def hide(rel, text):
+    """``text`` of the file ``rel`` with every HIDE rule that names it (or "*") applied."""
+    for where, pattern, replacement in HIDE:
+        if where in ("*", rel):
+            text = re.sub(pattern, replacement, text)
+    return text
+
+
+def key_numbers(names):
+    """{text: (exercise, student)}: each roster student's numbers of exercises 1 and 4 as a
+    copy would print them (4 significant digits), which no copy may hold."""
+    from exercises.answers.truth import key
+    out = {}
+    for name in names:
+        for ex in ("EX1", "EX4"):
+            for value in key(name)[ex].values():
+                text = f"{value:.4g}"
+                if len(re.sub(r"\D", "", text.split("e")[0]).lstrip("0")) >= 3:  # not 0.04
+                    out[text] = (ex.lower(), name)
+    return out
+
+
+NUMBER = re.compile(r"-?\d+\.\d+(?:e-?\d+)?")
+
+
+def leaks(copy, numbers=None):
+    """[(exercise, path, what)] for every answer of ANSWERS, and every key number of
+    ``numbers`` (key_numbers), that the copy's text files hold."""
+    found = []
+    for rel, (data, _) in sorted(copy.items()):
+        if not rel.endswith((".py", ".md", ".txt", ".json")):
+            continue
+        text = data.decode("utf-8", "replace")
+        low = text.lower()
+        found += [(ex, rel, a) for ex, marks in ANSWERS.items() for a in marks if a in low]
+        found += [(*numbers[n][:1], rel, f"{numbers[n][1]}'s number {n}")
+                  for n in set(NUMBER.findall(text)) & set(numbers or ())]
+    return found
+
+
+def build(names):
+    """The copy's files, with the roster of ``names`` (None: no roster), refused when it
+    would hold an answer (``leaks``)."""
+    extra = {"results/README.md": RESULTS_NOTE}
+    if names is not None:
+        extra["exercises/roster.json"] = roster_json(names)
+    copy = contents(committed_files(), extra)
+    found = leaks(copy, key_numbers(names or []))
+    if found:
+        ex, rel, what = found[0]
+        raise HandoutError(f"the copy would hold {ex}'s answer ({rel}: {what!r}; "
+                           f"{len(found)} in all); hide it (HIDE in exercises/handout.py)")
+    return copy
 
 
 def write_all(tmp, copy):
@@ -357,12 +479,8 @@ def main(argv):
         if not os.path.isdir(parent):
             raise HandoutError(f"{out_arg}: its folder {parent} does not exist")
         names, notes = read_roster(opts["roster"]) if opts["roster"] is not None else (None, [])
-        if not opts["allow_dirty"]:
-            check_clean()
-        extra = {"results/README.md": RESULTS_NOTE}
-        if names is not None:
-            extra["exercises/roster.json"] = roster_json(names)
-        copy = contents(committed_files(), extra)
+        dirty = check_clean(opts["allow_dirty"])
+        copy = build(names)
         size = sum(len(d) for d, _ in copy.values())
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
         write_all(tmp, copy)
@@ -394,6 +512,8 @@ def main(argv):
            if names is not None else "no roster: the tables are not assigned (--roster=FILE)")
     print(f"wrote {len(copy)} files of the last commit to {out_arg}; left out "
           f"{', '.join(LEFT_OUT)}; to be written by students: {stubbed}; {who}")
+    for rel in dirty:  # --allow_dirty: the copy holds the last commit's version, or nothing
+        print(f"note: not in the copy (uncommitted, --allow_dirty): {rel}", file=sys.stderr)
     return 0
 
 
