@@ -42,7 +42,8 @@ that their log-probs agree to 1e-5.
 
 Steps 1 and 2 of an RL step (THEORY.md section 1) are ``rollouts``: G samples
 per prompt, each rewarded by the task's verifier, returned as one ``Rollouts``
-record. ``evaluate`` is the greedy held-out accuracy.
+record. ``evaluate`` is the greedy held-out accuracy. SFT's data, for the warm start
+before RL, is the teacher's solutions instead (``sft_batches``): no sampling.
 """
 
 import dataclasses
@@ -292,3 +293,35 @@ def evaluate(model, task, problems, cfg, device, decoder=None):
         out = sample(model, prompts, 1, task.max_new_tokens, temperature=0.0, decoder=decoder)
     texts = [task.decode(t) for t in out.tokens.tolist()]
     return sum(task.reward(p, t) for p, t in zip(problems, texts)) / len(problems)
+
+
+# ----------------------------------------------------------------------------- SFT's batches
+
+def sft_batches(task, draw, n, rng, device, flawed, steps):
+    """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
+    (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
+    left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
+    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
+    L = max(len(p) for prompts, _ in texts for p in prompts)
+    T = max(len(s) for _, sols in texts for s in sols)
+    ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
+                       device="cpu").to(device)
+    tok = torch.tensor([[s + [PAD] * (T - len(s)) for s in sols] for _, sols in texts],
+                       device="cpu").to(device)
+    for k, (prompts, sols) in enumerate(texts):
+        # each step padded to its own longest prompt and solution, as one step alone would be
+        p = ids[k, :, L - max(len(x) for x in prompts):]
+        t = tok[k, :, :max(len(s) for s in sols)]
+        yield (p, p != PAD), t, t != PAD
+
+
+def sft_texts(task, draw, n, rng, flawed=0.0):
+    """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
+    solutions come from the task's flawed teacher."""
+    probs = [draw() for _ in range(n)]
+    prompts = [task.encode(task.prompt(p)) for p in probs]
+    # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
+    # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
+    sols = [task.encode(task.flawed(p, rng) if rng.random() < flawed
+                        else task.solution(p, rng)) + [EOS] for p in probs]
+    return prompts, sols

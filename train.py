@@ -21,16 +21,11 @@ Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
      its backward; then the gradient clip and the optimizer step;
   5. log, and every --eval_every steps evaluate on held-out problems.
 
-The lab (lab/, one folder away) is reached through one hooks object (``Hooks``, at the
-end: each of its points does nothing here). Where the run turns it on (--instruments, the
-default, or an objective or switch of its catalogue: ``hooks_for``), its hooks measure
-cancellation after the rollouts, after each optimizer step (reading the coefficients
-c_{i,t} = -d loss / d log pi(y_{i,t}) the backward left) and after the update, and hand
-the step its catalogue's objective, in loss.py's signature. --instruments=false with the
-lesson's flags runs without lab/. Plumbing: the flags, the run's creation, its folder and
---resume, what it prints (plumbing/); under torchrun, plumbing/dist_utils.py gives each
-process its rows (shard, micro_batches) and sums the logged numbers (step_means).
-``python train.py --key=value`` (--help).
+The lab (lab/) is reached through one hooks object: ``Hooks`` does nothing at each point;
+where the run turns the lab on (--instruments, the default, or its catalogue's flags:
+``hooks_for``) its hooks measure cancellation and hand the step the catalogue's objective.
+Plumbing (plumbing/): the flags, the run's creation, folder and --resume, the printing,
+and under torchrun each process's rows (dist_utils). ``python train.py --key=value``.
 """
 
 import functools
@@ -42,8 +37,9 @@ import batching
 import loss
 from model import amp, completion_logprobs, rl_optimizer
 from plumbing import checkpoint, config, console, dist_utils, errors, rundir
+import sampler
 from sampler import evaluate, rollouts
-from toy_tasks import EOS, PAD
+from toy_tasks import PAD
 
 
 # ----------------------------------------------------------------------------- phase 1: SFT
@@ -62,7 +58,7 @@ def sft(run):
         if (step - 1) % cfg.ckpt_every == 0 or step == first:
             # the batches up to the next checkpoint, which saves the random streams after them
             upto = min(cfg.sft_steps, ((step - 1) // cfg.ckpt_every + 1) * cfg.ckpt_every)
-            batches = sft_batches(run.task, state.draw, n_sft, state.sol_rng, run.device,
+            batches = sampler.sft_batches(run.task, state.draw, n_sft, state.sol_rng, run.device,
                                   cfg.sft_flawed, upto - step + 1)
         prompts, tokens, mask = next(batches)
         with amp(cfg, run.device):
@@ -82,36 +78,6 @@ def sft(run):
         if step % cfg.ckpt_every == 0 or step == cfg.sft_steps:
             run.out.checkpoint(state, opt)
     bar.close()
-
-
-def sft_batches(task, draw, n, rng, device, flawed, steps):
-    """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
-    (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
-    left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
-    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
-    L = max(len(p) for prompts, _ in texts for p in prompts)
-    T = max(len(s) for _, sols in texts for s in sols)
-    ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
-                       device="cpu").to(device)
-    tok = torch.tensor([[s + [PAD] * (T - len(s)) for s in sols] for _, sols in texts],
-                       device="cpu").to(device)
-    for k, (prompts, sols) in enumerate(texts):
-        # each step padded to its own longest prompt and solution, as one step alone would be
-        p = ids[k, :, L - max(len(x) for x in prompts):]
-        t = tok[k, :, :max(len(s) for s in sols)]
-        yield (p, p != PAD), t, t != PAD
-
-
-def sft_texts(task, draw, n, rng, flawed=0.0):
-    """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
-    solutions come from the task's flawed teacher."""
-    probs = [draw() for _ in range(n)]
-    prompts = [task.encode(task.prompt(p)) for p in probs]
-    # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
-    # groups come out mixed: only a group with right and wrong rollouts has a signal in RL
-    sols = [task.encode(task.flawed(p, rng) if rng.random() < flawed
-                        else task.solution(p, rng)) + [EOS] for p in probs]
-    return prompts, sols
 
 
 # ----------------------------------------------------------------------------- phase 2: RL
@@ -149,15 +115,8 @@ def evaluate_warm_start(run, opt):
     state.phase, state.step = "rl", 0
     if cfg.sft_steps == 0 and not cfg.init_from:
         run.out.warm_start(0)  # the untrained start is the warm start: --beta's reference on resume
-    if run.master:
-        try:
-            acc0 = evaluate(run.raw, run.task, run.held_out, cfg, run.device, run.decoder)
-            diag0 = run.hooks.after(run.raw, {"eval_acc": acc0})
-        except FloatingPointError as e:
-            raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
-        run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
-        state.sums.update(acc0=acc0, acc=acc0)
-        console.warm_start_lines(run, acc0)
+    if run.master:  # its metrics line, and the lines that say what the numbers mean
+        console.warm_start(run)
     if cfg.rl_steps == 0:
         run.out.checkpoint(state, opt)
 
@@ -367,26 +326,21 @@ def main(cfg, given=None):
 def cli(argv):
     """The command line: bad input gets one 'error: ...' line and exit status 2
     (plumbing/errors.py). The lab joins first where the flags turn it on."""
-    def run():
-        join_lab(argv)
-        return main(config.parse_args(argv, config.Config, doc=__doc__),
-                    config.given_flags(argv))
-    return errors.cli(run)
+    return errors.cli(lambda: main(config.parse_args(join_lab(argv), config.Config,
+                                                     doc=__doc__), config.given_flags(argv)))
 
 
 def join_lab(argv):
     """Import the lab where the command line turns it on: its catalogue's names and checks
-    join loss.py's and config's registries before the flags are read."""
-    if not config.lab_wanted(argv):
-        return
+    join loss.py's and config's registries before the flags are read. Returns argv."""
     try:
-        import lab  # noqa: F401
-    except ModuleNotFoundError as e:
-        if e.name != "lab":
-            raise
-        if not config.asks_help(argv):  # --help lists the lesson's choices alone
+        if config.lab_wanted(argv):
+            import lab  # noqa: F401
+    except ModuleNotFoundError as e:  # without lab/, --help lists the lesson's choices alone
+        if e.name != "lab" or not config.asks_help(argv):
             raise errors.CliError("these flags need the lab (lab/), which is not here; "
                                   "--instruments=false runs the lesson alone") from None
+    return argv
 
 
 if __name__ == "__main__":

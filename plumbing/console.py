@@ -15,6 +15,8 @@ import time
 import torch
 from tqdm import tqdm
 
+from sampler import evaluate
+
 
 def progress(steps, desc, master=True, total=None):
     """A progress bar on a terminal; none in a redirected log (its lines would flood it)."""
@@ -72,9 +74,17 @@ LEGEND = ("  eval_acc: greedy accuracy on the held-out problems; reward: the mea
           "(only they carry\n  a signal)")
 
 
-def warm_start_lines(run, acc0):
-    """RL step 0's line, and what the numbers of the lines to come mean (the lab's hooks
-    add their legend)."""
+def warm_start(run):
+    """RL step 0 (rank 0): the warm start's held-out accuracy and the lab's diagnostics as
+    a metrics line, its printed line, and what the numbers of the lines to come mean (the
+    lab's hooks add their legend)."""
+    try:
+        acc0 = evaluate(run.raw, run.task, run.held_out, run.cfg, run.device, run.decoder)
+        diag0 = run.hooks.after(run.raw, {"eval_acc": acc0})
+    except FloatingPointError as e:
+        raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
+    run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})
+    run.state.sums.update(acc0=acc0, acc=acc0)
     print(f"rl step 0: eval_acc {acc0:.3f} (warm start)  [{time.time() - run.t0:.0f}s]")
     print(LEGEND + run.hooks.legend)
 

@@ -6,6 +6,7 @@ import torch
 
 import toy_tasks
 from plumbing import checkpoint
+import sampler
 import train
 from model import GPT, GPTConfig, completion_logprobs, left_pad
 from sampler import sample
@@ -120,7 +121,7 @@ def test_sft_steps_lower_the_loss():
     task = toy_tasks.make_task("add", 2)
     import random
     draw, rng = toy_tasks.train_sampler(task, [], 0), random.Random(0)
-    fixed = next(train.sft_batches(task, draw, 64, rng, "cpu", 0.0, 1))
+    fixed = next(sampler.sft_batches(task, draw, 64, rng, "cpu", 0.0, 1))
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3)
 
     def loss():
@@ -200,11 +201,11 @@ def test_sft_batches_in_bulk_are_the_batches_step_by_step():
     streams give one step alone: its prompts left-padded to its own longest, as left_pad does."""
     import random
     task = toy_tasks.make_task("add", 2, True)
-    bulk = list(train.sft_batches(task, toy_tasks.train_sampler(task, [], 0), 16,
+    bulk = list(sampler.sft_batches(task, toy_tasks.train_sampler(task, [], 0), 16,
                                   random.Random(1), "cpu", 0.7, 5))
     draw, rng = toy_tasks.train_sampler(task, [], 0), random.Random(1)
     for (ids_valid, tokens, mask) in bulk:
-        prompts, sols = train.sft_texts(task, draw, 16, rng, 0.7)
+        prompts, sols = sampler.sft_texts(task, draw, 16, rng, 0.7)
         ids, valid, _ = left_pad(prompts, toy_tasks.PAD)
         assert torch.equal(ids_valid[0], ids) and torch.equal(ids_valid[1], valid)
         T = max(len(s) for s in sols)

@@ -11,6 +11,7 @@ import torch
 
 import loss
 from plumbing import checkpoint
+import sampler
 import train
 from plumbing.config import Config, parse_args
 from plumbing.errors import CliError
@@ -294,7 +295,7 @@ def test_sft_draws_each_step_once_in_chunks_up_to_each_checkpoint(tmp_path, monk
     """SFT makes its batches in bulk, up to the next checkpoint: every step's problems are
     drawn once, so the random streams a checkpoint saves are those after its step."""
     calls = []
-    real = train.sft_texts
-    monkeypatch.setattr(train, "sft_texts", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = sampler.sft_texts
+    monkeypatch.setattr(sampler, "sft_texts", lambda *a, **k: calls.append(1) or real(*a, **k))
     run_main(tmp_path, "--sft_steps=7", "--ckpt_every=3", "--rl_steps=0")
     assert len(calls) == 7
