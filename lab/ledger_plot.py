@@ -19,7 +19,7 @@ import sys
 
 from lab.plot import load_run, running_mean
 from lab.ledger import ROWS
-from plumbing.config import FIGURE_TYPES, check_out_file
+from lab.files import FIGURE_TYPES, check_out_file
 from plumbing.errors import CliError, fail
 
 CAUSES = ("weights", "ratios", "split", "uncentred")  # the right panel's parts

@@ -27,8 +27,9 @@ import json
 import os
 import sys
 
-from plumbing import checkpoint, errors
-from plumbing.config import FIGURE_TYPES, check_out_file
+from plumbing import errors
+from lab import files
+from lab.files import FIGURE_TYPES, check_out_file
 from plumbing.errors import CliError
 
 SMOOTH = 10  # RL steps in the running mean drawn over per-step quantities
@@ -217,7 +218,7 @@ def draw(runs, path):
     fig.suptitle("Training curves. Faint: per step; solid: running mean of "
                  f"{SMOOTH} RL steps (25 SFT steps); dotted: warm-start accuracy", fontsize=10)
     fig.tight_layout(rect=(0, 0.03 + 0.025 * ((len(labels) + 2) // 3), 1, 0.97))
-    checkpoint.atomic_savefig(fig, path, dpi=110)  # a full disk keeps the earlier figure
+    files.atomic_savefig(fig, path, dpi=110)  # a full disk keeps the earlier figure
     plt.close(fig)
 
 

@@ -41,9 +41,9 @@ import torch
 import toy_tasks
 from lab import probes  # one update, its Deltas and coefficients
 from plumbing import errors
-from plumbing.checkpoint import atomic_savefig, load_checkpoint
-from plumbing.config import (FIGURE_TYPES, Config, _f, check_numbers, check_out_file, once,
-                             parse_args)
+from lab.files import FIGURE_TYPES, atomic_savefig, check_out_file
+from plumbing.checkpoint import load_checkpoint
+from plumbing.config import Config, _f, check_numbers, once, parse_args
 from plumbing.errors import CliError
 from sampler import rollouts
 from lab import estimators, objectives, residuals

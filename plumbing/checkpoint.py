@@ -108,14 +108,6 @@ def atomic_write_bytes(data, path):  # bytes: a figure, drawn into memory first
     _atomic_write(path, "wb", lambda f: f.write(data))
 
 
-def atomic_savefig(fig, path, **savefig):
-    """fig.savefig(path), drawn into memory, then written atomically: a failed write (a
-    full disk) leaves the earlier figure whole."""
-    buf = io.BytesIO()
-    fig.savefig(buf, format=os.path.splitext(path)[1].lstrip(".").lower() or "png", **savefig)
-    atomic_write_bytes(buf.getvalue(), path)
-
-
 def clear_stale_temps(folder):
     """Remove the temp files of the atomic writes whose process is gone; return their names."""
     gone = []
@@ -138,26 +130,6 @@ def _alive(pid):
     except (PermissionError, OverflowError, ValueError):
         pass
     return True
-
-
-def set_aside(path):
-    """Rename a damaged file to the first of NAME.bad, NAME.bad.1, ... that nothing holds (a
-    file, a folder or a link), to look at and never read again; returns the new name.
-    os.link takes a name only if it is free, so no other process's file is replaced."""
-    n, bad = 0, path + ".bad"
-    while True:
-        try:
-            os.link(path, bad, follow_symlinks=False)
-            os.remove(path)
-            return bad
-        except FileExistsError:
-            pass
-        except OSError:  # a file system without hard links: the name was free a moment ago
-            if not os.path.lexists(bad):
-                os.rename(path, bad)
-                return bad
-        n += 1
-        bad = f"{path}.bad.{n}"
 
 
 # ----------------------------------------------------------------------------- save / load

@@ -316,7 +316,6 @@ BLOCK_SIZE = 64  # tokens of prompt + completion the model sees (train.py builds
 MAX_BLOCK = 128  # a task that needs more than BLOCK_SIZE gets its own block, up to this
 FLOAT_MAX = 1e6  # no float flag needs more; fp32 overflows at 3.4e38
 INT_MAX = 2 ** 31 - 1
-FIGURE_TYPES = ("png", "pdf", "svg", "jpg", "jpeg")
 
 
 def check_numbers(cfg):
@@ -491,33 +490,13 @@ def available_memory():
                         for i in range(torch.cuda.device_count())])
 
 
-def _writable(flag, path, d):
+def check_writable(flag, path, d):
     """A file can be created in folder d, probed with a temp file that vanishes at once
     (os.access says yes to root, also in /proc)."""
     try:
         tempfile.TemporaryFile(dir=d).close()
     except OSError as e:
         raise CliError(f"{flag}={path}: cannot write in {d} ({e.strerror})") from None
-
-
-def check_out_file(path, flag, exts):
-    """A file we may write: a name with one of ``exts`` in an existing, writable folder,
-    not itself a folder or a special file. Creates nothing."""
-    if not path:
-        raise CliError(f"{flag} is empty")
-    if os.path.isdir(path):
-        raise CliError(f"{flag}={path} is a folder")
-    ext = os.path.splitext(path)[1].lstrip(".").lower()
-    if ext not in exts:
-        raise CliError(f"{flag}={path}: unknown file type {ext or '(none)'!r}; use one of "
-                       f"{', '.join(exts)}")
-    d = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(d):
-        raise CliError(f"{flag}={path}: its folder {d} does not exist"
-                       + (" (it is a file)" if os.path.exists(d) else ""))
-    if os.path.exists(path) and not os.path.isfile(path):  # a device, a pipe, a socket
-        raise CliError(f"{flag}={path} is not a regular file")
-    _writable(flag, path, d)
 
 
 def check_out_dir(path, flag):
@@ -532,4 +511,4 @@ def check_out_dir(path, flag):
         d = os.path.dirname(d)
     if not os.path.isdir(d):
         raise CliError(f"{flag}={path}: {d} is a file, not a folder")
-    _writable(flag, path, d)
+    check_writable(flag, path, d)

@@ -170,7 +170,7 @@ def interrupt(*a, **k):
 
 @pytest.mark.parametrize("name, argv, where", [
     ("train", TINY + ["--out_dir={tmp}/run2"], ("sampler", "sft_texts")),
-    ("lab.plot", ["{tmp}/run"], ("plumbing.checkpoint", "atomic_savefig")),
+    ("lab.plot", ["{tmp}/run"], ("lab.files", "atomic_savefig")),
     ("lab.see", ["--init_from={tmp}/x.pt", "--out={tmp}/see.png"], ("lab.see", "load_checkpoint")),
     ("sample", ["--init_from={tmp}/x.pt"], ("sample", "load_checkpoint")),
     ("lab.bench", ["--quick", "--device=cpu", "--ddp=false"], ("lab.bench", "matmul_peak")),

@@ -9,6 +9,7 @@ import os
 import pytest
 
 import lab  # noqa: F401  (registers the lab's flags and rules in plumbing.config)
+from lab import files
 import train
 from plumbing import checkpoint, config, rundir
 from plumbing.config import Config, parse_args
@@ -87,7 +88,7 @@ def test_a_damaged_record_is_set_aside_never_over_an_earlier_one(tmp_path):
     path = str(tmp_path / "r.json")
     for n, want in enumerate(("r.json.bad", "r.json.bad.1", "r.json.bad.2")):
         open(path, "w").write(f"damaged {n}")
-        assert checkpoint.set_aside(path) == str(tmp_path / want)
+        assert files.set_aside(path) == str(tmp_path / want)
     assert [open(str(tmp_path / w)).read() for w in ("r.json.bad", "r.json.bad.1")] == \
         ["damaged 0", "damaged 1"] and not os.path.exists(path)
 

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import objectives
+from lab import files, objectives
 from lab.hooks import LabHooks
 from plumbing import checkpoint
 from plumbing import config
@@ -326,7 +326,7 @@ def save_record(path, rec):
 def set_aside(path, why):
     """Rename a damaged cache file to NAME.bad (NAME.bad.1, ... if taken: kept to look at,
     never read again) and say so in one line; returns None."""
-    bad = checkpoint.set_aside(path)
+    bad = files.set_aside(path)
     print(f"warning: {path} {why}: set aside as {os.path.basename(bad)}; computing it "
           f"again", file=sys.stderr)
     return None

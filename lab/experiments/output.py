@@ -2,7 +2,7 @@
 
 * ``save(name, data, out, plot)``: ``<out>/<name>.json`` (strict JSON, NaN ->
   null) and, when matplotlib is installed, ``<out>/<name>.png``, both written
-  atomically (``checkpoint.atomic_savefig``: a full disk leaves the earlier file whole); ``replot``
+  atomically (``files.atomic_savefig``: a full disk leaves the earlier file whole); ``replot``
   redraws the PNG from the JSON alone (``--replot``);
 * ``errbars`` cuts error bars at the bounds a quantity cannot pass, and
   ``ci_note`` says so in the caption; ``caption`` puts the caption under the
@@ -19,6 +19,7 @@ import os
 import platform
 import subprocess
 
+from lab import files
 from plumbing import checkpoint
 from plumbing.errors import fail
 from lab.experiments.stats import ci, print_contrasts
@@ -101,7 +102,7 @@ def draw(name, out, plot):
     finally:
         plt.subplots = subplots
     readable(fig)
-    checkpoint.atomic_savefig(fig, os.path.join(out, f"{name}.png"), dpi=DPI,
+    files.atomic_savefig(fig, os.path.join(out, f"{name}.png"), dpi=DPI,
                               bbox_inches="tight")
     plt.close(fig)
 
