@@ -197,7 +197,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
         dist_utils.sync_on_last(model, j == len(parts) - 1)  # DDP: one all-reduce a step
         logp, hidden = logprobs_of(model, batch, rows, cfg)
         args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
-        counts = dict(counts_for(p), rows=rows, hidden=hidden)  # (what the lab's may read)
+        # the counts, and the rows and their hidden states (an objective may read them too)
+        counts = dict(counts_for(p), rows=rows, hidden=hidden)
         # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). Its value is
         # about 0 on-policy (the advantages are centred); its gradient is not
         value, clip_frac = objective(logp, *args, counts)
@@ -215,7 +216,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    out.update(hooks.step(mb, adv))  # the lab: how far the copies were from cancelling
+    out.update(hooks.step(mb, adv))  # what the hooks measure of the step just taken
     return out
 
 

@@ -6,7 +6,9 @@ with one line on stderr and status 2, before anything is written.
 
 The lab owns some flags' names and rules (--loss, --adv, --agg, --kl_loss_type: its
 catalogue of objectives). This folder imports nothing of the lab: the lab fills the
-registries below when it is imported (lab/checks.py), and ``validate`` runs them.
+registries below when it is imported (lab/checks.py), and ``validate`` runs them. Until
+then the lesson's own names stand (loss.LOSSES, loss.ADVANTAGES; --adv=auto is
+loss.OWN_ADV), and ``needs_lab`` says whether a run's flags turn the lab on.
 """
 
 import argparse

@@ -56,7 +56,7 @@ def holds_run(out_dir):
 
 
 def own_adv(loss):
-    """What --adv=auto means for --loss=loss (the lab says, through Config)."""
+    """What --adv=auto means for --loss=loss (loss.OWN_ADV, as Config resolves it)."""
     return Config(loss=loss).adv
 
 
