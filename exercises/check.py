@@ -873,13 +873,21 @@ def decode_calls(raw):
 
 def serve():
     """The marking tool's child (exercises/answers/mark.py), inside a sandbox: read one
-    request (exercise and calls) from stdin, run the student's function on every call, and
-    write the raw outputs as one JSON document. No verdict is formed here."""
+    request from stdin, {"ex", "calls"} or {"parts": [{"ex", "calls"}, ...]} (one child
+    for several exercises: torch starts once), run the student's function on every call,
+    and write the raw outputs as one JSON document. No verdict is formed here."""
     request = json.loads(sys.stdin.buffer.read(REQUEST_LIMIT))
     results = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever the student's code prints goes to stderr, not to the results
-    ex = request["ex"]
-    calls = decode_calls(request["calls"])
+    parts = request["parts"] if "parts" in request else [request]
+    out = [serve_one(part["ex"], decode_calls(part["calls"])) for part in parts]
+    results.write(json.dumps({"results": out if "parts" in request else out[0]}))
+    results.flush()
+    os._exit(0)
+
+
+def serve_one(ex, calls):
+    """The encoded results of one exercise's calls (``serve``)."""
     try:
         fn = student_function(ex)
     except BaseException as e:  # a module that does not import: every call says why
@@ -895,9 +903,7 @@ def serve():
         except BaseException as e:  # SystemExit and friends from the student's code
             r = {"error": f"{type(e).__name__}: {e}", "stub": None}
         out.append({k: (v if k in ("error", "stub") else encode(v)) for k, v in r.items()})
-    results.write(json.dumps({"results": out}))
-    results.flush()
-    os._exit(0)
+    return out
 
 
 # ------------------------------------------------------------ the command line
