@@ -325,8 +325,7 @@ def main(cfg, given=None):
 
 
 def cli(argv):
-    """The command line: bad input gets one 'error: ...' line and exit status 2
-    (plumbing/errors.py). The lab joins first where the flags turn it on."""
+    """The command line (errors.cli: bad input is one 'error: ...' line and exit 2)."""
     return errors.cli(lambda: main(config.parse_args(join_lab(argv), config.Config,
                                                      doc=__doc__), config.given_flags(argv)))
 
@@ -338,7 +337,9 @@ def join_lab(argv):
         if config.lab_wanted(argv):
             import lab  # noqa: F401
     except ModuleNotFoundError as e:  # without lab/, --help lists the lesson's choices alone
-        if e.name != "lab" or not config.asks_help(argv):
+        if e.name != "lab":
+            raise  # a module the lab needs: its own error
+        if not config.asks_help(argv):
             raise errors.CliError("these flags need the lab (lab/), which is not here; "
                                   "--instruments=false runs the lesson alone") from None
     return argv

@@ -1,10 +1,10 @@
 """checks.py: the rules of the lab's flags, lent to train.py's command line.
 
 What it teaches: the catalogue's records decide what a combination of flags means.
-Which --loss, --adv, --agg and --kl_loss_type exist (what --adv=auto picks: each record's
-estimator, joined to loss.OWN_ADV), which
-switches an objective allows and which settings it needs (--loss=dro needs --dro_beta)
-are the records' (objectives.py, estimators.py, engines.py). plumbing/config.py knows
+Which --loss, --adv, --agg and --kl_loss_type exist (--adv=auto: each record's own
+estimator, joined to loss.OWN_ADV), which switches an objective allows and which
+settings it needs (--loss=dro needs --dro_beta) are the records' (objectives.py,
+estimators.py, engines.py). plumbing/config.py knows
 none of them: importing the lab registers them there (its CHOICES, IMPLIED and
 CHECKS), so the run's plumbing sits below the lab and never imports it.
 """
