@@ -41,7 +41,7 @@ import torch
 
 import batching
 import loss
-from lab import estimators, objectives, residuals
+from lab import estimators, lengthcov, objectives, residuals
 from plumbing.config import validate
 from plumbing.console import MIXED_HINT_FLAGS
 from plumbing.errors import CliError
@@ -268,26 +268,38 @@ def ledger_lines(summary, cfg):
     out += [f"group-shared tokens (every rollout of a mixed group writes them before it diverges):",
             f"  mean log-prob change {summary['shared_dlogp_mean']:+.1e} nats per RL step"]
     if "lencov_gap_mean" in summary:
-        out += length_lines(summary["lencov_gap_mean"], summary["length_mean"], cfg)
+        out += length_lines(summary["lencov_gap_mean"], summary["length_mean"], cfg,
+                            shares["weights"])
     return out
 
 
-def length_lines(gap, length, cfg):
+def length_lines(gap, length, cfg, weights=None):
     """What 1/L_i had to act on (THEORY.md 2.7): a group-shared token's copies sum to
     G Cov(Â, w) inside the group, so 1/L_i pushes it only where right and wrong rollouts
     differ in length. To first order the net is gap / (2 L) of its copies' summed |c|:
-    sum_i Â_i / L_i = k a (1/L_right - 1/L_wrong) against sum_i |Â_i| / L_i = 2 k a / L."""
+    sum_i Â_i / L_i = k a (1/L_right - 1/L_wrong) against sum_i |Â_i| / L_i = 2 k a / L.
+    ``weights``: the ledger's share left by unequal weights, measured over every shared
+    token; the lines say how it and the group-shared tokens' change relate to the estimate,
+    and where the gap falls on E13's measured curve (lengthcov.where_on_curve)."""
     longer, shorter = ("right", "wrong") if gap > 0 else ("wrong", "right")
+    share = 100 * abs(gap) / length
     text = (f"length and reward (THEORY.md 2.7): in the mixed groups, {longer} rollouts were "
-            f"{abs(gap):.1f} tokens longer than {shorter} ones, {100 * abs(gap) / length:.1f} % "
+            f"{abs(gap):.1f} tokens longer than {shorter} ones, {share:.1f} % "
             f"of the mean length ({length:.1f} tokens). ")
     if objectives.LossSettings.from_config(cfg).aggregation() != "seq-mean-token-mean":
         text += "This run's weights do not depend on L_i: the gap pushes nothing."
-    else:
-        way = "down, as if penalised" if gap > 0 else "up, as if rewarded"
-        text += (f"1/L_i pushes a group-shared token only through that gap, by about "
-                 f"{50 * abs(gap) / length:.1f} % of its copies' coefficients: here {way}.")
-    return textwrap.wrap(text, 98, subsequent_indent="  ")
+        return textwrap.wrap(text, 98, subsequent_indent="  ")
+    way = "down, as if penalised" if gap > 0 else "up, as if rewarded"
+    text += (f"On a group-shared token, unequal weights act only through that gap: to first "
+             f"order they leave it {share / 2:.1f} % of its copies' coefficients (half the gap's "
+             f"share), pushing it {way}. ")
+    if weights is not None:
+        text += (f"The ledger's {percent(weights)} left by unequal weights counts every shared "
+                 f"token, not only the group-shared ones. ")
+    text += ("The group-shared tokens' change above is that push plus the pull of every other "
+             "token's gradient. ")
+    text += " ".join(lengthcov.where_on_curve(share))
+    return textwrap.wrap(text.strip(), 98, subsequent_indent="  ")
 
 
 def verdict_lines(shares, cfg):

@@ -175,10 +175,17 @@ def test_the_closing_lines_give_the_gap_and_the_push_it_makes_as_computed_by_han
     text = " ".join(" ".join(ledger.length_lines(-4.0, float(lens.mean()),
                                                  parse_args([], check=False))).split())
     assert "wrong rollouts were 4.0 tokens longer than right ones" in text
-    assert f"by about {100 * by_hand:.1f} % of its copies' coefficients: here up" in text
+    assert (f"to first order they leave it {100 * by_hand:.1f} % of its copies' coefficients "
+            f"(half the gap's share), pushing it up, as if rewarded") in text
+    assert "The ledger's" not in text  # no ledger share given, none quoted
+    text = " ".join(" ".join(ledger.length_lines(-4.0, float(lens.mean()),
+                                                 parse_args([], check=False), 0.0144)).split())
+    assert ("The ledger's 1.44 % left by unequal weights counts every shared token, not only "
+            "the group-shared ones.") in text
+    assert "is that push plus the pull of every other token's gradient" in text
     text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(["--loss=dapo"],
                                                                        check=False))).split())
     assert "right rollouts were 0.3 tokens longer" in text and "pushes nothing" in text
     text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(
         ["--loss=dapo", "--agg=seq-mean-token-mean"], check=False))).split())
-    assert "here down, as if penalised" in text
+    assert "pushing it down, as if penalised" in text
