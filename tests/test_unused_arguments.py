@@ -13,6 +13,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # file -> {function: why its unread parameters are there}
 SHARED = {
+    "train.py": dict.fromkeys(
+        ("objective", "rl_start", "rollouts", "part", "step", "after", "line", "finish"),
+        "the do-nothing Hooks: each takes what the lab's hooks (lab/hooks.py) read there"),
     "batching.py": dict.fromkeys(
         ("full", "shuffle", "length", "query", "balanced", "sign", "query_balanced"),
         "every cut strategy of --minibatch takes (group, advantages, lengths, M, generator)"),
