@@ -269,3 +269,68 @@ EX6 = {
 }
 
 WRONG = {"ex2": EX2, "ex3": EX3, "ex5": EX5, "ex6": EX6}
+
+# Each wrong program in words a student understands: what the gradebook says when a
+# submission gives the same outputs as that program (gradebook.name_mistake). Programs no
+# output tells apart say the same words.
+NO_GRADIENT_TO_W = "returns a tensor that carries no gradient back to w (detached or rebuilt)"
+NO_GRADIENT = "no gradient reaches new_logp: the loss value is right, its gradient is 0"
+SAYS = {
+    "ex2": {
+        "re-centred A": "re-centres the advantages first; use Â as given",
+        "equal contiguous groups": "assumes groups of one size in consecutive rows",
+        "no 0/0 guard": "divides by ‖Â‖² = 0 where a group's advantages are all 0 (keep w there)",
+        "modifies its input": "writes into the caller's w instead of returning a new tensor",
+        "one projection for the batch": "projects the whole batch at once, not each group",
+        "projected on sign(A)": "projects on the signs of Â, not on Â",
+        "the part along A kept, not removed": "returns w's part along Â instead of removing it",
+        "w centred instead of projected": "centres w in each group instead of projecting it",
+        "skips groups of one row": "leaves a group of one row unchanged (it is projected too)",
+        "output detached": NO_GRADIENT_TO_W,
+        "output rebuilt from numbers": NO_GRADIENT_TO_W,  # the same outputs as detached
+        "guard at |A|^2 < 0.01": "treats a small ‖Â‖² as zero (only an exact 0 keeps w)",
+        "float32 output": "computes in float32 whatever the dtype of w",
+        "divided by |A|, not |A|^2": "divides Âᵀw by ‖Â‖ instead of ‖Â‖²",
+        "no denominator": "does not divide Âᵀw by ‖Â‖²",
+        "contiguous runs": "takes each run of equal labels for a group (rows may interleave)",
+        "the part along A added": "adds w's part along Â instead of subtracting it",
+    },
+    "ex3": {
+        "contiguous runs": "takes each run of equal labels for a group (rows may interleave)",
+        "global min": "takes the minimum over the whole batch, not per group",
+        "group mean": "takes each group's mean, not its minimum",
+        "equal contiguous groups": "assumes groups of one size in consecutive rows",
+        "group max": "takes each group's maximum, not its minimum",
+        "min over the A > 0 rows": "takes the minimum over the rows with Â > 0 only",
+        "clamped at 1": "clamps each weight at 1 instead of taking its group's minimum",
+        "group median": "takes each group's median, not its minimum",
+        "float32 output": "computes in float32 whatever the dtype of w",
+        "modifies its input": "writes into the caller's w instead of returning a new tensor",
+        "min of |A|-weighted w": "takes the minimum of |Â| w, not of w",
+    },
+    "ex5": {
+        "shuffle (splits groups)": "cuts shuffled rows, so groups are split",
+        "query (no balancing)": "keeps groups whole but does not even out the signs",
+        "balanced (splits groups)": "evens out the signs but splits groups",
+        "contiguous cut of the rows": "cuts the rows in order, so groups are split",
+        "greedy without room": "places groups by sign alone: group counts differ from query's",
+        "length (splits groups)": "evens out lengths and splits groups",
+        "sign (splits groups)": "sorts rows by sign and splits groups",
+        "whole groups dealt in label order": "deals whole groups in label order, signs ignored",
+        "the global random stream, not the generator": "draws from torch's global random "
+                                                       "stream, not the generator",
+        "group ids instead of row indices": "returns group ids where row indices are asked",
+    },
+    "ex6": {
+        "the bug left in": "not fixed: autograd still differentiates through the weights w~",
+        "the loss detached": "detaches the whole loss: no gradient at all",
+        "1/L_i for 1/L_max": "divides by each rollout's own length L_i instead of L_max",
+        "w without the transform": "uses w = s_i without Adv-Orthogonal",
+        "one projection for the batch": "projects the weights over the batch, not per group",
+        "L_max from the batch": "takes L_max from the batch's longest completion, not max_len",
+        "no gradient at all": NO_GRADIENT,
+        "the ratio upside down": "builds s_i from old over new probabilities, upside down",
+        "s_i without 1/L_i": "sums the log-ratios instead of averaging them over L_i",
+        "new_logp detached everywhere": NO_GRADIENT,  # the same outputs as no gradient
+    },
+}
