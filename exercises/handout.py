@@ -28,7 +28,8 @@ What changes in the copy, and why:
 * tests that read results/ are marked skipped, with that reason;
 * Markdown: the teacher's sections of EXERCISES.md are cut, and a link that would not
   resolve in the copy keeps its text and loses its target (or its anchor); so does a link
-  into results/, where the copy has only a note.
+  into results/, where the copy has only a note. A picture that is not in the copy is
+  dropped.
 
 The copy is written into a temporary folder beside OUT_DIR and renamed into place at the
 end: a full disk, an error or Ctrl-C leaves no partial copy. In the copy, ``python -m
@@ -229,8 +230,8 @@ LINK = re.compile(r"(!?)\[([^\]]*)\]\(([^)\s]+)\)")
 def fix_links(rel, text, texts, files=()):
     """``text`` (the Markdown file ``rel``) with every relative link that would not resolve
     in the copy (``texts``: {path: text} of its Markdown files, ``files``: every path it
-    holds, pictures too) reduced to its text, or to its file when only the anchor is
-    missing."""
+    holds, pictures too) reduced to its text (a picture: dropped), or to its file when only
+    the anchor is missing."""
     files = set(texts) | set(files)
     def one(m):
         bang, label, target = m.groups()
@@ -239,7 +240,7 @@ def fix_links(rel, text, texts, files=()):
         path, _, frag = target.partition("#")
         full = os.path.normpath(os.path.join(os.path.dirname(rel), path)) if path else rel
         if full not in files and not any(f.startswith(full + "/") for f in files):
-            return label if not bang else f"({label})"
+            return label if not bang else ""  # a caption with no picture is noise
         if frag and full.endswith(".md"):
             heads = {anchor(h) for h in re.findall(r"^#+ (.*)$", texts[full], re.M)}
             if frag not in heads:

@@ -114,7 +114,7 @@ def test_links_that_would_not_resolve_in_the_copy_keep_their_text():
     text = ("[a](results/README.md#measurements) [b](exercises/answers/README.md) "
             "[c](docs/A.md#here) [d](https://x.org/y) ![e](results/fig.png) [f](docs/A.md#gone)")
     assert handout.fix_links("README.md", text, texts) == (
-        "[a](results/README.md) b [c](docs/A.md#here) [d](https://x.org/y) (e) [f](docs/A.md)")
+        "[a](results/README.md) b [c](docs/A.md#here) [d](https://x.org/y)  [f](docs/A.md)")
 
 
 def test_tests_that_read_results_are_found_through_their_helpers():
