@@ -177,6 +177,27 @@ def test_links_pipes_bombs_and_doubles_are_refused_inside_their_own_submission(t
     assert missing == ["Grace Hopper"]
 
 
+def test_the_roster_is_read_from_names_txt_or_the_copy_s_roster_json(tmp_path):
+    (tmp_path / "names.txt").write_text("Ada Lovelace\nAlan Turing\n", encoding="utf-8")
+    assert mark.class_roster(str(tmp_path / "names.txt")) == dict.fromkeys(
+        ["Ada Lovelace", "Alan Turing"])
+    draws = {"EX1": 3, "EX4": 0, "EX7": 1}
+    (tmp_path / "roster.json").write_text(json.dumps(
+        {"version": 2, "students": {"Ada Lovelace": draws}}), encoding="utf-8")
+    assert mark.class_roster(str(tmp_path / "roster.json")) == {"Ada Lovelace": draws}
+    (tmp_path / "bad.json").write_text("{", encoding="utf-8")
+    with pytest.raises(mark.MarkError, match="not readable JSON"):
+        mark.class_roster(str(tmp_path / "bad.json"))
+    assert mark.class_roster(None) is None
+
+
+def test_a_pasted_paragraph_for_a_name_is_cut(tmp_path):
+    top = tmp_path / "subs"
+    make(top, "long", {"sheet.py": sheet("Ada " * 300)})
+    subs, _, _ = gathered(tmp_path)
+    assert len(subs["long"].name) == collect.MAX_NAME and "cut to 200" in said(subs["long"])
+
+
 # ----------------------------------------------------------------------------- the marker
 
 BAD = ("broken: loss.py syntax error", "broken: sheet syntax error", "broken: stray import",

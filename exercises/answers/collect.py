@@ -34,6 +34,7 @@ WHERE = {"sheet.py": ("exercises/sheet.py", "sheet.py"), "loss.py": ("loss.py",)
          "batching.py": ("batching.py",),
          "ex6_buggy_loss.py": ("exercises/ex6_buggy_loss.py", "ex6_buggy_loss.py")}
 DRAW_0 = {"EX1": 0, "EX4": 0, "EX7": 0}  # the tables a copy shows a name not on its roster
+MAX_NAME = 200  # characters, as the handout's roster allows
 
 
 @dataclass
@@ -157,6 +158,9 @@ def read_name(sub, packs):
     elif not any("sheet.py" in p or "the pack" in p for p in sub.problems):
         sub.problems.append("no sheet.py: numbers and written answers not marked")
     written = roster.canonical(getattr(sub.sheet, "STUDENT", "") or "")
+    if len(written) > MAX_NAME:  # a pasted paragraph: kept short on every row and file
+        sub.problems.append(f"STUDENT is {len(written)} characters long: cut to {MAX_NAME}")
+        written = written[:MAX_NAME]
     if written:
         sub.name = written
         return
