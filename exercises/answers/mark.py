@@ -533,6 +533,7 @@ def main(argv):
         except (sandbox.SandboxError, handout.HandoutError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    rows.sort(key=lambda r: (roster.fold(r["student"]), r["label"]))  # as a class list reads
     marks_ = gradebook.flags(rows)
     table = gradebook.screen(rows)
     for r in rows:

@@ -207,13 +207,13 @@ def k_untouched(name, src, where):
 
 
 def k_copied_answers(name, src, where):
-    """Two students hand in the same written answers: the one marked second is flagged."""
+    """Two students hand in the same written answers: the one whose row comes second (the
+    gradebook goes by name) is flagged."""
     other = f"{name} Jr"
     same = prose(f"the pair of {name}")
     a = pack(where, name, right_files(name, src, answers=same))
     b = pack(where, other, right_files(other, src, answers=same))
-    first, second = sorted([(a, name), (b, other)])
-    return [expect(*first), expect(*second, flag="the same as")]
+    return [expect(a, name), expect(b, other, flag="the same as")]  # rows go by name
 
 
 def k_filler(name, src, where):
@@ -325,13 +325,15 @@ def make_class(n, where, kinds=KINDS):
     (expectations, the roster's names, {kind: count})."""
     src = sources()
     names = iter(random_names(4 * n + 8, seed=7))
-    expected, counts, made = [], {}, 0
+    expected, counts, made, step = [], {}, 0, 0
     while made < n:
-        kind, make = kinds[sum(counts.values()) % len(kinds)]
+        kind, make = kinds[step % len(kinds)]
+        step += 1
         out = make(next(names), src, where)
-        counts[kind] = counts.get(kind, 0) + 1
+        n_made = sum(1 for e in out if e["label"])  # submissions: a copied pair is two
+        counts[kind] = counts.get(kind, 0) + n_made
         expected += out
-        made += sum(1 for e in out if e["label"])
+        made += n_made
     roster = list(dict.fromkeys(e["student"] for e in expected if e["roster"] == "yes"))
     return expected, roster, counts
 
