@@ -294,9 +294,16 @@ def test_ctrl_c_in_the_check_is_one_line():
                    cwd=ROOT, capture_output=True)
     p = subprocess.Popen([sys.executable, "-m", "exercises.check", "ex5"], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # while it imports torch (about a second): its handler is installed before that, and
-    # a Ctrl-C after the check is done would meet Python's own shutdown, not the check
-    time.sleep(0.6)
+    # while it imports torch: its handler is installed before that import, and a Ctrl-C after
+    # the check is done would meet Python's own shutdown. The event waited for: torch's
+    # library mapped into the process (Linux's /proc), never a fixed time
+    def loading_torch():
+        try:
+            with open(f"/proc/{p.pid}/maps", encoding="utf-8") as f:
+                return "libtorch" in f.read()
+        except OSError:
+            return False
+    assert wait_for(loading_torch, 120), "the check never began to import torch"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130 and err.strip().splitlines() == ["interrupted"], err
