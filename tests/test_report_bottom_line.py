@@ -7,6 +7,7 @@ Numbers are recomputed from the committed per-seed values with an independent pa
 reading is a phrase that must appear in the report, whitespace aside."""
 import importlib.util
 import json
+import math
 import os
 import re
 
@@ -102,17 +103,13 @@ def test_the_opening_s_numbers_are_the_json_s():
     weights = sum(r["ledger_weights"] for r in demo["runs"]["grpo"]) / len(demo["seeds"])
     d = t_stats([g["shared_dlogp_mean"] - r["shared_dlogp_mean"]
                  for g, r in zip(demo["runs"]["grpo"], demo["runs"]["dr_grpo"])])
-    assert f"left {100 * weights:.1f} % of the shared tokens' coefficients uncancelled" in head
-    assert (f"{num(d['m'] * 1e5, 1)} ± {d['h'] * 1e5:.1f} · 10⁻⁵ nats per step (smallest "
-            f"detectable {d['mde'] * 1e5:.1f} · 10⁻⁵)") in head
+    assert interval_has_zero({"diff": d["m"], "half": d["h"]})
+    assert (f"left {100 * weights:.1f} % of the shared tokens' coefficients uncancelled; no "
+            f"effect on them was detected") in head
     style = t_stats(load("chain_style")["primary"]["signed restate drift, grpo - dr_grpo"]
                     ["per_seed"])
     assert (f"no difference detected in the *drift* (change of log-odds) of a choice the "
             f"verifier ignores (smallest detectable {style['mde']:.2f} nats)") in head
-    wrong = t_stats(load("e10_length")["primary"]["length change wrong, grpo - dr_grpo"]
-                    ["per_seed"])
-    assert (f"No lengthening of wrong answers detected (smallest detectable "
-            f"{wrong['mde']:.1f} tokens)") in head
     # E9's warm-start credit gap is negative: restating answers are right less often
     assert load("e9_drift_mechanism")["warm_credit_gap"]["adamw"]["diff"] < 0
     assert "restating answers are right less often (E9)" in head
@@ -122,6 +119,20 @@ def test_the_opening_s_numbers_are_the_json_s():
     lo, _ = E11.fieller(E11.diff(d11["sgd_momentum"], d11["sgd"]),
                         E11.diff(d11["adamw"], d11["sgd"]))
     assert lo > 0.5 and "momentum carries most of AdamW's excess drift over SGD (E11)" in head
+    # E13: detected at its smallest dose; the SGD and Adam ratios, momentum's part not detected
+    e13 = load("e13_dose")
+    curve, dec = e13["curve"], e13["decisions"]
+    assert dec["fewest retries detected"] == 1 and dec["primary 1"] == "effect"
+    assert f"That push was detected from a {curve[0]['gap'][0]:.0f}-token gap (E13)" in head
+    sec = e13["secondary"]
+    ratio = lambda key: math.exp(sec[key]["diff"])
+    sgd = math.exp(e13["primary"]["log(observed / predicted I), SGD"]["diff"])
+    adam = {ratio("log(observed / predicted I), AdamW"),
+            ratio("log(observed / predicted I), AdamW") / ratio("log ratio, AdamW - Adam beta1 = 0")}
+    assert {f"{a:.0f}" for a in adam} == {"5"} and interval_has_zero(
+        sec["log ratio, AdamW - Adam beta1 = 0"])
+    assert (f"On `parity_*`, that push was {sgd:.2f} times the first-order prediction under "
+            f"SGD; under Adam, momentum or not, 5 times (E13)") in head
 
 
 def test_e12s_numbers_in_the_report_and_the_readme_are_the_json_s():
@@ -171,18 +182,23 @@ def test_the_demo_ledger_s_reading_is_the_json_s():
 
 
 def test_seeds_per_experiment_as_the_report_says():
-    """Ten seeds per contrast, twenty for E11's null control, sixteen for E12 (the
+    """Ten seeds per contrast, twenty for E11's null control, sixteen for E12, twelve for
+    E13 (eleven for its SGD ratio, where one seed failed the manipulation check; the
     scoreboard has none)."""
     s = flat(text())
     assert ("Each contrast is taken over ten seeds (twenty for E11's null control, sixteen "
-            "for E12, as its power calculation asked; the scoreboard is synthetic)") in s
+            "for E12 and twelve for E13, as their power calculations asked; the scoreboard is "
+            "synthetic)") in s
+    assert load("e13_dose")["decisions"]["kept the gap at 2 retries"]["sgd"] == 11
     for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
         if not path.endswith(".json") or path == "multiplicity.json":
             continue
         data = json.load(open(os.path.join(ROOT, "results", path)))
         for key, c in (data.get("primary") or {}).items():
             want = (20 if key == "drift permuted vs 0 (equivalence)" else
-                    16 if path == "e12_covariance.json" else 10)
+                    16 if path == "e12_covariance.json" else
+                    11 if key == "log(observed / predicted I), SGD" else
+                    12 if path == "e13_dose.json" else 10)
             assert c["n"] == want, (path, key)
 
 
@@ -200,12 +216,15 @@ def test_which_p_enters_holm():
     assert mult["e11_optimizer"]["primary"]["drift permuted vs 0 (equivalence)"]["p"] == h["p"]
     assert mult["demo_ledger"]["primary"]["shared_dlogp_mean, grpo - dr_grpo"]["p"] == (
         pytest.approx(d["p"], rel=1e-3))
+    tost = {(e, n) for e in mult for n, c in (load(e).get("primary") or {}).items()
+            if "tost_margin" in c}
+    assert ("e13_dose", "log(observed / predicted I), SGD") in tost
     clear = [(e, n, r["p_holm"]) for e, f in mult.items() for n, r in f["primary"].items()
-             if r["p"] is not None and r["p"] < 0.05 and "equivalence" not in n]
+             if r["p"] is not None and r["p"] < 0.05 and (e, n) not in tost]
     assert all(p < 0.05 for _, _, p in clear)
     e, n, p = max(clear, key=lambda x: x[2])
-    assert e == "e4_categories" and n.startswith("sgd")
-    assert f"the largest adjusted p among them is {p:.3f}, E4's SGD arm" in s
+    assert e == "e13_dose" and n.startswith("slope")
+    assert f"the largest adjusted p among them is {p:.3f}, E13's slope" in s
 
 
 def test_e10_secondaries_p_as_printed():

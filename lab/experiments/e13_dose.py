@@ -578,40 +578,51 @@ def curve(runs, rows):
 
 def plot(plt, data):
     """I against the in-group gap with the first-order line; observed / predicted per
-    optimizer at 16 tokens."""
+    optimizer at 16 tokens. Grey dots: one seed each."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
+    a.scatter([r[f"gap {k}"] for r in data["rows"] for k in DOSES],
+              [r[f"I {k}"] for r in data["rows"] for k in DOSES], s=12, color="0.6",
+              label="one seed")
     xs = [c["gap"][0] for c in data["curve"]]
     for key, color, label in (("I", "tab:red", "observed I (mean, 95 % t band)"),
-                              ("first_order", "0.4", "first-order prediction (kappa x push)")):
+                              ("first_order", "0.3", "first-order prediction (AdamW)")):
         ys = [c[key][0] for c in data["curve"]]
         hs = [c[key][1] or 0.0 for c in data["curve"]]
-        a.errorbar([0] + xs, [0] + ys, yerr=[0] + hs, color=color, marker="o", capsize=3,
-                   label=label)
+        a.errorbar(xs, ys, yerr=hs, color=color, marker="o", capsize=3, label=label)
+    a.plot([0], [0], marker="o", mfc="white", color="k", ls="", label="no retries: 0 by design")
     for x, name in ((DEMO_GAP, "demo"), (E12_GAP, "E12")):
         a.axvline(x, color="tab:blue", ls=":", lw=1)
-        a.text(x, a.get_ylim()[1] * 0.95, f" {name}", color="tab:blue", va="top")
+        a.text(x, -0.95, f" {name}", color="tab:blue", va="bottom")
     a.axhline(0, color="0.7", lw=0.8)
-    a.set_xlabel("in-group length gap |right - wrong| (tokens; 0: no retries, I = 0 by design)")
+    a.set_ylim(-1.0, 2.6)
+    a.set_xlabel("in-group length gap |right - wrong| (tokens)")
     a.set_ylabel("I = [grpo - dapo] W- minus W+ (nats)")
     a.set_title("1/L's push on a choice the reward ignores")
-    a.legend(loc="upper left")
+    a.legend(loc="upper left", ncols=2, fontsize="small")
     names = {"sgd": "SGD", "adam_b1_0": "Adam, beta1 = 0", "adamw": "AdamW"}
+    b.axhspan(1 / RATIO_MARGIN, RATIO_MARGIN, color="0.9", label="first order within x1.5")
     for i, opt in enumerate(OPTIMIZERS):
         col = [r[f"log ratio {opt}"] for r in data["rows"]]
+        got = [math.exp(v) for v in col if v is not None]
+        b.scatter([i + 0.15] * len(got), got, s=12, color="0.6",
+                  label="one seed" if i == 0 else None)
         m, h = stats.ci(col)
         if m is None:
             continue
         b.errorbar([i], [math.exp(m)], yerr=[[math.exp(m) - math.exp(m - (h or 0))],
                                              [math.exp(m + (h or 0)) - math.exp(m)]],
-                   marker="o", capsize=4, color="k")
+                   marker="o", capsize=4, color="k", label="mean, 95 % t band" if i == 0 else None)
     b.axhline(1, color="0.5", lw=0.8)
-    b.axhspan(1 / RATIO_MARGIN, RATIO_MARGIN, color="0.9", label="first order within the margin")
     b.set_yscale("log")
+    ticks = (0.5, 1, 1.5, 2, 3, 5, 8)
+    b.set_yticks(ticks, [f"{t:g}" for t in ticks])
+    b.minorticks_off()
+    b.set_ylim(0.5, 8)
     b.set_xticks(range(len(OPTIMIZERS)), [names[o] for o in OPTIMIZERS])
     b.set_xlim(-0.5, len(OPTIMIZERS) - 0.5)
     b.set_ylabel("observed / predicted I (log scale)")
     b.set_title(f"what the optimizer adds, at {TOKENS * OPT_DOSE} tokens")
-    b.legend(loc="upper left")
+    b.legend(loc="lower left", fontsize="small")
     return fig
 
 
