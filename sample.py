@@ -47,6 +47,16 @@ def parse_problem(task_name, prompt):
     return tuple(int(p) for p in parts)
 
 
+def join_testbeds():
+    """The lab's tasks (chain, parity_*: lab/testbeds.py) join toy_tasks.TASKS where lab/ is
+    here, so that their checkpoints load; without lab/, the lesson's tasks alone."""
+    try:
+        import lab  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "lab":
+            raise  # a module the lab needs: its own error
+
+
 MEMORY_LIMIT = 4 * 2 ** 30  # bytes one call may ask for
 
 
@@ -67,6 +77,7 @@ def main(cfg):
         raise CliError(f"--temperature must be in [0, 10] (0 is greedy), got {cfg.temperature}")
     if not 0 <= cfg.seed < 2 ** 63:
         raise CliError(f"--seed must be in [0, 2**63), got {cfg.seed}")
+    join_testbeds()
     model, ck = load_checkpoint(cfg.init_from)
     t = ck["task"]
     task = toy_tasks.make_task(t["task"], t["digits"], t["scratchpad"])

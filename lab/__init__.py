@@ -27,3 +27,4 @@ scoreboard (experiments/), the bench (bench.py), the pictures (see.py, plot.py).
 
 from lab import estimators, objectives  # noqa: E402,F401 (they join loss.py's registries)
 from lab import checks  # noqa: E402,F401  (registers the lab's flags and rules in plumbing)
+from lab import testbeds  # noqa: E402,F401 (chain and parity_* join toy_tasks.TASKS)

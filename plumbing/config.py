@@ -54,7 +54,8 @@ def help_text(f):
 @dataclass
 class Config:
     # task
-    task: str = _f("add", "task: {choices} (toy_tasks.py)", lambda: toy_tasks.TASKS)
+    task: str = _f("add", "task: {choices} (toy_tasks.py; chain and parity_*: lab/testbeds.py)",
+                   lambda: toy_tasks.TASKS)
     digits: int = _f(2, "operand digits for add and mul")
     scratchpad: bool = _f(False, "work the columns / partial products before the answer")
     # model
@@ -253,7 +254,8 @@ def lab_wanted(argv):
     since it lists the lab's choices (the lesson's alone without lab/)."""
     if asks_help(argv):
         return True
-    return needs_lab(vars(parser(Config).parse_known_args(argv)[0]))
+    given = vars(parser(Config).parse_known_args(argv)[0])
+    return needs_lab(given) or given.get("task", Config.task) not in toy_tasks.LESSON
 
 
 def parse_args(argv, cls=Config, doc="", check=True):
@@ -293,12 +295,7 @@ def parse_args(argv, cls=Config, doc="", check=True):
 # results/README.md: how they were chosen).
 TASK_DEFAULTS = {
     "add": {"scratchpad": True, "sft_steps": 400, "rl_steps": 100},  # the demo
-    "chain": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
-    "chain_check": {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.6, "rl_steps": 200},
-    # the parity testbed: a fair-coin guess at the warm start (THEORY.md 4.2)
-    **{name: {"n_embd": 96, "sft_steps": 1500, "sft_flawed": 0.5, "rl_steps": 200}
-       for name in toy_tasks.TASKS if name.startswith("parity_")},
-}
+}  # the lab's testbeds add theirs (lab/testbeds.py)
 
 
 def default_of(name, task):
@@ -307,10 +304,7 @@ def default_of(name, task):
 
 
 # Flags a task has no use for: giving one is an error, not a silent no-op.
-TASK_FLAGS_UNUSED = {"chain": ("digits", "scratchpad"), "chain_check": ("digits", "scratchpad"),
-                     "primes": ("digits",),
-                     **{name: ("digits", "scratchpad")
-                        for name in toy_tasks.TASKS if name.startswith("parity_")}}
+TASK_FLAGS_UNUSED = {"primes": ("digits",)}  # and the lab's testbeds
 
 # ----------------------------------------------------------------------------- checks
 

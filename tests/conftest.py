@@ -17,6 +17,24 @@ except ModuleNotFoundError:
     pass
 
 
+@pytest.fixture(scope="session")
+def student_copy(tmp_path_factory):
+    """build(students): a student copy of this tree (exercises/handout.py, --allow_dirty) for
+    a roster of those names; returns its folder. Teacher's copy only."""
+    import subprocess
+
+    def build(students):
+        names = tmp_path_factory.mktemp("roster") / "names.txt"
+        names.write_text("\n".join(students) + "\n", encoding="utf-8")
+        out = tmp_path_factory.mktemp("handout") / "class"
+        proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(out),
+                               f"--roster={names}", "--allow_dirty"], cwd=ROOT,
+                              capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        return out
+    return build
+
+
 # In a student copy (exercises/handout.py) some library functions are exercises
 # that raise NotImplementedError("exercise N: ..."). A test that reaches one,
 # in this process or in a subprocess whose output the failure shows, is

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from lab import diagnostics
+from lab import diagnostics, testbeds
 import toy_tasks
 from plumbing.config import parse_args
 from plumbing.errors import CliError
@@ -251,8 +251,8 @@ def test_the_flawed_teachers_own_restate_rate():
     at None every text is the default task's; at 0 no flawed text restates."""
     import random
     import toy_tasks
-    base, other = toy_tasks.make_chain(), toy_tasks.make_chain(p_restate_flawed=0.0)
-    same = toy_tasks.make_chain(p_restate_flawed=None)
+    base, other = testbeds.make_chain(), testbeds.make_chain(p_restate_flawed=0.0)
+    same = testbeds.make_chain(p_restate_flawed=None)
     probs = [base.sample(random.Random(i)) for i in range(200)]
     for i, p in enumerate(probs):
         assert same.flawed(p, random.Random(i)) == base.flawed(p, random.Random(i))

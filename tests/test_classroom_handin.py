@@ -22,15 +22,8 @@ STUDENTS = ("Ada Lovelace", "Émilie du Châtelet")
 
 
 @pytest.fixture(scope="module")
-def copy(tmp_path_factory):
-    names = tmp_path_factory.mktemp("roster") / "names.txt"
-    names.write_text("\n".join(STUDENTS) + "\n", encoding="utf-8")
-    out = tmp_path_factory.mktemp("handout") / "class"
-    proc = subprocess.run([sys.executable, "-m", "exercises.handout", str(out),
-                           f"--roster={names}", "--allow_dirty"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    return out
+def copy(student_copy):
+    return student_copy(STUDENTS)
 
 
 @pytest.fixture

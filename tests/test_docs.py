@@ -190,13 +190,22 @@ if __name__ == "__main__":  # python tests/test_docs.py: rewrite every generated
 
 
 def test_the_readme_names_every_task_of_the_registry():
-    """README's --task row and toy_tasks.py's layout row list the registry's tasks."""
+    """README's --task row lists the registry's tasks; toy_tasks.py's layout row the
+    lesson's, and lab/'s row the testbeds the lab adds (lab/testbeds.py)."""
+    import lab  # noqa: F401 (its testbeds join the registry)
     import toy_tasks
     text = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read()
     row = next(line for line in text.splitlines() if line.startswith("| `--task` |"))
     layout = next(line for line in text.splitlines() if line.startswith("| `toy_tasks.py` |"))
+    labs = next(line for line in text.splitlines() if line.startswith("| `lab/` |"))
     for name in toy_tasks.TASKS:
-        assert f"`{name}`" in row and f"`{name}`" in layout, name
+        assert f"`{name}`" in row, name
+        if name in toy_tasks.LESSON:
+            assert f"`{name}`" in layout, name
+        else:
+            assert f"`{name}`" not in layout, name
+            assert f"`{name}`" in labs or name.startswith("parity_") and "`parity_*`" in labs
+    assert set(toy_tasks.TASKS) - toy_tasks.LESSON
 
 
 def test_the_readmes_demo_output_is_what_the_code_prints_for_the_committed_run():

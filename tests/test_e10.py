@@ -9,7 +9,7 @@ import torch
 
 import toy_tasks
 import train
-from lab import batch_stats
+from lab import batch_stats, testbeds
 from sampler import Rollouts
 from test_experiments_e78 import _load
 from lab.experiments import e10_length
@@ -36,7 +36,7 @@ def test_a_check_changes_the_length_and_not_the_reward():
 
 def test_chain_is_unchanged_by_the_checks():
     """chain (no checks) draws the same completions from the same random stream."""
-    plain, checked = toy_tasks.make_task("chain"), toy_tasks.make_chain(max_checks=0)
+    plain, checked = toy_tasks.make_task("chain"), testbeds.make_chain(max_checks=0)
     a, b = random.Random(3), random.Random(3)
     for _ in range(50):
         p, q = plain.sample(a), checked.sample(b)

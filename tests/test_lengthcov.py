@@ -1,6 +1,6 @@
 """What a per-rollout weight pushes (lab/lengthcov.py, THEORY.md 2.7): sum_i Â_i w_i =
 G Cov_g(Â, w) inside a group, checked against a hand computation; the batch's metrics;
-the parity testbed (toy_tasks.make_parity); the block that follows the task; and the
+the parity testbed (lab/testbeds.py's make_parity); the block that follows the task; and the
 numbers a run logs without --diagnostics."""
 import json
 import math
@@ -11,7 +11,7 @@ import torch
 
 import toy_tasks
 import train
-from lab import lengthcov
+from lab import lengthcov, testbeds
 from plumbing import rundir
 from plumbing.config import parse_args
 
@@ -78,7 +78,7 @@ def test_choice_log_odds():
     assert lengthcov.choice_log_odds(logp, 0) == pytest.approx(want)
 
 
-@pytest.mark.parametrize("cond", list(toy_tasks.PARITY_CONDITIONS))
+@pytest.mark.parametrize("cond", list(testbeds.PARITY_CONDITIONS))
 def test_parity_teachers(cond):
     task, rng = toy_tasks.make_task(f"parity_{cond}"), random.Random(0)
     gaps, restated, shared = [], 0, 0
@@ -116,7 +116,7 @@ def test_parity_reward_and_credit():
     a, b = random.Random(4), random.Random(4)
     assert [credit.solution(p, a) for _ in range(20)] == [plain.solution(p, b) for _ in range(20)]
     with pytest.raises(ValueError):
-        toy_tasks.make_parity("nope")
+        testbeds.make_parity("nope")
 
 
 def test_block_follows_the_task():

@@ -61,6 +61,7 @@ def parse(argv):
     if o["keep_groups"] not in ("true", "false"):
         raise CliError(f"--keep_groups takes true or false, got {o['keep_groups']!r}")
     out["keep_groups"] = o["keep_groups"] == "true"
+    import lab  # noqa: F401 (the bridge uses the lab; its testbeds join toy_tasks.TASKS)
     import toy_tasks
     if out["task"] not in toy_tasks.TASKS:
         raise CliError(f"unknown task {out['task']!r}; choose one of "

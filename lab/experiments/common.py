@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import files, objectives
+from lab import files, objectives, testbeds
 from lab.hooks import LabHooks
 from plumbing import checkpoint
 from plumbing import config
@@ -338,7 +338,7 @@ def chain_teacher(**kwargs):
     warm start trained there (train.py's SFT reads the task registry). The RL reward is the
     same whatever the teacher restates."""
     make = toy_tasks.TASKS["chain"]
-    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: toy_tasks.make_chain(
+    toy_tasks.TASKS["chain"] = lambda digits=2, scratchpad=False: testbeds.make_chain(
         digits, scratchpad, **kwargs)
     try:
         yield

@@ -32,7 +32,7 @@ repeatable bitwise; the warm-start credit is measured on the CPU). Arms:
                  (--permute_rewards): no credit, the same reward distribution
   reversed       AdamW, lr 1e-4, from a warm start whose right teacher restates with
                  p = 1 - 1.5 p_f and whose flawed teacher with p_f < 0.4
-                 (toy_tasks.make_chain's p_restate, p_restate_flawed): the SFT data
+                 (lab/testbeds.py's make_chain: p_restate, p_restate_flawed): the SFT data
                  restate 0.4 x (1 - 1.5 p_f) + 0.6 p_f = 40 % of the time, as E9's, so
                  not restating stays the majority form at the same rate, but a restated
                  completion comes more often from the right teacher. Restating becomes

@@ -9,7 +9,7 @@ when wrong rollouts are longer (W+), towards it when right ones are (W-), not at
 when lengths vary at random (W0) or the variants have equal length (the null, NC). The
 earlier testbeds had right and wrong rollouts of nearly equal length; this one does not.
 
-Testbed: the ``parity_*`` tasks (toy_tasks.make_parity): guess the parity of a 7-digit
+Testbed: the ``parity_*`` tasks (lab/testbeds.py's make_parity): guess the parity of a 7-digit
 sum, then check it digit by digit, then retry (two 8-token retries) when the condition
 says so. The guess is a coin the policy cannot learn in one forward pass (accuracy
 about 50 % throughout, every group mixed); the retries hang on a comparison the policy

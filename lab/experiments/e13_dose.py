@@ -7,7 +7,7 @@ steps, about 4.4 times what the first-order formula (THEORY.md 2.7) predicts. E1
 I at gaps of 8, 16 and 24 tokens (1, 2 and 3 retries tied to the outcome), and the ratio of
 observed to predicted drift under plain SGD, Adam with beta1 = 0 and AdamW.
 
-Testbed: E12's (toy_tasks.make_parity), with ``units`` retries of 8 tokens each: the tasks
+Testbed: E12's (lab/testbeds.py's make_parity), with ``units`` retries of 8 tokens each: the tasks
 ``parity_wrong_long<k>`` (W+k: a wrong guess is followed by k retries) and
 ``parity_right_long<k>`` (W-k: a right one), k = 1, 2, 3; ``parity_wrong_long0`` (D0, no
 retries) is the zero dose of both directions. The positive control (PC+, PC-: the reward is

@@ -16,7 +16,7 @@ happens; this experiment does not report it as a result. The evidence is whether
 reward-irrelevant drift, entropy collapse and the learning tax *differ*
 between objectives that keep and that break exchangeability.
 
-Testbed: ``--task=chain`` (toy_tasks.make_chain). Every correct completion of
+Testbed: ``--task=chain`` (lab/testbeds.py's make_chain). Every correct completion of
 a problem has the same answer, but the teacher writes it in several equally
 correct forms: the ``restate`` point (the first token: restate the problem in
 brackets, ~10 tokens longer, or not) and the ``sep`` points (``,`` or ``;``).
