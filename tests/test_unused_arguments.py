@@ -38,6 +38,8 @@ SHARED = {
     "toy_tasks.py": dict.fromkeys(
         ("solution", "categories", "flawed"),
         "every task's functions share one signature (toy_tasks.Task)"),
+    "lab/testbeds.py": {"categories": "every task's functions share one signature "
+                                      "(toy_tasks.Task)"},
     "exercises/check.py": {"check": "a property's check takes its (call, result) pairs"},
     "exercises/answers/mistakes.py": {
         "_wrong_ex4": "the three exercises' catalogues share (name, variant, right)"},
