@@ -62,8 +62,8 @@ class Rollouts:
 
     The log-probs recorded when a completion is sampled are those of the policy that sampled
     it, pi_old: every later optimizer step's ratio is exp(log pi_new - old_logprobs).
-    ``sample`` fills the first five fields; ``rollouts`` adds the rewards (and ReMax's
-    baseline); train.py adds the rest when its options need them."""
+    ``sample`` fills the first five fields; ``rollouts`` adds the rewards and problems; the
+    rest are filled where an option needs them (the lab's controls, its reference model)."""
     prompts: list  # N prompts (token-id lists), each repeated for its group's G rows
     tokens: torch.Tensor  # [N, T] completion tokens, PAD after EOS
     mask: torch.Tensor  # [N, T] True on a completion's own tokens (its EOS included)
@@ -73,7 +73,7 @@ class Rollouts:
     baseline: Optional[torch.Tensor] = None  # [N] --adv=remax: the greedy completion's reward
     max_len: Optional[int] = None  # the completion budget: the L_max of dr_grpo's denominator
     ref_logprobs: Optional[torch.Tensor] = None  # [N, T] the frozen reference's, for --beta
-    problems: Optional[list] = None  # the problem each row answers (experiments' probes)
+    problems: Optional[list] = None  # the problem each row answers
 
     def rows(self, idx):
         """The same record restricted to rows ``idx`` (a list or a 1-D index tensor)."""
@@ -244,19 +244,6 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
 
 # ------------------------------------------------------------------ rollouts and their rewards
 
-def permute_within_groups(rewards, group, generator):
-    """--permute_rewards, the null-reward control: each group's rewards shuffled
-    across its rollouts. Every group keeps its rewards (so its mean, sd and
-    mixed-ness), but no completion is scored by its own reward."""
-    r = torch.rand(len(rewards), generator=generator, device=generator.device).to(rewards.device)
-    g = group.to(torch.float64) * 2
-    src = torch.argsort(g + r.to(torch.float64))  # each group's rows, in a random order
-    dst = torch.argsort(g, stable=True)            # each group's rows, in their own order
-    out = rewards.clone()
-    out[dst] = rewards[src]
-    return out
-
-
 def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
     """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it
     (``decoder``: as ``sample``'s)."""
@@ -265,23 +252,10 @@ def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
                      cfg.top_k, generator=gen, decoder=decoder)
-        greedy = (
-            sample(model, prompts, 1, task.max_new_tokens, temperature=0.0).tokens.tolist()
-            if getattr(cfg, "adv", None) == "remax"
-            else None
-        )  # ReMax's baseline: a greedy completion
+    out.problems = [p for p in problems for _ in range(cfg.group_size)]  # row i's problem
     texts = [task.decode(t) for t in out.tokens.tolist()]
-    out.rewards = torch.tensor([task.reward(problems[i // cfg.group_size], t)
-                                   for i, t in enumerate(texts)], device=device)
-    if getattr(
-        cfg, "permute_rewards", False
-    ):  # the null-reward control (this process's own groups)
-        out.rewards = permute_within_groups(out.rewards, out.group, gen)
-    if greedy is not None:  # its reward, on each of the prompt's G rows
-        out.baseline = torch.tensor(
-            [float(task.reward(p, task.decode(t))) for p, t in zip(problems, greedy)],
-            device=device,
-        ).repeat_interleave(cfg.group_size)
+    out.rewards = torch.tensor([task.reward(p, t) for p, t in zip(out.problems, texts)],
+                               device=device)
     return out
 
 

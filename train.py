@@ -21,9 +21,8 @@ Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
      its backward; then the gradient clip and the optimizer step;
   5. log, and every --eval_every steps evaluate on held-out problems.
 
-The lab (lab/) is reached through one hooks object: ``Hooks`` does nothing at each point;
-where the run turns the lab on (--instruments, the default, or its catalogue's flags:
-``hooks_for``) its hooks measure cancellation and hand the step the catalogue's objective.
+The lab (lab/) is reached through one hooks object: ``Hooks`` does nothing; where the run
+turns the lab on (``hooks_for``), the lab's hooks measure cancellation and lend the catalogue.
 Plumbing (plumbing/): the flags, the run's creation, folder and --resume, the printing,
 and under torchrun each process's rows (dist_utils). ``python train.py --key=value``.
 """
@@ -129,6 +128,7 @@ def rl_step(run, opt):
     # holds the whole batch, so that advantages, the cut and the denominators are global
     batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
                      cfg.prompts_per_step // run.world, run.decoder)
+    run.hooks.rewarded(run.raw, run.task, batch, state.gen)  # the lab's reward controls
     batch.max_len = run.task.max_new_tokens  # dr_grpo's L_max: the completion budget
     batch = dist_utils.gather_rollouts(batch)
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
@@ -152,9 +152,8 @@ def rl_step(run, opt):
 
 
 def rl_update(model, opt, batch, cfg, gen, hooks=None):
-    """Advantages, mini-batches, epochs: the optimizer steps of one rollout batch.
-    ``batch`` is the whole (all-gathered) rollout batch; rank 0 cuts it. ``hooks``: the
-    run's (the lab's, with its catalogue's objectives), else the lesson's alone."""
+    """Advantages, mini-batches, epochs: the optimizer steps of one whole (all-gathered)
+    rollout batch. ``hooks``: the run's (the lab's, with its catalogue), else the lesson's."""
     hooks = hooks or Hooks()
     # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES; --adv=
     # auto is the --loss's own, GRPO's (r - mu_g)/(sigma_g + eps) in the demo); fixed for
@@ -263,17 +262,18 @@ def logprobs_of(net, batch, rows, cfg):
 # ----------------------------------------------------------------------------- the lab's seams
 
 class Hooks:
-    """The points of the loop where the lab looks, each doing nothing: the run without the
-    lab. --loss's function (loss.LOSSES, --clip's bounds bound in: loss.grpo in the demo);
-    after the rollouts, before each part's backward, after each optimizer step, after the
-    update, in an evaluation's line, at the end. The lab's hooks (lab/hooks.py) measure at each."""
+    """The loop's points where the lab looks, each doing nothing: the run without the lab.
+    The lab's hooks (lab/hooks.py) measure at each, and give the step its objective."""
     legend = ""
 
-    def objective(self, cfg, model, batch):
+    def objective(self, cfg, model, batch):  # --loss's function, with --clip's bounds
         return functools.partial(loss.LOSSES[cfg.loss],
                                  clip=loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high))
 
     def rl_start(self, run):
+        pass
+
+    def rewarded(self, model, task, batch, gen):
         pass
 
     def rollouts(self, model, batch):

@@ -29,12 +29,12 @@ is centred, and its upstream source); THEORY.md shows the table they generate
 
 ``--adv=auto`` (the default) takes the estimator each ``--loss`` has always used
 (its record's ``adv`` in lab/objectives.py), so every command written before
-``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's outcome-reward case with
-gamma = 1
-and no KL in the reward, where every token of a completion has the return r_i.
-``remax`` needs one greedy completion per prompt, which sampler.rollouts draws
-(``baseline``). ``grpo_passk`` follows verl: the first of equal maxima is "the
-best", so a group with two or more correct answers gets A = 0 everywhere.
+``--adv`` existed gives the same numbers. ``reinforce_plus_plus`` is verl's
+outcome-reward case with gamma = 1 and no KL in the reward, where every token of a
+completion has the return r_i. ``remax`` needs one greedy completion per prompt:
+``controls`` (below) draws it and sets the batch's ``baseline`` (train.py calls it
+through the lab's hooks). ``grpo_passk`` follows verl: the first of equal maxima is
+"the best", so a group with two or more correct answers gets A = 0 everywhere.
 """
 
 from dataclasses import dataclass
@@ -44,6 +44,8 @@ import torch
 
 import loss
 from loss import compact, group_mean, group_std, group_sum
+from model import amp
+import sampler
 
 
 def _token_whiten(x, lengths):
@@ -196,3 +198,44 @@ def _registered(name):
 # the estimators the lesson does not have join its registry, so train.py finds every --adv there
 for _name in ESTIMATORS:
     loss.ADVANTAGES.setdefault(_name, _registered(_name))
+
+
+# ------------------------------------------------------- the rewards the estimators read
+# Two lab options change a rollout batch before its advantages: ReMax's baseline (the reward
+# of a greedy completion) and the null-reward control. Each process applies them to its own
+# groups, before the batches are gathered (train.py's ``Hooks.rewarded``).
+
+def permute_within_groups(rewards, group, generator):
+    """--permute_rewards, the null-reward control: each group's rewards shuffled
+    across its rollouts. Every group keeps its rewards (so its mean, sd and
+    mixed-ness), but no completion is scored by its own reward."""
+    r = torch.rand(len(rewards), generator=generator, device=generator.device).to(rewards.device)
+    g = group.to(torch.float64) * 2
+    src = torch.argsort(g + r.to(torch.float64))  # each group's rows, in a random order
+    dst = torch.argsort(g, stable=True)            # each group's rows, in their own order
+    out = rewards.clone()
+    out[dst] = rewards[src]
+    return out
+
+
+def controls(cfg, model, task, batch, gen):
+    """The lab's options on a rewarded batch (sampler.rollouts'), in place: --adv=remax's
+    ``baseline``, each row's greedy completion's reward (its generator is not drawn from),
+    and --permute_rewards. Neither option on: the batch as it is."""
+    G = cfg.group_size
+    if getattr(cfg, "adv", None) == "remax":  # one greedy completion per group's prompt
+        with amp(cfg, batch.mask.device.type):
+            greedy = sampler.sample(model, batch.prompts[::G], 1, task.max_new_tokens,
+                                    temperature=0.0).tokens.tolist()
+        batch.baseline = torch.tensor(
+            [float(task.reward(p, task.decode(t))) for p, t in zip(batch.problems[::G], greedy)],
+            device=batch.rewards.device).repeat_interleave(G)
+    if getattr(cfg, "permute_rewards", False):
+        batch.rewards = permute_within_groups(batch.rewards, batch.group, gen)
+
+
+def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
+    """sampler.rollouts with the lab's ``controls``: what train.py's step samples."""
+    batch = sampler.rollouts(model, task, draw, cfg, gen, device, n_prompts, decoder)
+    controls(cfg, model, task, batch, gen)
+    return batch

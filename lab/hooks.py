@@ -11,6 +11,8 @@ switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
                                 takes the catalogue's version of it (objectives.py); its
                                 objectives also read the part's extras (``extra``)
   rl_start(run)                 --beta's frozen reference policy: the warm start
+  rewarded(model, task, batch, gen)  this process's rewarded rollouts: ReMax's greedy
+                                baseline, --permute_rewards (estimators.controls)
   rollouts(model, batch)        the reference's log-probs of the batch (--beta); the
                                 instruments' look before the update (instruments.py)
   part(p, logp, args, counts, n_parts)  before a part's backward: its log-probs keep their
@@ -28,7 +30,7 @@ import types
 import torch
 
 import loss
-from lab import objectives
+from lab import estimators, objectives
 from lab.instruments import Instruments
 from model import GPT, amp, completion_logprobs
 from plumbing import checkpoint, dist_utils
@@ -104,6 +106,11 @@ class LabHooks:
         else:
             ref.load_state_dict(run.raw.state_dict())
         self.ref_model = ref.eval().requires_grad_(False)
+
+    def rewarded(self, model, task, batch, gen):
+        """This process's rollouts, rewarded, before every process's are gathered: the lab's
+        controls (--adv=remax's greedy baseline, --permute_rewards: estimators.controls)."""
+        estimators.controls(self.cfg, model, task, batch, gen)
 
     def rollouts(self, model, batch):
         """The frozen reference's log-probs of the batch's tokens (--beta); then the

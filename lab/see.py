@@ -45,7 +45,7 @@ from lab.files import FIGURE_TYPES, atomic_savefig, check_out_file
 from plumbing.checkpoint import load_checkpoint
 from plumbing.config import Config, _f, check_numbers, once, parse_args
 from plumbing.errors import CliError
-from sampler import rollouts
+from lab.estimators import rollouts
 from lab import estimators, objectives, residuals
 
 

@@ -36,7 +36,8 @@ CHECKS = []   # fn(cfg), raising CliError: the objectives' own rules, run by val
 # the flags only the lab reads (its catalogue's switches, its diagnostics): one of them
 # given turns the lab on (``needs_lab``), as does an objective loss.py does not hold
 LAB_FLAGS = ("agg", "dual_clip", "beta", "kl_loss_type", "entropy_coef", "dro_beta",
-             "top_entropy_quantile", "off_policy_mask_threshold", "diagnostics", "pass_k")
+             "top_entropy_quantile", "off_policy_mask_threshold", "diagnostics", "pass_k",
+             "permute_rewards")
 
 
 def _f(default, help, choices=None):

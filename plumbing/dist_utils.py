@@ -162,6 +162,7 @@ def gather_rollouts(batch):
     return dataclasses.replace(
         batch,
         prompts=[q for p in parts for q in p.prompts],
+        problems=None if batch.problems is None else [q for p in parts for q in p.problems],
         tokens=cat([pad(p.tokens, PAD) for p in parts]),
         mask=cat([pad(p.mask, False) for p in parts]),
         old_logprobs=cat([pad(p.old_logprobs, 0.0) for p in parts]),

@@ -57,6 +57,8 @@ CONFIGS = {
     "clip_none": ["--clip=none"],
     "clip_higher": ["--clip=higher", "--epochs=2"],
     "adv": ["--adv=rloo", "--optimizer=sgd"],
+    "remax": ["--adv=remax"],
+    "permuted": ["--permute_rewards"],
     "diagnostics": ["--diagnostics"],
     "chain": ["--task=chain"],
     "primes": ["--task=primes"],
@@ -64,6 +66,7 @@ CONFIGS = {
     "resume": ["--rl_steps=4", "--ckpt_every=2"],  # stopped in RL step 3, then resumed
     "torchrun": ["--micro_batch=1"],  # 2 processes (gloo)
     "torchrun_plain": ["--instruments=false", "--loss=dfpo_orth"],
+    "torchrun_controls": ["--adv=remax", "--permute_rewards"],
 }
 
 # resume: the run stops (Ctrl-C) inside RL step 3, after step 2's checkpoint, and resumes

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from lab import files, objectives, testbeds
+from lab import estimators, files, objectives, testbeds
 from lab.hooks import LabHooks
 from plumbing import checkpoint
 from plumbing import config
@@ -563,7 +563,7 @@ def rl_states(opts, seed, steps, lr=None):
         if step == max(steps):
             break
         model.train()
-        batch = train.rollouts(model, task, draw, cfg, gen, "cpu")
+        batch = estimators.rollouts(model, task, draw, cfg, gen, "cpu")
         batch.max_len = task.max_new_tokens
         train.rl_update(model, opt, batch, cfg, gen, LabHooks(cfg))
     return paths
@@ -674,14 +674,9 @@ def sample_checkpoint(path, task_name, seed, stream, prompts, group_size=8):
 
 
 def rollout_batch(model, task, draw, prompts, group_size, gen, temperature=1.0):
-    """train.rollouts, plus each row's problem (``problems``) and ``max_len``."""
-    drawn = []
-
-    def record():
-        drawn.append(draw())
-        return drawn[-1]
+    """The lab's rollouts (estimators.rollouts: each row's problem in ``problems``), with
+    ``max_len``."""
     cfg = Config(prompts_per_step=prompts, group_size=group_size, temperature=temperature)
-    batch = train.rollouts(model, task, record, cfg, gen, "cpu")
-    batch.problems = [drawn[i // group_size] for i in range(prompts * group_size)]
+    batch = estimators.rollouts(model, task, draw, cfg, gen, "cpu")
     batch.max_len = task.max_new_tokens
     return batch

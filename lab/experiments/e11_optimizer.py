@@ -162,7 +162,8 @@ import batching
 from plumbing import checkpoint
 import toy_tasks
 from model import rl_optimizer
-from sampler import evaluate, rollouts
+from lab.estimators import rollouts
+from sampler import evaluate
 from lab import estimators
 
 ARMS = {

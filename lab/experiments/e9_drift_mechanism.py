@@ -114,7 +114,8 @@ from plumbing import checkpoint
 from lab.experiments import stats
 import toy_tasks
 from model import rl_optimizer
-from sampler import evaluate, rollouts
+from lab.estimators import rollouts
+from sampler import evaluate
 from lab import estimators
 
 ARMS = {
