@@ -66,7 +66,8 @@ or groups for query and query_balanced), the first (count mod M) chunks get
 one extra item. These are the sizes torch.tensor_split produces. For
 example, 16 rollouts into 3 mini-batches gives sizes 6, 5, 5.
 
-Use make_minibatches(name, ...) to validate the inputs and dispatch by name.
+train.py calls schedule(name, ...), its flags checked with the run's; make_minibatches(name,
+...) validates a caller's own inputs first.
 """
 
 import operator
@@ -279,13 +280,24 @@ def keeps_groups_whole(name):
 # ------------------------------------------------------------ entry points
 
 
+def schedule(name, group, advantages, lengths, M, generator):
+    """The cut of scheduler ``name``, as train.py takes it: its flags were checked with the
+    run's (plumbing/config.py), so only the advantages' signs are checked here."""
+    # index bookkeeping runs on the CPU, whatever device the rollouts live on
+    group = torch.as_tensor(group, dtype=torch.long, device="cpu")
+    advantages = torch.as_tensor(advantages, dtype=torch.float32, device="cpu")
+    lengths = torch.as_tensor(lengths, dtype=torch.long, device="cpu")
+    if torch.isnan(advantages).any():
+        raise ValueError("advantages contain NaN, so their sign is undefined")
+    return SCHEDULERS[name](group, advantages, lengths, M, generator)
+
+
 def make_minibatches(name, group, advantages, lengths, M, generator):
-    """Validate the inputs, then run the scheduler called `name`.
+    """Validate a caller's own inputs (an exercise's, an experiment's), then ``schedule``.
 
     Each error raises ValueError with a one-line message.
     """
-    run = scheduler(name)
-    # index bookkeeping runs on the CPU, whatever device the rollouts live on
+    scheduler(name)
     group = torch.as_tensor(group, dtype=torch.long, device="cpu")
     advantages = torch.as_tensor(advantages, dtype=torch.float32, device="cpu")
     lengths = torch.as_tensor(lengths, dtype=torch.long, device="cpu")
@@ -299,8 +311,6 @@ def make_minibatches(name, group, advantages, lengths, M, generator):
         raise ValueError(
             f"group, advantages and lengths need one entry per rollout; "
             f"got {n}, {len(advantages)}, {len(lengths)}")
-    if torch.isnan(advantages).any():
-        raise ValueError("advantages contain NaN, so their sign is undefined")
     try:
         M = operator.index(M)
     except TypeError:
@@ -317,4 +327,4 @@ def make_minibatches(name, group, advantages, lengths, M, generator):
             raise ValueError(
                 f"batching {name!r} gives each mini-batch whole groups; "
                 f"minibatches={M} is more than the {n_groups} groups")
-    return run(group, advantages, lengths, M, generator)
+    return schedule(name, group, advantages, lengths, M, generator)

@@ -165,7 +165,7 @@ def rl_update(model, opt, batch, cfg, gen, hooks=None):
         # 4. the scheduler decides which rollouts meet in one step, and so whether the copies
         # of a shared token are applied together (batching.py); a new cut each epoch, made
         # on rank 0 and sent to every rank so that all take the same steps
-        cut = dist_utils.on_rank0(lambda: batching.make_minibatches(
+        cut = dist_utils.on_rank0(lambda: batching.schedule(
             cfg.batching, batch.group, adv, batch.mask.sum(1), cfg.minibatches, gen))
         for mb in cut:  # one optimizer step per mini-batch; off-policy after the first
             logs.append(optimizer_step(model, opt, batch, adv, mb, cfg, objective, hooks))

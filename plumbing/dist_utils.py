@@ -21,6 +21,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from torch.nn.functional import pad
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import batching
@@ -139,38 +140,32 @@ def all_reduce_sum(x):
 
 
 def gather_rollouts(batch):
-    """Every rank's rollouts, concatenated in rank order, on every rank.
-    Group ids are offset so that groups stay distinct; completions are padded
+    """Every rank's rollouts, concatenated in rank order, on every rank: each list and
+    tensor field joined, group ids offset so that groups stay distinct, completions padded
     to the longest one (PAD, mask False, log-prob 0). Identity for one process."""
     rank, world = rank_world()
     if world == 1:
         return batch
     device = batch.tokens.device
-    tensors = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    mine = dataclasses.replace(batch, **{k: v.cpu() for k, v in tensors.items()
-                                         if torch.is_tensor(v)})
+    mine = {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
     parts = [None] * world
-    dist.all_gather_object(parts, mine)
-    T = max(p.tokens.shape[1] for p in parts)
-    pad = lambda x, v: torch.nn.functional.pad(x, (0, T - x.shape[1]), value=v)
-    groups, offset = [], 0
+    dist.all_gather_object(parts, {k: v.cpu() if torch.is_tensor(v) else v
+                                   for k, v in mine.items()})
+    T = max(p["tokens"].shape[1] for p in parts)
+    offset = 0
     for p in parts:
-        groups.append(p.group + offset)
-        offset += int(p.group.max()) + 1
-    cat = lambda xs: torch.cat(xs).to(device)
-    # anything not concatenated here (max_len) is the same on every rank
-    return dataclasses.replace(
-        batch,
-        prompts=[q for p in parts for q in p.prompts],
-        problems=None if batch.problems is None else [q for p in parts for q in p.problems],
-        tokens=cat([pad(p.tokens, PAD) for p in parts]),
-        mask=cat([pad(p.mask, False) for p in parts]),
-        old_logprobs=cat([pad(p.old_logprobs, 0.0) for p in parts]),
-        group=cat(groups),
-        rewards=cat([p.rewards for p in parts]),
-        # --adv=remax: each row's greedy reward
-        baseline=None if batch.baseline is None else cat([p.baseline for p in parts]),
-    )
+        p["group"], offset = p["group"] + offset, offset + int(p["group"].max()) + 1
+
+    def joined(k):  # a field neither a list nor a tensor (max_len) is the same on every rank
+        if isinstance(mine[k], list):
+            return [x for p in parts for x in p[k]]
+        if not torch.is_tensor(mine[k]):
+            return mine[k]
+        xs = [p[k] for p in parts]
+        if mine[k].dim() == 2:  # [rows, T]: padded to the longest completion
+            xs = [pad(x, (0, T - x.shape[1]), value=PAD if k == "tokens" else 0) for x in xs]
+        return torch.cat(xs).to(device)
+    return dataclasses.replace(batch, **{k: joined(k) for k in mine})
 
 
 def broadcast_cut(mbs):

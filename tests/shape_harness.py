@@ -59,6 +59,7 @@ CONFIGS = {
     "adv": ["--adv=rloo", "--optimizer=sgd"],
     "remax": ["--adv=remax"],
     "permuted": ["--permute_rewards"],
+    "static": ["--static_decode=true", "--adv=remax"],  # the fixed-shape decoder on a CPU
     "diagnostics": ["--diagnostics"],
     "chain": ["--task=chain"],
     "primes": ["--task=primes"],

@@ -352,3 +352,22 @@ def test_full_called_directly_rejects_more_than_one_minibatch():
     group_ids, advantages, lengths = example_batch()
     with pytest.raises(ValueError, match="needs minibatches=1, got 4"):
         batching.full(group_ids, advantages, lengths, 4, gen(0))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_schedule_is_make_minibatches_without_the_callers_checks(name):
+    """train.py calls ``schedule`` (its flags checked with the run's): the same cut as
+    make_minibatches for every valid M and seed, on inputs of any device and dtype; a NaN
+    advantage is still one error."""
+    group_ids, advantages, lengths = random_batch(3)
+    for M in valid_ms(name, group_ids)[:4]:
+        for seed in range(3):
+            want = make_minibatches(name, group_ids, advantages, lengths, M, gen(seed))
+            got = batching.schedule(name, group_ids.tolist(), advantages.double(),
+                                    lengths.int(), M, gen(seed))
+            assert canonical(got) == canonical(want) and len(got) == M
+            assert [mb.tolist() for mb in got] == [mb.tolist() for mb in want]
+    bad = advantages.clone()
+    bad[0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        batching.schedule(name, group_ids, bad, lengths, 1, gen(0))
