@@ -48,6 +48,7 @@ def test_the_lesson_trains_without_the_lab_as_with_it(tmp_path):
 def test_a_flag_of_the_lab_without_it_is_one_line(tmp_path):
     alone = lesson_copy(tmp_path / "alone")
     for flags in (TINY + ["--loss=gspo"], TINY + ["--beta=0.1"], TINY + ["--task=chain"],
+                  TINY + ["--permute_rewards"], TINY + ["--adv=remax"],  # the lab's controls
                   TINY[1:]):  # a testbed of the lab's; last: the instruments
         p = train(alone, *flags, f"--out_dir={tmp_path}/o")
         err = [x for x in p.stderr.splitlines() if x.strip()]
