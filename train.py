@@ -128,7 +128,7 @@ def rl_step(run, opt):
     # holds the whole batch, so that advantages, the cut and the denominators are global
     batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
                      cfg.prompts_per_step // run.world, run.decoder)
-    run.hooks.rewarded(run.raw, run.task, batch, state.gen)  # the lab's reward controls
+    run.hooks.rewarded(run.raw, run.task, batch, state.gen)  # the lab's: ReMax, shuffled rewards
     batch.max_len = run.task.max_new_tokens  # dr_grpo's L_max: the completion budget
     batch = dist_utils.gather_rollouts(batch)
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
