@@ -9,7 +9,7 @@ objective below does the other three (``token_loss`` for the PPO-clipped ones):
   1. the advantage Â_i, one number per completion, from its group's rewards
      (``advantages``: computed once per rollout batch, before any mini-batch);
   2. the per-token ratio rho_{i,t} = pi(y_{i,t} | s_{i,t}) / pi_old(y_{i,t} | s_{i,t}),
-     exactly 1 on-policy (pi_old: the policy that sampled the completion);
+     1 on-policy, up to rounding (pi_old: the policy that sampled the completion);
   3. the clip: PPO's min(rho Â, clip(rho, 1-eps, 1+eps) Â) drops a token's gradient
      once rho has left the interval on the side Â pushes it to;
   4. the aggregation: the weight agg_i of every token of completion i.

@@ -11,7 +11,7 @@ and its log-probability ``log pi_T(y|s)`` is recorded. These are the "old"
 log-probs: the PPO ratio of a later optimizer step is
 ``rho = exp(log pi_new - log pi_old)`` (see loss.py). They are those of the
 tempered policy *without* the top-k cut, which is what the loss recomputes, so
-that an on-policy ratio is exactly 1 (top-k is off by default).
+that an on-policy ratio is 1, up to rounding (top-k is off by default).
 
 Mechanics: an engine in four phases (``sample``)
 ------------------------------------------------
@@ -244,10 +244,10 @@ def sample(model, prompts, n_per_prompt=1, max_new_tokens=16, temperature=1.0, t
 
 # ------------------------------------------------------------------ rollouts and their rewards
 
-def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
-    """Sample a rollout batch (n_prompts groups, default --prompts_per_step) and reward it
-    (``decoder``: as ``sample``'s)."""
-    problems = [draw() for _ in range(n_prompts or cfg.prompts_per_step)]
+def rollouts(model, task, next_problem, cfg, gen, device, n_prompts=None, decoder=None):
+    """Sample a rollout batch, n_prompts groups (default --prompts_per_step) of the problems
+    ``next_problem()`` gives, and reward it (``decoder``: as ``sample``'s)."""
+    problems = [next_problem() for _ in range(n_prompts or cfg.prompts_per_step)]
     prompts = [task.encode(task.prompt(p)) for p in problems]
     with amp(cfg, device):
         out = sample(model, prompts, cfg.group_size, task.max_new_tokens, cfg.temperature,
@@ -271,11 +271,11 @@ def evaluate(model, task, problems, cfg, device, decoder=None):
 
 # ----------------------------------------------------------------------------- SFT's batches
 
-def sft_batches(task, draw, n, rng, device, flawed, steps):
+def sft_batches(task, next_problem, n, rng, device, flawed, steps):
     """The batches of ``steps`` SFT steps, made on the host and copied to the device at once
     (a copy per step would make a GPU wait per step): per step (prompt ids, their valid mask),
     left-padded, and the solutions, right-padded, with their mask (the loss is on them)."""
-    texts = [sft_texts(task, draw, n, rng, flawed) for _ in range(steps)]
+    texts = [sft_texts(task, next_problem, n, rng, flawed) for _ in range(steps)]
     L = max(len(p) for prompts, _ in texts for p in prompts)
     T = max(len(s) for _, sols in texts for s in sols)
     ids = torch.tensor([[[PAD] * (L - len(p)) + p for p in prompts] for prompts, _ in texts],
@@ -289,10 +289,10 @@ def sft_batches(task, draw, n, rng, device, flawed, steps):
         yield (p, p != PAD), t, t != PAD
 
 
-def sft_texts(task, draw, n, rng, flawed=0.0):
+def sft_texts(task, next_problem, n, rng, flawed=0.0):
     """n problems' prompts and solutions + EOS, as token ids. A fraction ``flawed`` of the
     solutions come from the task's flawed teacher."""
-    probs = [draw() for _ in range(n)]
+    probs = [next_problem() for _ in range(n)]
     prompts = [task.encode(task.prompt(p)) for p in probs]
     # a flawed teacher (one who forgets carries, say) keeps the warm start imperfect, so that
     # groups come out mixed: only a group with right and wrong rollouts has a signal in RL

@@ -21,8 +21,8 @@ Phase 2, RL (THEORY.md section 1). Each RL step (``rl_step``):
      its backward; then the gradient clip and the optimizer step;
   5. log, and every --eval_every steps evaluate on held-out problems.
 
-The lab (lab/) is reached through one hooks object: ``Hooks`` does nothing; where the run
-turns the lab on (``hooks_for``), the lab's hooks measure cancellation and lend the catalogue.
+The lab (lab/) is reached through one hooks object: ``Hooks`` does nothing. The demo turns
+the lab on (--instruments): its hooks measure cancellation, and change no weight's update.
 Plumbing (plumbing/): the flags, the run's creation, folder and --resume, the printing,
 and under torchrun each process's rows (dist_utils). ``python train.py --key=value``.
 """
@@ -198,8 +198,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
         args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
         # the counts, and the rows and their hidden states (an objective may read them too)
         counts = dict(counts_for(p), rows=rows, hidden=hidden)
-        # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). Its value is
-        # about 0 on-policy (the advantages are centred); its gradient is not
+        # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). On-policy, on
+        # whole groups, its value is about 0 (the advantages are centred); its gradient is not
         value, clip_frac = objective(logp, *args, counts)
         stats = dict(hooks.part(p, logp, args, counts, n_parts), clip_frac=clip_frac,
                      finite=torch.isfinite(value))
@@ -251,7 +251,7 @@ def part_counts(model, batch, adv, mb, parts, cfg):
 
 def logprobs_of(net, batch, rows, cfg):
     """log pi(y_t | s_t) of the batch's ``rows`` (a tensor on the host) under ``net``, tempered
-    as at sampling (so that an on-policy ratio is exactly 1), and the hidden states that
+    as at sampling (so that an on-policy ratio is 1, up to rounding), and the hidden states that
     produced them."""
     with amp(cfg, batch.mask.device.type):
         return completion_logprobs(net, [batch.prompts[i] for i in rows.tolist()],

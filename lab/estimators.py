@@ -234,8 +234,9 @@ def controls(cfg, model, task, batch, gen):
         batch.rewards = permute_within_groups(batch.rewards, batch.group, gen)
 
 
-def rollouts(model, task, draw, cfg, gen, device, n_prompts=None, decoder=None):
-    """sampler.rollouts with the lab's ``controls``: what train.py's step samples."""
-    batch = sampler.rollouts(model, task, draw, cfg, gen, device, n_prompts, decoder)
+def rollouts(model, task, next_problem, cfg, gen, device, n_prompts=None, decoder=None):
+    """sampler.rollouts, then the lab's ``controls``: the rollouts of train.py's step, which
+    calls the two apart (the controls through its hooks, ``LabHooks.rewarded``)."""
+    batch = sampler.rollouts(model, task, next_problem, cfg, gen, device, n_prompts, decoder)
     controls(cfg, model, task, batch, gen)
     return batch
