@@ -246,7 +246,7 @@ def test_the_example_script_runs_on_the_tiny_model(tmp_path, capsys):
         assert f"{k:24s} {v:.4g}" in text
 
 
-@pytest.mark.parametrize("argv,words", [
+BAD_INPUT = [
     (["--objective=ppo"], "unknown objective 'ppo'"),
     (["--batch=6", "--group_size=4", "--accumulation=1", "--steps_per_generation=2"],
      "keep_groups needs whole groups"),
@@ -255,17 +255,25 @@ def test_the_example_script_runs_on_the_tiny_model(tmp_path, capsys):
     (["--task=nope"], "unknown task 'nope'"),
     (["--keep_groups=yes"], "--keep_groups takes true or false"),
     (["--bogus=1"], "unknown argument"),
-])
-def test_the_scripts_bad_input_is_one_error_line(argv, words, tmp_path):
+]
+
+
+def test_the_scripts_bad_input_is_one_error_line(tmp_path):
+    """Each bad command line (its processes side by side, each waited on): exit 2, one
+    'error: ...' line naming the fault, no traceback, nothing written."""
     import subprocess
     import sys
-    out = subprocess.run([sys.executable, "-m", "trl_bridge.train_lm", f"--out={tmp_path}/o",
-                          *argv], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, PYTHONWARNINGS="ignore"))
-    assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
-    assert words in out.stderr and "Traceback" not in out.stderr
-    assert not os.path.exists(f"{tmp_path}/o")
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    procs = [subprocess.Popen([sys.executable, "-m", "trl_bridge.train_lm",
+                               f"--out={tmp_path}/o{i}", *argv], cwd=ROOT, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i, (argv, _) in enumerate(BAD_INPUT)]
+    for i, (p, (argv, words)) in enumerate(zip(procs, BAD_INPUT)):
+        stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == 2 and stdout == "", argv
+        assert stderr.strip().splitlines()[-1].startswith("error: "), argv
+        assert words in stderr and "Traceback" not in stderr, argv
+        assert not os.path.exists(f"{tmp_path}/o{i}"), argv
 
 
 def test_a_trainer_without_a_reward_function_is_refused(tmp_path):
