@@ -64,7 +64,8 @@ def batch(seed=0, rows=8, length=10, prompt=5):
             "advantages": torch.randn(rows, generator=g),
             "group_id": torch.arange(rows) // 4, "row_id": torch.arange(rows),
             "num_items_in_batch": cmask.sum(),
-            "noise": 0.3 * torch.randn(rows, length, generator=g)}
+            "noise": 0.3 * torch.randn(rows, length, generator=g),
+            "ref_noise": 0.2 * torch.randn(rows, length, generator=g)}
 
 
 def gradient(tr, inputs, ours):
@@ -77,7 +78,9 @@ def gradient(tr, inputs, ours):
             tr.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
             torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1),
             inputs["completion_ids"].size(1))[0]
-    inputs = dict(inputs, old_per_token_logps=logp + inputs["noise"])
+    # the reference's log-probs as TRL's generation step leaves them (read when beta != 0)
+    inputs = dict(inputs, old_per_token_logps=logp + inputs["noise"],
+                  ref_per_token_logps=logp + inputs["ref_noise"])
     if ours:
         tr._step, tr._buffered_inputs = 0, [inputs]
         value = tr.compute_loss(tr.model, inputs)
@@ -101,6 +104,47 @@ def test_the_gradient_equals_trls_own_loss_type_off_policy_with_the_clip_binding
     g_trl, g_ours = gradient(trl, inputs, False), gradient(ours, inputs, True)
     assert ours._metrics["train"]["objective/clip_frac"][-1] > 0.02  # the clip binds
     assert torch.allclose(g_ours, g_trl, rtol=1e-4, atol=1e-7)
+
+
+def saved_tiny(tmp_path):
+    """A tiny model loaded from a folder: with beta != 0 TRL builds its reference model from
+    the policy's own path (config._name_or_path)."""
+    from transformers import Qwen2ForCausalLM
+    tiny.model(TOK).save_pretrained(tmp_path / "tiny")
+    return Qwen2ForCausalLM.from_pretrained(tmp_path / "tiny")
+
+
+RECIPES = [  # (objective, the settings a recipe adds); GSPO with its own clip (3e-4, 4e-4)
+    ("grpo", {"beta": 0.1}), ("dr_grpo", {"beta": 0.1}),
+    ("dapo", {"beta": 0.1, "use_bias_correction_kl": True}),
+    ("grpo", {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    ("dr_grpo", {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    ("dapo", {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}),
+    ("grpo", {"entropy_coef": 0.05}), ("dapo", {"entropy_coef": 0.05}),
+    ("grpo", {"beta": 0.1, "entropy_coef": 0.05, "importance_sampling_level": "sequence",
+              "use_bias_correction_kl": True, "epsilon": 3e-4, "epsilon_high": 4e-4}),
+]
+
+
+@pytest.mark.parametrize("name,extra", RECIPES)
+def test_beta_gspo_and_the_entropy_bonus_equal_trls_own(name, extra, tmp_path):
+    """TRL's beta (k3 to its reference model), importance_sampling_level="sequence" (GSPO)
+    and entropy_coef, off-policy with the clip binding: the gradient is TRL's. The same
+    setting switched off gives another gradient, so the comparison sees the term."""
+    model = saved_tiny(tmp_path)
+    common = settings(tmp_path, gradient_accumulation_steps=1, steps_per_generation=1)
+    make = lambda cls, cfg, **kw: cls(model=copy.deepcopy(model), reward_funcs=last_even,
+                                      processing_class=TOK, train_dataset=dataset(),
+                                      args=cfg(**{**common, **kw}))
+    trl = make(GRPOTrainer, GRPOConfig, loss_type=name, **extra)
+    ours = make(CancellationGRPOTrainer, CancellationConfig, objective=name, **extra)
+    plain = make(CancellationGRPOTrainer, CancellationConfig, objective=name,
+                 **{k: v for k, v in extra.items() if k.startswith("eps")})
+    inputs = batch()
+    g_trl, g_ours, g_plain = (gradient(t, inputs, t is not trl) for t in (trl, ours, plain))
+    assert ours._metrics["train"]["objective/clip_frac"][-1] > 0.02  # the clip binds
+    assert torch.allclose(g_ours, g_trl, rtol=1e-4, atol=1e-7)
+    assert (g_ours - g_plain).norm() > 1e-3 * g_plain.norm()
 
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "dfpo_min"])
@@ -222,13 +266,30 @@ def test_dfpo_transforms_see_whole_groups(tmp_path, monkeypatch):
       "steps_per_generation": 2}, "keep_groups"),
     ({"ledger_every": -1}, "ledger_every"),
     ({"steps_per_generation": 3}, "multiple of gradient_accumulation_steps"),
-    ({"beta": 0.04}, "does not take beta"),
-    ({"entropy_coef": 0.01, "top_entropy_quantile": 0.5}, "top_entropy_quantile, entropy_coef"),
+    ({"use_vllm": True}, "does not take use_vllm"),
+    ({"use_adaptive_entropy": True, "top_entropy_quantile": 0.5},
+     "top_entropy_quantile, use_adaptive_entropy"),
+    ({"loss_type": "dr_grpo"}, "loss_type='dr_grpo' is not read"),
+    ({"objective": "dr_grpo", "scale_rewards": "group"}, "contradicts objective='dr_grpo'"),
+    ({"objective": "dfpo_min", "scale_rewards": "batch"}, "contradicts objective='dfpo_min'"),
+    ({"objective": "grpo", "scale_rewards": "none"}, "contradicts objective='grpo'"),
+    ({"objective": "dfpo_min", "importance_sampling_level": "sequence"}, "DFPO has its own"),
 ])
 def test_bad_settings_are_one_line(tmp_path, kw, words):
     with pytest.raises(ValueError) as e:
         CancellationConfig(**settings(tmp_path, **kw))
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name,scale", [("grpo", "group"), ("dapo", "group"),
+                                        ("dr_grpo", "none"), ("dfpo_orth", "none")])
+def test_scale_rewards_is_the_objectives_own_and_said_when_not_trls(name, scale, tmp_path,
+                                                                     capsys):
+    args = CancellationConfig(**settings(tmp_path, objective=name))
+    assert args.scale_rewards == scale
+    said = capsys.readouterr().err
+    assert (f"scale_rewards={scale!r}" in said) == (scale != "group")  # TRL's is "group"
+    assert CancellationConfig(**settings(tmp_path, objective=name, loss_type=name)).loss_type
 
 
 # ----------------------------------------------------------------------------- the script

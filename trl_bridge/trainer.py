@@ -26,44 +26,71 @@ TRL's private names this file relies on (trl 1.16; nothing public serves):
 (replaced in training when ``keep_groups``), ``_get_per_token_logps_and_entropies`` (the
 log-probs), ``_buffered_inputs``, ``_step`` and ``_metrics`` (TRL's metric lists).
 """
+import sys
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.trainer.utils import split_tensor_dict
 
-import loss
-from lab import lengthcov, objectives
-from lab.ledger import LEDGER_PARTS, ledger_shares, ledger_sums
+from trl_bridge.lesson import load
+
+loss, engines, lengthcov, objectives, ledger = load(
+    "loss", "lab.engines", "lab.lengthcov", "lab.objectives", "lab.ledger")
 
 OBJECTIVES = ("grpo", "dr_grpo", "dapo", "dfpo_min", "dfpo_orth")  # loss.py's own five
-# TRL's loss settings that loss.py's objectives do not take, with the value that is off:
-# refused when set, never silently ignored
-UNSUPPORTED = {"beta": 0.0, "importance_sampling_level": "token", "top_entropy_quantile": 1.0,
-               "off_policy_mask_threshold": None, "delta": None, "entropy_coef": 0.0,
+# TRL's settings that this trainer does not honour, with the value that is off: refused
+# when set, never silently ignored (docs/REFERENCE.md says why for each)
+UNSUPPORTED = {"top_entropy_quantile": 1.0, "off_policy_mask_threshold": None, "delta": None,
                "use_adaptive_entropy": False, "use_vllm": False}
+# scale_rewards: each objective's own Â (loss.OWN_ADV): GRPO's scaled one, or r - mu
+OWN_SCALE = {name: "group" if loss.OWN_ADV[name] == "grpo" else "none" for name in OBJECTIVES}
 GROUP = 1 << 32  # a group id: the generation batch's number times GROUP, plus its group
 
 
 @dataclass
 class CancellationConfig(GRPOConfig):
-    """GRPOConfig and three settings; ``loss_type`` is not read (``objective`` replaces it)."""
+    """GRPOConfig and three settings. ``objective`` replaces ``loss_type`` (which is refused
+    unless it names the same loss); ``scale_rewards`` defaults to the objective's own."""
     objective: str = field(default="grpo", metadata={"help": "one of " + ", ".join(OBJECTIVES)})
     keep_groups: bool = field(default=True, metadata={
         "help": "keep each group inside one optimizer step (False: TRL's row shuffle)"})
     ledger_every: int = field(default=1, metadata={
         "help": "the ledger of every N-th generation batch (0: never)"})
+    loss_type: Optional[str] = field(default=None, metadata={"help": "not read: see objective"})
+    scale_rewards: Optional[str] = field(default=None, metadata={
+        "help": "the advantage's scaling; default: the objective's own (OWN_SCALE)"})
 
     def __post_init__(self):
         super().__post_init__()
         if self.objective not in OBJECTIVES:
             raise ValueError(f"unknown objective {self.objective!r}; choose one of "
                              f"{', '.join(OBJECTIVES)}")
+        if self.loss_type not in (None, self.objective):
+            raise ValueError(f"loss_type={self.loss_type!r} is not read: objective replaces it; "
+                             f"give objective={self.loss_type!r} and leave loss_type out")
+        own = OWN_SCALE[self.objective]
+        if self.scale_rewards is None:
+            self.scale_rewards = own
+            if own != "group" and self.process_index == 0:  # TRL's default would be "group"
+                print(f"CancellationConfig: scale_rewards={own!r}, {self.objective}'s own "
+                      f"advantage (r - mu)", file=sys.stderr)
+        elif self.scale_rewards != own:
+            raise ValueError(f"scale_rewards={self.scale_rewards!r} contradicts objective="
+                             f"{self.objective!r}, whose advantage takes scale_rewards={own!r} "
+                             f"(or leave scale_rewards out)")
         changed = [k for k, off in UNSUPPORTED.items() if getattr(self, k) != off]
         if changed:
-            raise ValueError(f"CancellationConfig does not take {', '.join(changed)}: loss.py's "
-                             f"objectives have no such term; leave "
+            raise ValueError(f"CancellationConfig does not take {', '.join(changed)}: this "
+                             f"trainer does not honour it; leave "
                              + ", ".join(f"{k}={UNSUPPORTED[k]!r}" for k in changed))
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(f"importance_sampling_level takes 'token' or 'sequence', got "
+                             f"{self.importance_sampling_level!r}")
+        if self.importance_sampling_level == "sequence" and self.objective.startswith("dfpo"):
+            raise ValueError("importance_sampling_level='sequence' is for grpo, dr_grpo and "
+                             "dapo: DFPO has its own sequence weights")
         if self.ledger_every < 0:
             raise ValueError(f"ledger_every must be >= 0, got {self.ledger_every}")
         if self.steps_per_generation % self.gradient_accumulation_steps:
@@ -117,6 +144,7 @@ class CancellationGRPOTrainer(GRPOTrainer):
             raise ValueError("a mixture-of-experts router loss is not supported: loss.py's "
                              "objectives do not add it")
         self.objective = loss.LOSSES[self.args.objective]
+        self.agg = objectives.OBJECTIVES[self.args.objective].agg  # its agg_i (lab)
         self.transform = loss.GROUP_TRANSFORMS.get(self.args.objective)  # DFPO's, else None
         # TRL's two-sided clip, 1 - epsilon_low and 1 + epsilon_high, as loss.py's bounds
         self.bounds = (1.0 - self.epsilon_low, 1.0 + self.epsilon_high)
@@ -159,12 +187,13 @@ class CancellationGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ the loss
 
-    def _logps(self, model, inputs):
+    def _logps(self, model, inputs, entropy=False):
+        """log pi of the completion tokens, and with ``entropy`` their entropies (else None)."""
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        logp, _, _ = self._get_per_token_logps_and_entropies(
-            model, ids, attention, inputs["completion_ids"].size(1))
-        return logp
+        logp, ent, _ = self._get_per_token_logps_and_entropies(
+            model, ids, attention, inputs["completion_ids"].size(1), compute_entropy=entropy)
+        return logp, ent
 
     def _step_counts(self, model, parts):
         """The counts every micro-batch of one optimizer step shares, over all processes:
@@ -180,7 +209,7 @@ class CancellationGRPOTrainer(GRPOTrainer):
         if self.transform is not None:
             with torch.no_grad():  # w~ is detached: the transform precedes the gradient
                 ratio = torch.cat([
-                    loss.sequence_ratio(self._logps(model, p), p["old_per_token_logps"], m)
+                    loss.sequence_ratio(self._logps(model, p)[0], p["old_per_token_logps"], m)
                     if p.get("old_per_token_logps") is not None
                     else torch.ones(len(m), device=m.device) for p, m in zip(parts, masks)])
             adv = torch.cat([p["advantages"] for p in parts])
@@ -206,18 +235,44 @@ class CancellationGRPOTrainer(GRPOTrainer):
                            else self._step_counts(model, [inputs]))
         weight = weights[self._step % ga if mode == "train" else 0]
         mask = loss_mask(inputs)
-        logp = self._logps(model, inputs)
+        logp, ent = self._logps(model, inputs, entropy=self.entropy_coef != 0)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
-        adv, group = inputs["advantages"], inputs["group_id"]
-        value, clip_frac = self.objective(logp, old, mask, adv, group,
-                                          dict(counts, weights=weight), self.bounds)
+        adv, group, ref = inputs["advantages"], inputs["group_id"], inputs.get("ref_per_token_logps")
+        value, clip_frac = self._policy(logp, old, mask, adv, group, dict(counts, weights=weight),
+                                        ref, self.bounds)
         if mode == "train" and self._ledger_on():
-            self._keep_coefficients(value, logp, mask, adv, group, counts, inputs["row_id"])
+            self._keep_coefficients(value, logp, mask, adv, group, counts, ref, inputs["row_id"])
         self._metrics[mode]["objective/clip_frac"].append(
             float(self.accelerator.gather(clip_frac.detach().reshape(1)).mean()))
         # DDP averages the processes' gradients; each term is its share of the step's sum
-        return value * self.accelerator.num_processes
+        value = value * self.accelerator.num_processes
+        if self.entropy_coef:  # TRL's bonus: this micro-batch's mean token entropy, / GA
+            m = mask.float()
+            value = value - self.entropy_coef * (ent * m).sum() / m.sum().clamp(min=1) / ga
+        return value
+
+    def _policy(self, logp, old, mask, adv, group, counts, ref, bounds):
+        """The objective (with GSPO's one ratio per sequence if asked), plus beta times TRL's
+        k3 estimate of KL(pi || pi_ref) per token, aggregated with the objective's agg_i
+        (as TRL adds it to its per-token loss). Returns (loss, clip fraction)."""
+        m, lens = mask.float(), mask.sum(1)
+        agg = objectives.agg_weight(self.agg, lens, counts)
+        log_ratio = (logp - old) * m
+        seq = log_ratio.sum(1) / lens.clamp(min=1)
+        if self.args.importance_sampling_level == "sequence":  # GSPO: s_i, clipped per row
+            x = objectives.TermInputs(logp, logp, log_ratio, seq, seq.detach().exp(), mask,
+                                      lens, adv, group, agg, bounds)
+            value, clip_frac, _ = objectives.sequence_term(x, None)
+        else:
+            value, clip_frac = self.objective(logp, old, mask, adv, group, counts, bounds)
+        if self.beta:
+            kl = engines.kl_penalty(logp, ref, "k3")  # e^(ref - logp) - (ref - logp) - 1
+            if self.args.use_bias_correction_kl:  # TRL: times the (differentiable) ratio
+                sequence = self.args.importance_sampling_level == "sequence"
+                kl = kl * (seq[:, None] if sequence else log_ratio).exp()
+            value = value + self.beta * (kl * agg[:, None] * m).sum()
+        return value, clip_frac
 
     # ------------------------------------------------------------------ the ledger
 
@@ -225,14 +280,15 @@ class CancellationGRPOTrainer(GRPOTrainer):
         every = self.args.ledger_every
         return every > 0 and self._gen is not None and (self._generation - 1) % every == 0
 
-    def _keep_coefficients(self, value, logp, mask, adv, group, counts, rows):
-        """c = -d loss / d log pi of this micro-batch, and c° (every ratio 1, DFPO's w~ = 1:
-        whole groups at pi_old); the step's parts are joined, and the ledger of the
+    def _keep_coefficients(self, value, logp, mask, adv, group, counts, ref, rows):
+        """c = -d loss / d log pi of this micro-batch (the KL term included, the entropy
+        bonus not: it acts through the whole distribution), and c° (every ratio 1, DFPO's
+        w~ = 1: whole groups at pi_old); the step's parts are joined, and the ledger of the
         generation batch is taken after its last optimizer step."""
         (grad,) = torch.autograd.grad(value, logp, retain_graph=True)
         lp = logp.detach().requires_grad_(True)
-        on, _ = self.objective(lp, lp.detach(), mask, adv, group,
-                               dict(counts, weights=torch.ones_like(adv)), None)
+        on, _ = self._policy(lp, lp.detach(), mask, adv, group,
+                             dict(counts, weights=torch.ones_like(adv)), ref, None)
         (grad_on,) = torch.autograd.grad(on, lp)
         self._step_parts.append((rows, -grad.detach(), -grad_on.detach()))
         ga = self.current_gradient_accumulation_steps
@@ -257,11 +313,11 @@ class CancellationGRPOTrainer(GRPOTrainer):
         for rows, c, c_on in self._ledger_steps:
             rows = acc.gather(rows + offset)
             steps.append((rows, acc.gather(pad(c)), acc.gather(pad(c_on))))
-        sums = ledger_sums(steps, adv, tokens, mask, group)
+        sums = ledger.ledger_sums(steps, adv, tokens, mask, group)
         metrics = self._metrics["train"]
         if sums["mass"] > 0:  # a batch without shared tokens has no ledger (not a zero one)
-            shares = ledger_shares(sums)
-            for part in ("cancelled",) + tuple(LEDGER_PARTS):
+            shares = ledger.ledger_shares(sums)
+            for part in ("cancelled",) + tuple(ledger.LEDGER_PARTS):
                 metrics[f"ledger/{part}"].append(shares[part])
         lens = mask.sum(1)
         counts = loss.step_counts(mask, adv, max_len=self.max_completion_length)
