@@ -2,6 +2,7 @@
 
     python -m exercises.handout OUT_DIR --roster=names.txt   # one name per line
     python -m exercises.handout OUT_DIR                      # no roster: tables not assigned
+    python -m exercises.handout --help
 
 The copy is the last commit (``git archive HEAD``), never the working tree: a key
 printout, a solved exercise or a notes folder left lying in the teacher's checkout
@@ -41,6 +42,7 @@ exercises are solved.
 import ast
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -72,6 +74,9 @@ REWRITES = {"mixed_rows": (
     "    r = rewards.float()\n"
     "    same_group = group[:, None] == group[None, :]\n"
     "    return (same_group & (r[:, None] != r[None, :])).any(1)\n")}
+# Tests left out of the copy, whole: what they assert answers an exercise. The hand example of
+# the two transforms shows Adv-Orthogonal raising a weight (0.5 to 1.25): EX3_WHY's "which".
+CUT_TESTS = {"tests/test_loss.py": ("test_dfpo_transforms_alone",)}
 RESULTS_NOTE = """# Results
 
 The lab report and its data are not part of the student copy. They are in the
@@ -98,10 +103,11 @@ HIDE = (
     ("THEORY.md", r"Euclidean sense, and it can raise a weight\.", "Euclidean sense."),
 )
 # What answers each exercise, as text no copy may hold (case-insensitive). The numbers of
-# exercises 1 and 4 are searched for too, per roster student (``key_numbers``).
+# exercises 1 and 4 are searched for too, per roster student (``leaks``).
 ANSWERS = {
     "ex2": ("dot / nrm", "coef[g] * adv", "index_add_(0, g, adv * w)"),
-    "ex3": ('"amin"', "scatter_reduce(0, g, w", "never raises a weight", "it can raise a weight",
+    "ex3": ('"amin"', "1.0, 1.25, 1.25", "scatter_reduce(0, g, w",
+            "never raises a weight", "it can raise a weight",
             "so it is conservative", "the conservative one"),
     "ex5": ("improved = true", "2. greedy", "p[g] * p[c] + n[g] * n[c]"),
     "ex6": ("couple the copies' gradients", "sg(w~", "w~ is detached", "under a stop-gradient",
@@ -203,6 +209,20 @@ def needs_results(source):
     return sorted(n for n in tainted if n.startswith("test_"))
 
 
+def cut_tests(source, names, rel):
+    """source without the named top-level test functions (their decorators too)."""
+    lines = source.splitlines(keepends=True)
+    nodes = [n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)
+             and n.name in names]
+    if len(nodes) != len(names):
+        raise HandoutError(f"{rel} has no test {sorted(set(names) - {n.name for n in nodes})[0]}"
+                           " to leave out (CUT_TESTS in exercises/handout.py)")
+    for node in sorted(nodes, key=lambda n: -n.lineno):
+        top = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
+        del lines[top:node.end_lineno]
+    return "".join(lines)
+
+
 def skip_results_tests(source):
     """Mark each test that reads results/ skipped, with the reason, above its decorators."""
     names = needs_results(source)
@@ -296,18 +316,35 @@ def read_roster(path):
     return names, notes
 
 
-def roster_json(names, progress=sys.stderr):
-    """exercises/roster.json for these students: each one's draws, no numbers. A long
-    roster shows its progress on stderr (about ten lines)."""
+def draws(names, printed, progress=sys.stderr):
+    """({name: {"EX1": draw, ...}}, [names with no draw]): each student's first draws that
+    are well drawn and print-free (truth.pick_tables against ``printed``). A long roster
+    shows its progress on stderr (about ten lines)."""
     from exercises.answers.truth import pick_tables
-    students, start, step = {}, time.monotonic(), max(len(names) // 10, 1)
+    students, none, start, step = {}, [], time.monotonic(), max(len(names) // 10, 1)
     for i, n in enumerate(names, 1):
-        students[n] = pick_tables(n)
+        try:
+            students[n] = pick_tables(n, printed)
+        except ValueError:  # no draw of VARIANTS is free of the copy's numbers
+            none.append(n)
         if len(names) >= PROGRESS_FROM and (i % step == 0 or i == len(names)):
             print(f"drawing tables: {i} of {len(names)} names ({time.monotonic() - start:.0f} s)",
                   file=progress, flush=True)
+    return students, none
+
+
+def roster_json(students):
+    """exercises/roster.json for these students ({name: draws}): the draws, no numbers."""
     return json.dumps({"version": roster.VERSION, "students": students},
                       indent=1, ensure_ascii=False) + "\n"
+
+
+def class_draws(names):
+    """{name: draws} as a copy of the last commit gives these students: what the marker
+    and the key use when the teacher gives names.txt instead of the copy's roster.json."""
+    students, _ = draws(names, printed(contents(committed_files(), {"results/README.md":
+                                                                    RESULTS_NOTE}))[0])
+    return students
 
 
 # ----------------------------------------------------------------------------- the copy
@@ -357,7 +394,7 @@ def contents(files, extra):
             if any(f"def {name}(" in text for name in REWRITES):
                 text = replace_bodies(text, REWRITES)[0]
             if rel.startswith("tests/test_"):
-                text = skip_results_tests(text)
+                text = skip_results_tests(cut_tests(text, CUT_TESTS.get(rel, ()), rel))
             data = text.encode("utf-8")
         out[rel] = (data, mode)
     out.update({rel: (text.encode("utf-8"), 0o644) for rel, text in extra.items()})
@@ -382,51 +419,73 @@ def hide(rel, text):
     return text
 
 
-def key_numbers(names):
-    """{text: (exercise, student)}: each roster student's numbers of exercises 1 and 4 as a
-    copy would print them (4 significant digits), which no copy may hold."""
-    from exercises.answers.truth import key
-    out = {}
-    for name in names:
-        for ex in ("EX1", "EX4"):
-            for value in key(name)[ex].values():
-                text = f"{value:.4g}"
-                if len(re.sub(r"\D", "", text.split("e")[0]).lstrip("0")) >= 3:  # not 0.04
-                    out[text] = (ex.lower(), name)
-    return out
+NUMBER = re.compile(r"\d*\.\d+(?:[eE][-+]?\d+)?")  # a decimal, sign aside
+TEXT = (".py", ".md", ".txt", ".json")
 
 
-NUMBER = re.compile(r"-?\d+\.\d+(?:e-?\d+)?")
+def printed(copy):
+    """(the three-digit forms of the sizes of every decimal the copy's text files print,
+    {form: (file, the number as printed)}): what truth.clashes searches a key for."""
+    where = {}
+    for rel, (data, _) in sorted(copy.items()):
+        if rel.endswith(TEXT):
+            for n in NUMBER.findall(data.decode("utf-8", "replace")):
+                if float(n) != 0 and math.isfinite(float(n)):
+                    where.setdefault(roster.text(*roster.sig3(float(n))), (rel, n))
+    return frozenset(where), where
 
 
-def leaks(copy, numbers=None):
-    """[(exercise, path, what)] for every answer of ANSWERS, and every key number of
-    ``numbers`` (key_numbers), that the copy's text files hold."""
+def leaks(copy, students=None):
+    """[(exercise, path, what)] for every answer of ANSWERS that the copy's text files hold,
+    and every number of a roster student (``students``: {name: draws}) that a number the
+    copy prints would mark right (truth.clashes)."""
     found = []
     for rel, (data, _) in sorted(copy.items()):
-        if not rel.endswith((".py", ".md", ".txt", ".json")):
-            continue
-        text = data.decode("utf-8", "replace")
-        low = text.lower()
-        found += [(ex, rel, a) for ex, marks in ANSWERS.items() for a in marks if a in low]
-        found += [(*numbers[n][:1], rel, f"{numbers[n][1]}'s number {n}")
-                  for n in set(NUMBER.findall(text)) & set(numbers or ())]
+        if rel.endswith(TEXT):
+            low = data.decode("utf-8", "replace").lower()
+            found += [(ex, rel, a) for ex, marks in ANSWERS.items() for a in marks if a in low]
+    if students:
+        from exercises.answers.truth import TRUTHS, accepted, clashes
+        forms, where = printed(copy)
+        for name, tables in students.items():
+            for ex in ("EX1", "EX4", "EX7"):
+                key = TRUTHS[ex](name, tables[ex])
+                for k in clashes(key, forms):
+                    rel, n = where[sorted(accepted(abs(key[k])) & forms)[0]]
+                    found.append((ex.lower(), rel, f"{name}'s {k}, {n}"))
     return found
 
 
-def build(names):
-    """The copy's files, with the roster of ``names`` (None: no roster), refused when it
-    would hold an answer (``leaks``)."""
-    extra = {"results/README.md": RESULTS_NOTE}
+def build(names, allow_leaks=False):
+    """(the copy's files, with the roster of ``names`` (None: no roster), [notes]): refused
+    when it would hold an answer (``leaks``) unless ``allow_leaks``, then each is a note."""
+    copy = contents(committed_files(), {"results/README.md": RESULTS_NOTE})
+    students, none = {}, []
     if names is not None:
-        extra["exercises/roster.json"] = roster_json(names)
-    copy = contents(committed_files(), extra)
-    found = leaks(copy, key_numbers(names or []))
-    if found:
-        ex, rel, what = found[0]
-        raise HandoutError(f"the copy would hold {ex}'s answer ({rel}: {what!r}; "
-                           f"{len(found)} in all); hide it (HIDE in exercises/handout.py)")
-    return copy
+        students, none = draws(names, printed(copy)[0])
+        copy["exercises/roster.json"] = (roster_json(students).encode("utf-8"), 0o644)
+    found = leaks(copy, students)
+    if (found or none) and not allow_leaks:
+        raise HandoutError(leak_message(found, none))
+    notes = [f"the copy holds {ex}'s answer ({rel}: {what!r}): built so (--allow_leaks)"
+             for ex, rel, what in found]
+    notes += [f"{n!r} is not on the copy's roster: no draw of theirs is free of the copy's "
+              "numbers (--allow_leaks); their copy shows draw 0, and the marker marks them "
+              "on it" for n in none]
+    return copy, notes
+
+
+def leak_message(found, none):
+    """One line: every answer the copy would hold, and what the teacher can do about it."""
+    parts = [f"{ex}'s answer ({rel}: {what!r})" for ex, rel, what in found]
+    parts += [f"{n!r}'s numbers (none of {roster.VARIANTS} draws is free of the copy's "
+              "numbers)" for n in none]
+    named = any("'s " in w for _, _, w in found) or none
+    fix = ("spell each named student another way on the roster (add a middle name or "
+           "the student id), or " if named else "")
+    return (f"the copy would hold {len(parts)} answer{'s' * (len(parts) > 1)}: "
+            f"{'; '.join(parts)}; {fix}pass "
+            "--allow_leaks to build it anyway and know which answers it gives away")
 
 
 def write_all(tmp, copy):
@@ -440,19 +499,31 @@ def write_all(tmp, copy):
         os.chmod(dst, mode & 0o777)
 
 
+USAGE = "usage: python -m exercises.handout OUT_DIR [--roster=FILE] [--allow_dirty] [--allow_leaks]"
+HELP = f"""{USAGE}
+
+Build the student copy of the last commit in OUT_DIR (a new or empty folder).
+
+  --roster=FILE   the class list, one name per line; each student gets their own tables
+  --allow_dirty   build although the tree has uncommitted changes (each is named)
+  --allow_leaks   build although the copy would hold an answer (each is named)
+  --help          this text
+"""
+
+
 def parse(argv):
-    """OUT_DIR, --roster=FILE, --allow_dirty; HandoutError on anything else."""
-    usage = "usage: python -m exercises.handout OUT_DIR [--roster=FILE] [--allow_dirty]"
-    opts, outs, given = {"roster": None, "allow_dirty": False}, [], set()
+    """OUT_DIR, --roster=FILE, --allow_dirty, --allow_leaks; HandoutError on anything else."""
+    usage = USAGE
+    opts, outs, given = {"roster": None, "allow_dirty": False, "allow_leaks": False}, [], set()
     for a in argv:
         key = a.split("=", 1)[0]
-        if key in given and key in ("--roster", "--allow_dirty"):  # else one would be lost
+        if key in given and key.startswith("--"):  # else one would be lost
             raise HandoutError(f"{key} is given twice; give it once")
         given.add(key)
         if a.startswith("--roster="):
             opts["roster"] = a.split("=", 1)[1]
-        elif a == "--allow_dirty":
-            opts["allow_dirty"] = True
+        elif a in ("--allow_dirty", "--allow_leaks"):
+            opts[a[2:]] = True
         elif a.startswith("-"):
             raise HandoutError(f"unknown flag {a!r}; {usage}")
         else:
@@ -466,6 +537,9 @@ def main(argv):
     """Every check first (flags, folder, git state, roster, stubs), then the writing, into a
     temporary folder beside OUT_DIR that is renamed into place at the end."""
     out_arg, tmp = "", None
+    if argv in (["--help"], ["-h"]):
+        print(HELP, end="")
+        return 0
     try:
         out_arg, opts = parse(argv)
         if not out_arg:
@@ -481,7 +555,7 @@ def main(argv):
             raise HandoutError(f"{out_arg}: its folder {parent} does not exist")
         names, notes = read_roster(opts["roster"]) if opts["roster"] is not None else (None, [])
         dirty = check_clean(opts["allow_dirty"])
-        copy = build(names)
+        copy, leaked = build(names, opts["allow_leaks"])
         size = sum(len(d) for d, _ in copy.values())
         tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(out_dir)}.partial-", dir=parent)
         write_all(tmp, copy)
@@ -513,6 +587,8 @@ def main(argv):
            if names is not None else "no roster: the tables are not assigned (--roster=FILE)")
     print(f"wrote {len(copy)} files of the last commit to {out_arg}; left out "
           f"{', '.join(LEFT_OUT)}; to be written by students: {stubbed}; {who}")
+    for line in leaked:  # --allow_leaks: what the copy gives away, so the teacher knows
+        print(f"note: {line}", file=sys.stderr)
     for rel in dirty:  # --allow_dirty: the copy holds the last commit's version, or nothing
         print(f"note: not in the copy (uncommitted, --allow_dirty): {rel}", file=sys.stderr)
     return 0

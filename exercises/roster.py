@@ -12,6 +12,7 @@ significant digit, compared on three-digit mantissas (0.1234 and 0.124 agree: 12
 against 124). Counts are whole numbers and must be exact.
 """
 
+import decimal
 import json
 import math
 import os
@@ -72,10 +73,18 @@ def sig3(x):
     if x == 0:
         return (1, 0, 0)
     e = math.floor(math.log10(abs(x)))
-    m = round(abs(x) / 10.0 ** (e - 2))
+    m = mantissa(x, e)
     if m == 1000:  # 0.9996 rounds up into the next decade
         m, e = 100, e + 1
     return (1 if x > 0 else -1, m, e)
+
+
+def mantissa(x, e):
+    """round(|x| / 10**(e - 2)): in floats where they hold it, else exactly (a subnormal
+    such as 1e-322, or an integer of 400 digits, which floats cannot scale)."""
+    if 1e-290 < abs(x) < 1e290:
+        return round(abs(x) / 10.0 ** (e - 2))
+    return int(abs(decimal.Decimal(x)).scaleb(2 - e).to_integral_value(decimal.ROUND_HALF_EVEN))
 
 
 def text(s, m, e):
@@ -90,7 +99,7 @@ def accepted(v):
     s, _, e = sig3(v)
     out = set()
     for ek in (e - 1, e, e + 1):  # a key just across a decade boundary
-        m = round(abs(v) / 10.0 ** (ek - 2))
+        m = mantissa(v, ek)
         out |= {text(s, mk, ek) for mk in (m - 1, m, m + 1) if 100 <= mk <= 999}
     return out or {text(*sig3(v))}
 

@@ -56,7 +56,7 @@ def test_a_long_roster_shows_its_progress(monkeypatch, capsys):
     import io
     monkeypatch.setattr(handout, "PROGRESS_FROM", 5)
     out = io.StringIO()
-    handout.roster_json([f"s{i:07d}" for i in range(10)], progress=out)
+    handout.draws([f"s{i:07d}" for i in range(10)], frozenset(), progress=out)
     lines = out.getvalue().splitlines()
     assert len(lines) == 10 and lines[-1].startswith("drawing tables: 10 of 10 names"), lines
 

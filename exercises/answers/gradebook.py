@@ -28,6 +28,7 @@ import torch
 
 from exercises import check
 from exercises.answers import wrong_code
+from exercises.answers.key import shown
 
 POINTS = {  # EXERCISES.md, "Marks"; tests/test_classroom_gradebook.py holds them equal
     "ex1": {"numbers": 4, "written": 3}, "ex2": {"code": 6},
@@ -252,7 +253,7 @@ def screen(rows):
 def details(row, marks):
     """Lines of one student's details: wrong numbers with hints, failing programs with the
     mistake named and the first failing property, flagged written answers."""
-    bad = [f"{ex} {k} = {got}" + (f" (hint: {h})" if h else "")
+    bad = [f"{ex} {k} = {shown(got)}" + (f" (hint: {h})" if h else "")
            for ex, k, got, ok, h in row["numbers"] if not ok]
     for ex, checks in row["checks"].items():
         failing = [(what, why) for what, why in checks if why is not None]

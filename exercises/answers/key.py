@@ -20,6 +20,7 @@ if not __package__:  # run as a file: the package imports below need the reposit
 if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
     import signal
     signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("\ninterrupted\n"), os._exit(130)))
+from exercises import handout
 from exercises.answers import mistakes
 from exercises.answers.truth import key, pick_tables, right
 from exercises.problems import SheetError, read_sheet
@@ -58,34 +59,53 @@ def marks(name, sheet, tables=None):
     return out
 
 
+HELP = """usage: python -m exercises.answers.key STUDENT [SHEET.py]
+
+Print one student's numbers for exercises 1, 4 and 7, on the tables a copy of the
+last commit gives them; with SHEET.py, mark that sheet number by number.
+"""
+
+
 def main(argv):
-    if not argv or len(argv) > 2:
+    if argv in (["--help"], ["-h"]):
+        print(HELP, end="")
+        return 0
+    if not argv or len(argv) > 2 or any(a.startswith("-") for a in argv):
         print("error: usage: python -m exercises.answers.key STUDENT [SHEET.py]", file=sys.stderr)
         return 2
     name = canonical(argv[0])
     if not name:
         print("error: STUDENT is empty", file=sys.stderr)
         return 2
-    if len(argv) == 1:
-        for ex, values in key(name).items():
-            print(ex, "  ".join(f"{k} = {v:.4g}" for k, v in values.items()))
-        return 0
-    if not os.path.isfile(argv[1]):
+    if len(argv) == 2 and not os.path.isfile(argv[1]):
         print(f"error: no sheet at {argv[1]}", file=sys.stderr)
         return 2
     try:  # read as data: a student's sheet never runs on the teacher's machine
-        sheet = read_sheet(argv[1])
-    except SheetError as e:
+        sheet = read_sheet(argv[1]) if len(argv) == 2 else None
+        tables = handout.class_draws([name])[name]  # as the handout drew them for the copy
+    except (SheetError, handout.HandoutError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    truth = key(name, tables)
+    if sheet is None:
+        for ex, values in truth.items():
+            print(ex, "  ".join(f"{k} = {v:.4g}" for k, v in values.items()))
+        return 0
     if canonical(getattr(sheet, "STUDENT", "") or "") != name:
         print(f"note: the sheet says STUDENT = {getattr(sheet, 'STUDENT', '')!r}", file=sys.stderr)
-    truth, wrong = key(name), 0
-    for ex, k, got, ok, h in marks(name, sheet):
-        print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {got}  (key {truth[ex][k]:.4g})"
+    wrong = 0
+    for ex, k, got, ok, h in marks(name, sheet, tables):
+        print(f"{ex}  {'ok   ' if ok else 'WRONG'}  {k} = {shown(got)}  (key {truth[ex][k]:.4g})"
               + (f"  hint: {h}" if h else ""))
         wrong += not ok
     return 1 if wrong else 0  # 0 only when every number is right
+
+
+def shown(got):
+    """A sheet's value as a row prints it: an integer of 400 digits is cut, not spelt out."""
+    text = repr(got) if not isinstance(got, int) or abs(got) < 10 ** 30 else (
+        f"an integer of {len(str(abs(got)))} digits")
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 if __name__ == "__main__":

@@ -459,7 +459,10 @@ def class_roster(path):
         names, _ = handout.read_roster(path)
     except handout.HandoutError as e:
         raise MarkError(str(e)) from None
-    return dict.fromkeys(names)
+    try:  # the draws a copy of the last commit gives them, as the handout drew them
+        return handout.class_draws(names)
+    except ValueError as e:
+        raise MarkError(f"--roster={path}: {e}") from None
 
 
 def publish(out, rows, marks, table):

@@ -90,6 +90,7 @@ def prose(name):
 def sheet_text(name, student=None, tables=None, answers=None, change=None):
     """A sheet: the right numbers of ``name`` (on ``tables``), STUDENT = ``student``."""
     sheet = key.filled_sheet(name)
+    tables = tables or TABLES.get(name)
     if tables is not None:
         for ex, values in truth.key(name, tables).items():
             setattr(sheet, ex, {k: (v if isinstance(v, int) else float(f"{v:.3g}"))
@@ -139,6 +140,7 @@ def expect(label, name, points=None, note=None, mistakes=None, roster="yes", fla
 
 ZERO = dict.fromkeys(FULL, 0)
 DRAW_0 = {"EX1": 0, "EX4": 0, "EX7": 0}  # the tables a copy shows a name not on its roster
+TABLES = {}  # {name: draws}: each made-up student's tables, as the marker draws them
 
 
 def k_right(name, src, where):
@@ -156,9 +158,9 @@ def k_right_platform_folder(name, src, where):
 
 
 def k_wrong_number(name, src, where):
-    tables = truth.pick_tables(name)
+    tables = TABLES[name]
     hint, value = mistakes.wrong_numbers(name, "EX1", tables["EX1"],
-                                         truth.key(name)["EX1"])["grpo_net"][0]
+                                         truth.key(name, tables)["EX1"])["grpo_net"][0]
     files = right_files(name, src, change=("EX1", "grpo_net", value))
     return [expect(pack(where, name, files), name, points={"ex1": 3})]
 
@@ -324,7 +326,9 @@ def make_class(n, where, kinds=KINDS):
     """n submissions in ``where``, the ``kinds`` in order, again and again; returns
     (expectations, the roster's names, {kind: count})."""
     src = sources()
-    names = iter(random_names(4 * n + 8, seed=7))
+    names = random_names(4 * n + 8, seed=7)
+    TABLES.update(handout.class_draws(names))  # the marker draws them so from names.txt
+    names = iter(names)
     expected, counts, made, step = [], {}, 0, 0
     while made < n:
         kind, make = kinds[step % len(kinds)]

@@ -16,7 +16,7 @@ import toy_tasks
 from exercises import problems
 from exercises.answers import mistakes
 from exercises.check import COUNTS
-from exercises.roster import VARIANTS, within
+from exercises.roster import VARIANTS, accepted, within
 
 
 def centred(rewards):
@@ -78,11 +78,22 @@ def well_drawn(name, ex, variant):
     return calc is None or all(right(calc[k], v, k) for k, v in key.items())
 
 
-def pick_tables(name):
-    """{"EX1": draw, ...}: the first well-drawn draw of each exercise for this name."""
+def clashes(key, printed):
+    """The numbers of ``key`` ({number: value}) that a number the copy prints would mark
+    right, sign aside (a student copies 0.125 as -0.125 as easily). ``printed``: the
+    three-digit forms (roster.text of roster.sig3) of the copy's numbers' sizes. Counts are
+    whole numbers that any text prints, so they are not searched for."""
+    return [k for k, v in key.items() if k not in COUNTS and accepted(abs(v)) & printed]
+
+
+def pick_tables(name, printed=frozenset()):
+    """{"EX1": draw, ...}: for each exercise, the first draw (0, 1, 2, ...: the same for a
+    name every time) that is well drawn and whose numbers the copy does not print
+    (``clashes``; ``printed`` as there, empty: not searched)."""
     out = {}
     for ex in TRUTHS:
-        out[ex] = next((v for v in range(VARIANTS) if well_drawn(name, ex, v)), None)
+        out[ex] = next((v for v in range(VARIANTS) if well_drawn(name, ex, v)
+                        and not clashes(TRUTHS[ex](name, v), printed)), None)
         if out[ex] is None:
             raise ValueError(f"no well-drawn table for {name!r}, {ex} in {VARIANTS} draws")
     return out
@@ -98,7 +109,9 @@ def key(name, tables=None):
 def right(got, truth, number=None):
     """The marking rule for one number: a count must be exact; anything else within one
     unit of the key's third significant digit (roster.within)."""
-    if not isinstance(got, (int, float)) or isinstance(got, bool) or not math.isfinite(got):
+    if not isinstance(got, (int, float)) or isinstance(got, bool):
+        return False
+    if isinstance(got, float) and not math.isfinite(got):
         return False
     if number in COUNTS:
         return got == truth

@@ -279,7 +279,8 @@ SAYS = {
     "ex2": {
         "re-centred A": "re-centres the advantages first; use Â as given",
         "equal contiguous groups": "assumes groups of one size in consecutive rows",
-        "no 0/0 guard": "divides by ‖Â‖² = 0 where a group's advantages are all 0 (keep w there)",
+        "no 0/0 guard": ("divides by ‖Â‖² = 0 where a group's advantages are all 0 "
+                         "(keep w there)"),
         "modifies its input": "writes into the caller's w instead of returning a new tensor",
         "one projection for the batch": "projects the whole batch at once, not each group",
         "projected on sign(A)": "projects on the signs of Â, not on Â",
