@@ -40,6 +40,8 @@ import time
 import torch
 
 from lab.experiments import common
+from lab.experiments.e12_covariance import GAP_MIN, GAP_SHARE, manipulation
+from plumbing import checkpoint
 from plumbing.errors import CliError, cli
 
 TASK = "parity_wrong_long"
@@ -50,8 +52,10 @@ USAGE = "usage: python -m lab.see_length [--seed=N] [--out=FOLDER]"
 
 
 def parse(argv):
-    """--seed (0..2^31-1) and --out (a folder we may write in); anything else is refused."""
+    """--seed (0..2^31-1) and --out (a folder we may write in), each at most once; anything
+    else is refused."""
     opts = {"seed": 0, "out": os.path.join("out", "see_length")}
+    given = set()
     for arg in argv:
         if arg in ("-h", "--help"):
             print(__doc__.strip() + "\n\n" + USAGE)
@@ -59,6 +63,9 @@ def parse(argv):
         key, eq, val = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
         if key not in opts or not eq:
             raise CliError(f"unknown argument {arg!r}; {USAGE}")
+        if key in given:  # else the last one would win without a word
+            raise CliError(f"--{key} is given twice; give it once")
+        given.add(key)
         if key == "seed":
             if not val.isdigit() or int(val) > 2**31 - 1:
                 raise CliError(f"--seed takes a whole number 0..{2**31 - 1}, got {val!r}")
@@ -88,6 +95,7 @@ def one_arm(warm, seed, arm, folder, log):
     gaps = [m["lencov_gap"] for m in steps if m.get("lencov_gap") is not None]
     return {"ell0": ell[0], "ell": ell[STEPS], "drift": ell[STEPS] - ell[0],
             "gap": sum(gaps) / len(gaps) if gaps else None,
+            "kept": manipulation([m.get("lencov_gap") for m in steps], "W+"),
             "push_1L": sum(m.get("lencov_choice_1L") or 0.0 for m in steps)}
 
 
@@ -109,6 +117,11 @@ def reading(runs):
         lines.append(f"  {arm} ({note}): log-odds {r['drift']:+.2f} nats in {STEPS} steps "
                      f"(p {p_of(r['ell0']):.2f} -> {p_of(r['ell']):.2f})")
     lines.append(f"  grpo - dapo: {diff:+.2f} nats")
+    kept = {arm: runs[arm]["kept"] for arm in ARMS}
+    if min(kept.values()) < GAP_SHARE:  # E12 would have left this seed's W+ runs out
+        lines.append(f"note: wrong rollouts were {GAP_MIN:.0f}+ tokens longer in only "
+                     + " and ".join(f"{100 * v:.0f} % of {a}'s steps" for a, v in kept.items())
+                     + f"; E12's check asks {100 * GAP_SHARE:.0f} %, so 1/L had less to push")
     lines.append(f"1/L's first-order push on the choice, summed over grpo's steps: "
                  f"{push:+.3f} ({'away from' if push < 0 else 'towards'} restating)")
     if diff * push > 0:
@@ -132,8 +145,14 @@ def main(argv):
     t0 = time.time()
     print(f"warm start: {SFT_STEPS} SFT steps on {TASK} (a wrong guess retries twice, 16 "
           f"tokens; trained once per seed, then reused) ...", flush=True)
-    warm = quietly(lambda: common.warm_start(folder, o["seed"], TASK, sft_steps=SFT_STEPS,
-                                             sft_flawed=0.5, n_embd=WIDTH), log)
+    size = dict(sft_steps=SFT_STEPS, sft_flawed=0.5, n_embd=WIDTH)
+    path = common.warm_start_path(folder, o["seed"], TASK, **size)
+    if os.path.exists(path):  # a damaged one is set aside here, on the terminal, not in the log
+        try:
+            checkpoint.load_checkpoint(path)
+        except CliError as e:
+            common.set_aside(path, str(e).replace(f"checkpoint {path!r} is ", "is "))
+    warm = quietly(lambda: common.warm_start(folder, o["seed"], TASK, **size), log)
     runs = {}
     for arm in ARMS:
         print(f"{arm}: {STEPS} RL steps from it ...", flush=True)

@@ -98,10 +98,10 @@ def test_the_plain_words_are_the_json_s():
     curve = data["curve"]
     one = curve[0]
     assert (f"At 1 retry ({one['gap'][0]:.1f} tokens, {100 * one['share'][0]:.0f} % of the "
-            f"mean length) I was {one['I'][0]:.2f} ± {one['I'][1]:.2f} nats") in doc
+            f"mean length, the smallest gap tested) I was {one['I'][0]:.2f} ± {one['I'][1]:.2f} nats") in doc
     assert data["decisions"]["fewest retries detected"] == 1
     assert (f"I was no larger at 3 retries than at 2 ({curve[2]['I'][0]:.2f} against "
-            f"{curve[1]['I'][0]:.2f} nats)") in doc
+            f"{curve[1]['I'][0]:.2f} nats; paired,") in doc
     assert (f"({curve[1]['first_order'][0]:.2f} and {curve[2]['first_order'][0]:.2f} nats "
             f"under AdamW's yardstick)") in doc
     ratios = [c["I"][0] / c["first_order"][0] for c in curve]
@@ -116,7 +116,7 @@ def test_the_plain_words_are_the_json_s():
     assert (f"lies in {math.exp(mom['diff'] - mom['half']):.2f}–"
             f"{math.exp(mom['diff'] + mom['half']):.2f} (smallest detectable factor "
             f"{math.exp(mom['mde']):.3f})") in doc
-    assert (f"the factor {math.exp(norm['diff']):.1f} over SGD "
+    assert (f"ratio was the factor {math.exp(norm['diff']):.1f} over SGD "
             f"({math.exp(norm['diff'] - norm['half']):.1f}–"
             f"{math.exp(norm['diff'] + norm['half']):.1f})") in doc
     rows = valid(data)
@@ -192,7 +192,13 @@ def test_the_readme_s_sentence_is_the_json_s():
     one, sgd = data["curve"][0], data["primary"]["log(observed / predicted I), SGD"]
     adamw = data["secondary"]["log(observed / predicted I), AdamW"]
     readme = flat(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read())
-    assert (f"I was detected from {one['gap'][0]:.0f} tokens, {100 * one['share'][0]:.0f} % of "
-            f"the mean length") in readme
-    assert (f"Under SGD, I was {math.exp(sgd['diff']):.2f} times the first-order prediction "
-            f"(THEORY.md §2.7); under Adam, {math.exp(adamw['diff']):.0f} times.") in readme
+    assert (f"E13: I was detected at every gap tested, down to {one['gap'][0]:.0f} tokens, "
+            f"{100 * one['share'][0]:.0f} % of the mean length.") in readme
+    rows = valid(data)
+    obs = {o: sum(r[f"observed {o}"] for r in rows) / len(rows) for o in ("adamw", "sgd")}
+    assert data["decisions"]["kl matched"]["sgd"] and abs(obs["sgd"] - obs["adamw"]) < 0.05
+    assert (f"Under SGD at AdamW's KL, I was as large ({obs['sgd']:.2f} against "
+            f"{obs['adamw']:.2f} nats), {math.exp(sgd['diff']):.2f} times the first-order "
+            f"prediction (THEORY.md §2.7).") in readme
+    assert "under Adam, 5 times" not in readme and adamw["diff"] > 0
+    assert "detected from" not in readme

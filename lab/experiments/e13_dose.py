@@ -621,7 +621,7 @@ def plot(plt, data):
     b.set_xticks(range(len(OPTIMIZERS)), [names[o] for o in OPTIMIZERS])
     b.set_xlim(-0.5, len(OPTIMIZERS) - 0.5)
     b.set_ylabel("observed / predicted I (log scale)")
-    b.set_title(f"what the optimizer adds, at {TOKENS * OPT_DOSE} tokens")
+    b.set_title(f"observed / predicted, each in its own yardstick, at {TOKENS * OPT_DOSE} tokens")
     b.legend(loc="lower left", fontsize="small")
     return fig
 
