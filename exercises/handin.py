@@ -18,16 +18,23 @@ The code in ``<code>`` (6 letters of a hash of your name) keeps two similar name
 """
 
 import hashlib
+import json
 import os
 import re
 import sys
 import tempfile
+import time
 import unicodedata
 import zipfile
+from types import SimpleNamespace
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as python -m exercises.handin\n")
     sys.exit(2)
+if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
+    import signal
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write(
+        "\ninterrupted; the previous pack, if any, is unchanged\n"), os._exit(130)))
 from exercises import roster
 from exercises.problems import SHEET_BYTES, SheetError, read_sheet
 
@@ -38,7 +45,19 @@ MEMBERS = {"sheet.py": "exercises/sheet.py", "loss.py": "loss.py",
 FILE_BYTES = 1 << 20  # a solution file is a few KB; 1 MB is not a solution
 LIMITS = {"sheet.py": SHEET_BYTES, "loss.py": FILE_BYTES, "batching.py": FILE_BYTES,
           "ex6_buggy_loss.py": FILE_BYTES}
-USAGE = "usage: python -m exercises.handin [--out=DIR] [--off_roster]"
+USAGE = "usage: python -m exercises.handin [--out=DIR] [--off_roster] [--as_is]"
+HELP = f"""{USAGE}
+
+Pack exercises/sheet.py, loss.py, batching.py and exercises/ex6_buggy_loss.py into
+handin-<your-name>-<code>.zip, for your teacher.
+
+  --out=DIR      write the zip into DIR (default: the repository root)
+  --off_roster   your name is not on the class roster (ask your teacher first)
+  --as_is        pack a sheet that does not read: your code is still marked, the
+                 sheet's numbers and written answers are not
+  --help         this text
+"""
+MANIFEST = "handin.json"  # in the pack: who it was made for, and when (UTC)
 
 
 class HandinError(Exception):
@@ -56,7 +75,7 @@ def pack_name(name):
 
 
 def parse(argv):
-    opts = {"out": ROOT, "off_roster": False}
+    opts = {"out": ROOT, "off_roster": False, "as_is": False}
     seen = set()
     for a in argv:
         key = a.split("=", 1)[0]
@@ -67,8 +86,8 @@ def parse(argv):
             opts["out"] = a.split("=", 1)[1]
             if not opts["out"]:
                 raise HandinError("--out= is empty; name a folder")
-        elif a == "--off_roster":
-            opts["off_roster"] = True
+        elif a in ("--off_roster", "--as_is"):
+            opts[a[2:]] = True
         else:
             raise HandinError(f"unknown argument {a!r}; {USAGE}")
     if not os.path.isdir(opts["out"]):
@@ -94,6 +113,41 @@ def student(sheet, off_roster):
     return found
 
 
+def read_own_sheet(as_is):
+    """(the sheet, a note or None). A sheet that does not read is refused, naming its line
+    and what to do; with ``as_is`` it is packed anyway, and only STUDENT is read from it."""
+    path = os.path.join(ROOT, MEMBERS["sheet.py"])
+    try:
+        return read_sheet(path), None
+    except SheetError as e:
+        if not as_is:
+            raise HandinError(f"{e}; fix that line (python -m exercises.check shows it too) and "
+                              "run this again, or pass --as_is to hand it in as it is: your code "
+                              "is still marked, the sheet's numbers and written answers are "
+                              "not") from None
+        name = student_line(path)
+        if name is None:
+            raise HandinError(f"{e}; --as_is needs a line STUDENT = \"your name\" that reads"
+                              ) from None
+        return SimpleNamespace(STUDENT=name), (f"note: {e}: packed as it is (--as_is); its "
+                                               "numbers and written answers score 0")
+
+
+def student_line(path):
+    """STUDENT from a sheet that does not read as a whole: its own line, read as data."""
+    import ast
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if line.startswith("STUDENT"):
+                try:
+                    node = ast.parse(line.strip()).body[0]
+                    value = ast.literal_eval(node.value)
+                except (SyntaxError, ValueError, IndexError, AttributeError):
+                    return None
+                return value if isinstance(value, str) and value.strip() else None
+    return None
+
+
 def read_members():
     """{name in the pack: bytes}, every file checked first: there, a plain file, not too
     large. Also the notes for files whose Python does not compile."""
@@ -117,17 +171,25 @@ def read_members():
     return data, notes
 
 
+def manifest(name, when=None):
+    """The pack's handin.json: the name it was made for and the time, in UTC to the second
+    (a zip's own dates have no time zone and a 2-second step). The marker takes each
+    student's latest pack by it."""
+    when = when or time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    return json.dumps({"student": name, "made": when}, ensure_ascii=False).encode("utf-8")
+
+
 def write_pack(folder, name, data):
     """The zip, written beside its final name and renamed into place: an interrupted run
     leaves the previous pack, never half a new one."""
     final = os.path.join(folder, pack_name(name))
     fd, tmp = tempfile.mkstemp(prefix=".handin-", suffix=".partial", dir=folder)
+    stamp = time.gmtime()[:6]
     try:
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as z:
-                for member, body in data.items():
-                    z.writestr(zipfile.ZipInfo(member, (2020, 1, 1, 0, 0, 0)), body,
-                               zipfile.ZIP_DEFLATED)
+                for member, body in {**data, MANIFEST: manifest(name)}.items():
+                    z.writestr(zipfile.ZipInfo(member, stamp), body, zipfile.ZIP_DEFLATED)
             f.flush()
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
@@ -139,9 +201,12 @@ def write_pack(folder, name, data):
 
 
 def main(argv):
+    if argv in (["--help"], ["-h"]):
+        print(HELP, end="")
+        return 0
     try:
         opts = parse(argv)
-        sheet = read_sheet(os.path.join(ROOT, MEMBERS["sheet.py"]))
+        sheet, broken = read_own_sheet(opts["as_is"])
         name = student(sheet, opts["off_roster"])
         data, notes = read_members()
         path = write_pack(opts["out"], name, data)
@@ -152,7 +217,7 @@ def main(argv):
         print(f"error: cannot write the pack to {opts['out']}: "
               f"{e.strerror or type(e).__name__}; nothing was written", file=sys.stderr)
         return 2
-    for note in notes:
+    for note in ([broken] if broken else []) + notes:
         print(note, file=sys.stderr)
     print(f"wrote {path} for {name!r} ({', '.join(MEMBERS.values())}); hand in this file")
     return 0

@@ -122,7 +122,9 @@ def read_sheet(path):
             raise SheetError(f"{path} is larger than a sheet can be ({SHEET_BYTES >> 10} KB)")
         with open(path, encoding="utf-8") as f:
             tree = ast.parse(f.read(), path)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
+    except SyntaxError as e:  # the line to fix, and Python's own words for what is wrong
+        raise SheetError(f"{path}, line {e.lineno}: not Python ({e.msg})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
         raise SheetError(f"{path} is not a readable sheet ({type(e).__name__})") from None
     except (RecursionError, MemoryError):  # the parser's own stack, not the machine's memory
         raise SheetError(f"{path} nests an expression too deeply to be read as data") from None

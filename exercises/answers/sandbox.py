@@ -138,6 +138,16 @@ def _unshare(kind):
     return cmd[:1] + ["--user", "--map-root-user"] + cmd[1:] if kind == "userns" else cmd
 
 
+def python():
+    """This Python's path with no ".." in it: run as ../venv/bin/python, sys.executable
+    passes through the folder the ".." leaves, which the sandbox does not hold. The link
+    itself is kept (not its real path): a virtual environment is known by where it lies."""
+    if not sys.executable:
+        raise SandboxError("cannot tell which Python runs the marker; run it by its full path, "
+                           "e.g. /path/to/venv/bin/python -m exercises.answers.mark ...")
+    return os.path.abspath(sys.executable)
+
+
 def python_paths():
     """The folders the child's Python needs: its prefixes, its site-packages, the folders
     its .pth files add (what ``python -I`` puts on sys.path: not the working folder, not
@@ -145,9 +155,9 @@ def python_paths():
     if "paths" not in _MODE:
         import site
         found = [sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-                 os.path.dirname(os.path.dirname(sys.executable)), *site.getsitepackages()]
+                 os.path.dirname(os.path.dirname(python())), *site.getsitepackages()]
         try:
-            p = subprocess.run([sys.executable, "-I", "-c",
+            p = subprocess.run([python(), "-I", "-c",
                                 "import os, sys; sys.stdout.write(os.pathsep.join(sys.path))"],
                                capture_output=True, timeout=60)
             found += os.fsdecode(p.stdout).split(os.pathsep) if p.returncode == 0 else []
@@ -201,12 +211,12 @@ def run(copy_dir, argv, stdin=b"", limits=None, hide=(), kind=None):
         "tmpfs": limits.tmpfs,
         "rlimits": {"AS": limits.memory, "NPROC": limits.processes, "FSIZE": limits.file_size,
                     "CPU": int(limits.seconds) + 5, "NOFILE": 256, "CORE": 0},
-        "argv": [sys.executable, *argv],
+        "argv": [python(), *argv],
         "nonce": os.urandom(8).hex(),  # a failed setup says so with it; the child never sees it
         "env": {"HOME": "/tmp", "TMPDIR": "/tmp", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
                 "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"},
     }
-    cmd = _unshare(kind) + [sys.executable, "-I", "-S", HERE, json.dumps(spec)]
+    cmd = _unshare(kind) + [python(), "-I", "-S", HERE, json.dumps(spec)]
     start = time.monotonic()
     try:
         p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
