@@ -17,26 +17,27 @@ whose Python does not compile is packed with a note: that exercise scores 0 unti
 The code in ``<code>`` (6 letters of a hash of your name) keeps two similar names apart.
 """
 
-import hashlib
-import json
 import os
-import re
 import sys
-import tempfile
-import time
-import unicodedata
-import zipfile
-from types import SimpleNamespace
 
-if not __package__:  # run as a file: the package imports below need the repository root
-    sys.stderr.write("error: run it from the repository root as python -m exercises.handin\n")
-    sys.exit(2)
 if __name__ == "__main__":  # Ctrl-C at any moment, during the imports too: one line
     import signal
     signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write(
         "\ninterrupted; the previous pack, if any, is unchanged\n"), os._exit(130)))
-from exercises import roster
-from exercises.problems import SHEET_BYTES, SheetError, read_sheet
+if not __package__:  # run as a file: the package imports below need the repository root
+    sys.stderr.write("error: run it from the repository root as python -m exercises.handin\n")
+    sys.exit(2)
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import unicodedata  # noqa: E402
+import zipfile  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+from exercises import roster  # noqa: E402
+from exercises.problems import SHEET_BYTES, SheetError, read_sheet  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # name in the pack -> where it lies in the copy; the marker reads the names on the left

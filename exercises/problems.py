@@ -202,6 +202,9 @@ def test_setup():
 
 def main(argv):
     """Test the install (unless --no_torch), then print the tables of the sheet's STUDENT."""
+    if argv in (["--help"], ["-h"]):  # the module's docstring is its manual
+        print(__doc__.strip())
+        return 0
     if argv not in ([], ["--no_torch"]):
         print("error: usage: python -m exercises.problems [--no_torch]", file=sys.stderr)
         return 2

@@ -124,9 +124,15 @@ def fingerprint_cost(iterations=20000, repeat=20):
 
 
 def main(argv):
+    if argv in (["--help"], ["-h"]):  # the module's docstring is its manual
+        print(__doc__.strip())
+        return 0
     students, seed = 200, 0
-    for a in argv:
+    for i, a in enumerate(argv):
         k, _, v = a.partition("=")
+        if any(b.partition("=")[0] == k for b in argv[:i]):
+            print(f"error: {k} is given twice; give it once", file=sys.stderr)
+            return 2
         if k in ("--students", "--seed") and v.isdigit():
             students, seed = (int(v), seed) if k == "--students" else (students, int(v))
         else:

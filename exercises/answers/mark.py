@@ -511,6 +511,9 @@ def mark_all(subs, missing, opts, top):
 
 def main(argv):
     """Check every input, read every submission, warn, mark, then publish and print."""
+    if argv in (["--help"], ["-h"]):  # the module's docstring is its manual
+        print(__doc__.strip())
+        return 0
     try:
         top, opts = parse(argv)
         students = class_roster(opts["roster"])

@@ -380,8 +380,10 @@ def verify(rows, expected):
 
 def parse(argv):
     opts = {"students": 40, "timeout": 30, "jobs": 2, "keep": None}
-    for a in argv:
+    for i, a in enumerate(argv):
         k, _, v = a.partition("=")
+        if any(b.partition("=")[0] == k for b in argv[:i]):
+            raise ValueError(f"{k} is given twice; give it once")
         if k in ("--students", "--timeout", "--jobs") and v.isdigit() and 1 <= int(v) <= 10000:
             opts[k[2:]] = int(v)
         elif k == "--keep" and v and not os.path.exists(v):
@@ -393,6 +395,9 @@ def parse(argv):
 
 
 def main(argv):
+    if argv in (["--help"], ["-h"]):  # the module's docstring is its manual
+        print(__doc__.strip())
+        return 0
     try:
         opts = parse(argv)
     except ValueError as e:
