@@ -12,14 +12,38 @@ SUBMISSIONS holds one entry per student, in any of the forms a class produces:
 * a folder holding one zip and no sheet (what a learning platform's download gives).
 
 Each is copied into the marker's own folder first (``work``), file by file, each a plain
-file under its size limit: links, pipes, devices, zip members that lie about their size,
-encrypted or broken zips are refused there, with the reason. Nothing is ever written into
-SUBMISSIONS. Then the sheet is read as data, and the name checked against the roster the
-same way everywhere (roster.fold: case and spacing aside).
+file under its size limit: links (a file, or a folder on the way to one, or a zip member),
+pipes, devices, zip members that lie about their size, encrypted or broken zips are refused
+there, with the reason; a link is never followed. A zip's .venv, __pycache__ and .git are
+skipped. Nothing is ever written into SUBMISSIONS. Then the sheet is read as data.
+
+Whose work it is (``identify``), compared as everywhere by roster.fold (case and spacing
+aside): the name the hand-in was made for (its handin.json, else its file name
+handin-<name>-<code>.zip, else the sheet's STUDENT, read alone from a sheet that does not
+read); else the name a learning platform gave its download; else it is flagged, under the
+name it has. The platforms' download names (``platform_name``):
+
+* Moodle, "Download all submissions": a folder per student,
+  ``Full Name_12345_assignsubmission_file`` (older versions end it with "_"); or, without
+  folders, each file as
+  ``Full Name_12345_assignsubmission_file_<the file's name>``. An underscore in a name becomes
+  a space; blind marking writes "Participant" for the name, which matches no one.
+* Canvas, "Download Submissions": each file as ``lastnamefirstname_12345_67890_<name>``, or
+  ``lastnamefirstname_LATE_12345_67890_<name>`` for late work: the name lower case, its
+  spaces and punctuation dropped. It is matched to the roster the same way, either order.
+
+Where a platform's name is on the roster it decides (the platform knows who uploaded the
+work): a pack made on a partner's laptop lands on its uploader's row, never on the
+partner's. A hand-in whose sheet or pack names someone other than its row is flagged with
+both names. A student with several hand-ins, each holding the time
+it was made (handin.json), is marked on the latest; the row lists the others.
 """
 
+import json
 import os
+import re
 import stat
+import unicodedata
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -35,6 +59,9 @@ WHERE = {"sheet.py": ("exercises/sheet.py", "sheet.py"), "loss.py": ("loss.py",)
          "ex6_buggy_loss.py": ("exercises/ex6_buggy_loss.py", "ex6_buggy_loss.py")}
 DRAW_0 = {"EX1": 0, "EX4": 0, "EX7": 0}  # the tables a copy shows a name not on its roster
 MAX_NAME = 200  # characters, as the handout's roster allows
+SKIPPED = (".venv", "venv", "__pycache__", ".git")  # folders of a copy that hold no answer
+MOODLE = re.compile(r"^(.+?)_(\d+)_assignsubmission_file_?(.*)$", re.S)
+CANVAS = re.compile(r"^([a-z]+)(?i:_late)?_(\d+)_(\d+)_(.+)$", re.S)
 
 
 @dataclass
@@ -47,6 +74,10 @@ class Submission:
     problems: list = field(default_factory=list)  # one line each: what it lacks or breaks
     on_roster: object = None  # True, False, or None when no roster was given
     tables: object = None  # the draws its numbers are marked on (None: the key's own)
+    made: str = ""  # when its pack was made (handin.json, UTC), or "" when it does not say
+    packed_for: str = ""  # the name its handin.json gives
+    inner: str = ""  # the zip's own file name, inside a platform's folder
+    sheet_name: str = ""  # STUDENT, from the sheet (or its own line when the sheet is broken)
 
 
 def plain_file(path, limit):
@@ -70,19 +101,60 @@ def plain_file(path, limit):
     return data if len(data) <= limit else f"larger than {limit >> 10} KB"
 
 
+def link_on_the_way(top, rel):
+    """The first part of ``rel`` under ``top`` that is a link (a folder or the file), or
+    None: a link on the way would lead the marker outside the submission."""
+    path = top
+    for part in rel.split("/"):
+        path = os.path.join(path, part)
+        try:
+            if stat.S_ISLNK(os.lstat(path).st_mode):
+                return os.path.relpath(path, top)
+        except OSError:
+            return None
+    return None
+
+
+def links_in(src):
+    """Every link in a student's folder (none followed), relative to it."""
+    out = []
+    for d, dirs, files in os.walk(src, followlinks=False):
+        for n in dirs + files:
+            if os.path.islink(os.path.join(d, n)):
+                out.append(os.path.relpath(os.path.join(d, n), src))
+        dirs[:] = [x for x in dirs if x not in SKIPPED and not os.path.islink(os.path.join(d, x))]
+    return sorted(out)
+
+
 def from_folder(src, dst, sub):
-    """Copy the four files of a student's folder (either layout) into ``dst``."""
+    """Copy the four files of a student's folder (either layout) into ``dst``; a link
+    anywhere in it is noted and never followed."""
+    links = links_in(src)
+    if links:
+        sub.problems.append(f"holds {len(links)} link{'s' * (len(links) > 1)} ("
+                            + ", ".join(links[:3]) + "): not followed")
     for member, places in WHERE.items():
         path = next((os.path.join(src, p) for p in places
                      if os.path.lexists(os.path.join(src, p))), None)
         if path is None:
             continue
+        rel = os.path.relpath(path, src)
+        link = link_on_the_way(src, rel)
+        if link is not None:
+            sub.problems.append(f"{rel} is a link: not followed, not marked" if link == rel
+                                else f"{rel} lies behind the link {link}: not marked")
+            continue
         data = plain_file(path, LIMITS[member])
         if isinstance(data, str):
-            sub.problems.append(f"{os.path.relpath(path, src)} is {data}: not marked")
+            sub.problems.append(f"{rel} is {data}: not marked")
             continue
         with open(os.path.join(dst, member), "wb") as f:
             f.write(data)
+
+
+def skipped(name):
+    """A zip member inside a .venv, __pycache__ or .git folder: a copy's, not an answer."""
+    return any(part in SKIPPED for part in name.replace("\\", "/").split("/")[:-1])
 
 
 def from_zip(path, dst, sub):
@@ -95,9 +167,15 @@ def from_zip(path, dst, sub):
     import io
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
-            infos = z.infolist()
+            infos = [i for i in z.infolist() if not skipped(i.filename)]
             if len(infos) > PACK_MEMBERS:
-                raise ValueError(f"{len(infos)} files, more than any hand-in")
+                raise ValueError(f"{len(infos)} files besides .venv, __pycache__ and .git, "
+                                 "more than any hand-in")
+            links = [i.filename for i in infos if stat.S_ISLNK(i.external_attr >> 16)]
+            if links:
+                sub.problems.append(f"the pack holds {len(links)} link{'s' * (len(links) > 1)} ("
+                                    + ", ".join(links[:3]) + "): not followed")
+            read_manifest(z, infos, sub)
             found = {}
             for info in infos:
                 member = info.filename.replace("\\", "/").rstrip("/").split("/")[-1]
@@ -124,17 +202,39 @@ def from_zip(path, dst, sub):
         sub.problems.append(f"the pack is not a readable zip ({why}): nothing marked")
 
 
+def read_manifest(z, infos, sub):
+    """The pack's handin.json, if it has one at its top: who it was made for, and when."""
+    from exercises.handin import MANIFEST
+    info = next((i for i in infos if i.filename == MANIFEST and not i.is_dir()), None)
+    if info is None or stat.S_ISLNK(info.external_attr >> 16) or info.flag_bits & 0x1:
+        return
+    try:
+        with z.open(info) as f:
+            m = json.loads(f.read(4096).decode("utf-8"))
+        name, made = m.get("student"), m.get("made")
+    except (ValueError, AttributeError, UnicodeDecodeError, zipfile.BadZipFile, zlib.error):
+        return
+    if isinstance(name, str) and len(name) <= MAX_NAME:
+        sub.packed_for = roster.canonical(name)
+    if isinstance(made, str) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", made):
+        sub.made = made
+
+
 def stage(top, entry, dst):
     """A Submission for one entry of SUBMISSIONS, its files copied into ``dst``; None for an
-    entry that is no submission (a stray file)."""
+    entry that is no submission (a stray file). An entry that is a link is a row that says
+    so: it is never followed."""
     src = os.path.join(top, entry)
     sub = Submission(entry, dst)
     os.makedirs(dst)
     mode = os.lstat(src).st_mode
-    if stat.S_ISDIR(mode):
+    if stat.S_ISLNK(mode):
+        sub.problems.append("the submission is a link: not followed, nothing marked")
+    elif stat.S_ISDIR(mode):
         zips = [f for f in sorted(os.listdir(src)) if f.lower().endswith(".zip")]
         has_sheet = any(os.path.lexists(os.path.join(src, p)) for p in WHERE["sheet.py"])
         if not has_sheet and len(zips) == 1:  # a platform's folder around the pack
+            sub.inner = zips[0]
             from_zip(os.path.join(src, zips[0]), dst, sub)
         else:
             from_folder(src, dst, sub)
@@ -145,28 +245,86 @@ def stage(top, entry, dst):
     return sub
 
 
-def read_name(sub, packs):
-    """The sheet read as data, and the student's name: STUDENT, or else the name the pack's
-    file name was made for (``packs``: {pack name: roster name}), or else the entry's."""
+def letters(name):
+    """A name as Canvas writes it in a download: lower case ASCII letters only."""
+    plain = unicodedata.normalize("NFKD", roster.fold(name)).encode("ascii", "ignore").decode()
+    return re.sub(r"[^a-z]", "", plain)
+
+
+def platform_name(label, students):
+    """(the platform, the roster name its download name gives) for a Moodle or Canvas
+    download name (the module docstring says the forms), or None."""
+    m = MOODLE.match(label)
+    if m:
+        found = roster.find(m.group(1).replace("_", " "), students or {})
+        return ("Moodle", found or roster.canonical(m.group(1).replace("_", " ")))
+    m = CANVAS.match(label)
+    if m and students:
+        key = m.group(1)
+        for n in students:
+            parts = letters(n) and roster.fold(n).split(" ")
+            if parts and key in (letters(" ".join(parts[-1:] + parts[:-1])), letters(n)):
+                return ("Canvas", n)
+    return None
+
+
+def pack_file(label):
+    """The file name a hand-in had before a platform prefixed it."""
+    m = MOODLE.match(label) or CANVAS.match(label)
+    return (m.groups()[-1] if m else label) or label
+
+
+def read_name(sub, packs, students=None):
+    """The sheet read as data, then whose work it is (the module docstring's order)."""
     path = os.path.join(sub.folder, "sheet.py")
     if os.path.isfile(path):
         try:
             sub.sheet = read_sheet(path)
         except SheetError as e:  # the message names the marker's copy: say the student's file
             sub.problems.append(str(e).replace(path, "sheet.py") + ": numbers and written "
-                                "answers not marked")
-    elif not any("sheet.py" in p or "the pack" in p for p in sub.problems):
+                                "answers not marked; its code is")
+            from exercises.handin import student_line
+            sub.sheet_name = roster.canonical(student_line(path) or "")
+    elif not any("sheet.py" in p or "the pack" in p or "submission is a link" in p
+                 for p in sub.problems):
         sub.problems.append("no sheet.py: numbers and written answers not marked")
-    written = roster.canonical(getattr(sub.sheet, "STUDENT", "") or "")
+    written = roster.canonical(getattr(sub.sheet, "STUDENT", "") or "") or sub.sheet_name
     if len(written) > MAX_NAME:  # a pasted paragraph: kept short on every row and file
         sub.problems.append(f"STUDENT is {len(written)} characters long: cut to {MAX_NAME}")
         written = written[:MAX_NAME]
-    if written:
-        sub.name = written
-        return
-    sub.name = packs.get(sub.label, roster.canonical(sub.label.rsplit(".zip", 1)[0]))
-    if sub.sheet is not None:
-        sub.problems.append(f"STUDENT is empty: named after its file, {sub.label!r}")
+    sub.sheet_name = written
+    identify(sub, packs, students)
+
+
+def identify(sub, packs, students):
+    """sub.name: the platform's name where it is on the roster, else the hand-in's, else
+    what the entry is called; a name that disagrees is flagged."""
+    file_name = packs.get(pack_file(sub.inner or sub.label))
+    made_for = sub.packed_for or file_name or written_or_none(sub)
+    platform = platform_name(sub.label, students) or (
+        platform_name(sub.inner, students) if sub.inner else None)
+    on = (lambda n: students is None or roster.find(n, students) is not None)
+    if platform and on(platform[1]):  # the platform knows who uploaded it
+        sub.name = platform[1]
+    elif made_for and on(made_for):
+        sub.name = made_for
+    else:
+        sub.name = made_for or (platform[1] if platform else "") or roster.canonical(
+            pack_file(sub.label).rsplit(".zip", 1)[0])
+        if not written_or_none(sub) and sub.sheet is not None:
+            sub.problems.append(f"STUDENT is empty: named after its file, {sub.label!r}")
+    others = {f"its sheet names {sub.sheet_name!r}": sub.sheet_name,
+              f"its {platform[0]} download names {platform[1]!r}" if platform else "": (
+                  platform[1] if platform else ""),
+              f"its pack was made for {made_for!r}": made_for}
+    differ = [what for what, n in others.items() if n and roster.fold(n) != roster.fold(sub.name)]
+    if differ:
+        sub.problems.append(f"marked as {sub.name!r}, but " + " and ".join(differ)
+                            + ": check whose work it is")
+
+
+def written_or_none(sub):
+    return sub.sheet_name or None
 
 
 def on_roster(sub, students):
@@ -201,18 +359,30 @@ def gather(top, work, students):
         if sub is None:
             warnings.append(f"{os.path.join(top, entry)} is skipped: not a folder or a .zip")
             continue
-        read_name(sub, packs)
+        read_name(sub, packs, students)
         on_roster(sub, students)
         subs.append(sub)
     seen = {}
     for sub in subs:
         seen.setdefault(roster.fold(sub.name), []).append(sub)
-    for same in seen.values():
-        if len(same) > 1:
-            labels = ", ".join(s.label for s in same)
-            for s in same:
-                s.problems.append(f"{len(same)} submissions name this student ({labels}): "
-                                  "each has its own row")
+    for key, same in seen.items():
+        if len(same) < 2:
+            continue
+        times = [s.made for s in same]
+        if all(times) and len(set(times)) == len(times):  # each says when: the latest counts
+            same.sort(key=lambda s: s.made)
+            latest = same[-1]
+            latest.problems.append("the latest of " + str(len(same)) + " hand-ins (made "
+                                   f"{latest.made}); not marked: " + ", ".join(
+                                       f"{s.label} (made {s.made})" for s in same[:-1]))
+            for s in same[:-1]:
+                subs.remove(s)
+            seen[key] = [latest]
+            continue
+        labels = ", ".join(s.label for s in same)
+        for s in same:
+            s.problems.append(f"{len(same)} submissions name this student ({labels}), not "
+                              "each with the time it was made: each has its own row")
     missing = [n for n in students or () if roster.fold(n) not in seen]
     for sub in subs:
         if sub.problems:

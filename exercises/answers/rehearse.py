@@ -298,7 +298,7 @@ def k_formula_name(name, src, where):
     """A STUDENT a spreadsheet would run as a formula: text in the CSV, off the roster."""
     evil = '=HYPERLINK("http://example.invalid","x")'
     files = dict(right_files(name, src), **{"sheet.py": sheet_text(evil, tables=DRAW_0)})
-    return [expect(pack(where, name, files), evil, roster="no", note="is not on the roster"),
+    return [expect(pack(where, evil, files), evil, roster="no", note="is not on the roster"),
             expect("", name, points=ZERO, note="nothing handed in")]
 
 
