@@ -492,7 +492,8 @@ def mark_all(subs, missing, opts, top):
         sandbox.allow()
         pool = ThreadPoolExecutor(max_workers=opts["jobs"])
         try:
-            self_test(base, work, opts, hide, pool)
+            if opts.get("self_test", True):  # Gradescope's image ran it once, when built
+                self_test(base, work, opts, hide, pool)
             rows = [row_of(i, s, pool, base, work, opts, hide) for i, s in enumerate(subs)]
             rows = [finish(r) for r in rows]
         except sandbox.SandboxError:  # the tool failed: no marks at all, not zeros
