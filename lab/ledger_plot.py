@@ -14,6 +14,8 @@ The README's picture is this figure of the demo: ``python train.py``, then
 ``python -m lab.ledger_plot out --out=docs/ledger.png``.
 """
 
+import json
+import math
 import os
 import sys
 
@@ -23,6 +25,26 @@ from lab.files import FIGURE_TYPES, check_out_file
 from plumbing.errors import CliError, fail
 
 CAUSES = ("weights", "ratios", "split", "uncentred")  # the right panel's parts
+KEYS = ("ledger_mass", "ledger_cancelled", "ledger_credit") + tuple(f"ledger_{p}" for p in CAUSES)
+
+
+def ledger_steps(run, folder):
+    """The RL steps that logged a ledger with mass, each checked first: a step that logged
+    one holds a finite number in every key the figure reads. Else one line (CliError)."""
+    steps = []
+    for r in run["rl"]:
+        if "ledger_mass" not in r:
+            continue
+        for key in KEYS:
+            v = r.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                got = "no value" if key not in r else json.dumps(v)[:30]
+                raise CliError(f"{os.path.join(folder, 'metrics.jsonl')}: RL step {r['step']} "
+                               f"has {got} for {key}, not a finite number: not a ledger "
+                               f"train.py wrote")
+        if r["ledger_mass"] > 0:
+            steps.append(r)
+    return steps
 
 
 def parse(argv):
@@ -51,8 +73,9 @@ def parse(argv):
     return dirs[0], out
 
 
-def draw(run, path):
-    """The two panels, saved to ``path`` (written to a temporary file, then renamed)."""
+def draw(run, path, steps):
+    """The two panels of ``steps`` (ledger_steps), saved to ``path`` (written to a temporary
+    file, then renamed)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -60,7 +83,6 @@ def draw(run, path):
     except ImportError:
         raise CliError("ledger_plot needs matplotlib: pip install -r requirements-plots.txt") \
             from None
-    steps = [r for r in run["rl"] if r.get("ledger_mass", 0) > 0]
     if not steps:
         raise CliError("this run logged no cancellation ledger (--instruments=false, or no "
                        "mixed group)")
@@ -96,7 +118,8 @@ def draw(run, path):
 
 def main(argv):
     folder, out = parse(argv)
-    draw(load_run(folder), out)
+    run = load_run(folder)
+    draw(run, out, ledger_steps(run, folder))
     print(f"wrote {out}")
     return out
 

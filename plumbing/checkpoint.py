@@ -55,6 +55,8 @@ def _atomic_write(path, mode, write):
     except BaseException as e:
         with contextlib.suppress(OSError):
             os.remove(tmp)
+        if interrupted(e):  # Ctrl-C inside torch's writer surfaces as a RuntimeError of its own
+            raise KeyboardInterrupt from None
         # torch.save reports a failed write as a RuntimeError of its own, without the cause
         need = _size(mode, write) if isinstance(e, (OSError, RuntimeError)) else None
         if getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or (
@@ -67,6 +69,17 @@ def _atomic_write(path, mode, write):
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def interrupted(e):
+    """Whether ``e`` is, or was raised while handling, a KeyboardInterrupt (Ctrl-C)."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
 
 
 def _size(mode, write):

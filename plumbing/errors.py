@@ -3,7 +3,9 @@
 Every check that can refuse input raises CliError; the entry points catch it
 and call ``fail``, which prints ``error: ...`` on stderr. ``cli(main, ...)`` is
 that catch, shared by the entry points: bad input, a diverged run, a failed
-write (a full disk, a folder that vanished) and Ctrl-C each end in one line."""
+write (a full disk, a folder that vanished) and Ctrl-C each end in one line.
+Ctrl-C outside that catch (while a command is still importing, say) ends in the
+same line: importing this module makes it so (``interrupt_is_one_line``)."""
 
 import os
 import sys
@@ -40,3 +42,28 @@ def cli(main, *args):
         fail(os_line(e))
     except KeyboardInterrupt:
         fail("interrupted")
+
+
+def interrupt_is_one_line():
+    """Ctrl-C that no ``cli`` catches (during a command's imports, or after its main) ends
+    in 'error: interrupted' and exit status 2, not Python's traceback; any other uncaught
+    exception goes to the hook there was before."""
+    before = sys.excepthook
+    if getattr(before, "one_line", False):
+        return
+
+    def hook(kind, value, tb):
+        if not issubclass(kind, KeyboardInterrupt):
+            return before(kind, value, tb)
+        for stream in (sys.stdout, sys.stderr):  # what was printed before stays printed
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os.write(2, b"error: interrupted\n")
+        os._exit(2)  # the interpreter would exit by SIGINT, or with status 1 after a hook
+    hook.one_line = True
+    sys.excepthook = hook
+
+
+interrupt_is_one_line()

@@ -115,8 +115,10 @@ def test_a_seed_with_every_record_trains_no_warm_start(tmp_path, monkeypatch):
         return common.warm_start_path(out, seed, task, **kw)
     monkeypatch.setattr(common, "warm_start", fake_warm_start)
     monkeypatch.setattr(common, "run", lambda flags, run_dir: [])
-    monkeypatch.setattr(e12, "record_of", lambda ms, cond, arm, seed, flags, s: {
-        "flags": flags, "drift": 0.0})
+    base = json.load(open(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), "results", "e12", "Wp_grpo_s0.json")))  # every field a record holds
+    monkeypatch.setattr(e12, "record_of", lambda ms, cond, arm, seed, flags, s: dict(
+        base, cond=cond, arm=arm, seed=seed, flags=flags, drift=0.0))
     monkeypatch.setattr(e12, "choice_entropy", lambda *a: 0.0)
     o = options_with_gates(tmp_path, -16.0, 16.0)
     first = e12.seed_runs(o, 0, tuple(e12.CONDITIONS), e12.ARMS)

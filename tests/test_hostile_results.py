@@ -37,9 +37,10 @@ def parsed(monkeypatch):
     its common.parse (which decides where the run writes), before any work."""
     real = common.parse
 
-    def stop(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=()):
-        raise Parsed(real(argv, extra, doc, redraw, unused, name, modes), extra or {}, unused,
-                     modes)
+    def stop(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=(),
+             check=None):
+        raise Parsed(real(argv, extra, doc, redraw, unused, name, modes, check), extra or {},
+                     unused, modes)
     monkeypatch.setattr(common, "parse", stop)
 
     def call(script, argv):

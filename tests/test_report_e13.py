@@ -98,7 +98,8 @@ def test_the_plain_words_are_the_json_s():
     curve = data["curve"]
     one = curve[0]
     assert (f"At 1 retry ({one['gap'][0]:.1f} tokens, {100 * one['share'][0]:.0f} % of the "
-            f"mean length, the smallest gap tested) I was {one['I'][0]:.2f} ± {one['I'][1]:.2f} nats") in doc
+            f"mean length, the smallest gap tested) I was {one['I'][0]:.2f} ± "
+            f"{one['I'][1]:.2f} nats") in doc
     assert data["decisions"]["fewest retries detected"] == 1
     assert (f"I was no larger at 3 retries than at 2 ({curve[2]['I'][0]:.2f} against "
             f"{curve[1]['I'][0]:.2f} nats; paired,") in doc

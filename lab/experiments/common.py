@@ -80,7 +80,7 @@ from lab.experiments.output import (
 HOW = ("out", "threads", "jobs", "device", "replot")
 
 
-def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=()):
+def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=(), check=None):
     """Experiment flags. ``extra`` maps name -> (default, help). Every value is checked
     before any work (CliError, one line): counts are >= 1 (--threads >= 0: 0 keeps
     torch's default), numbers finite (learning rates > 0, others >= 0), defaults such
@@ -93,7 +93,8 @@ def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=())
     and the script's ``modes`` (such as --calibrate), is the full run: its --out is
     results/, and it says so in one line. Any other run (--quick, --small, --seeds, a
     step count...) is partial: its --out is out/partial/, and results/ is refused.
-    ``name``: the experiment's, for that line (default: redraw's)."""
+    ``name``: the experiment's, for that line (default: redraw's). ``check(opts)``: the
+    script's own checks of its flags (CliError), run before any folder is created."""
     name = name or (redraw[0] if redraw else "this experiment")
     opts, given = values(argv, extra, doc, unused)
     defaults, _ = values([], extra, doc, unused)
@@ -114,6 +115,8 @@ def parse(argv, extra=None, doc="", redraw=None, unused=(), name=None, modes=())
                        f"{', '.join('--' + k for k in changed)} "
                        f"make{'s' if len(changed) == 1 else ''} this run partial: leave "
                        f"--out out (out/partial/) or name another folder")
+    if check is not None:
+        check(opts)
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     if opts["replot"] and redraw:
@@ -314,6 +317,61 @@ def load_record(path, keys=()):
     missing = [k for k in keys if k not in rec] if isinstance(rec, dict) else ["an object"]
     if missing:
         return set_aside(path, f"is not a record of this experiment (no {missing[0]!r})")
+    return rec
+
+
+# A record's fields and what each holds (check_record): what the runs of E12 and E13 write
+NUM, NUM_OR_NONE = "a finite number", "a finite number or null"
+NUMS, NUMS_OR_NONE = "a list of finite numbers", "a list of finite numbers or nulls"
+INT, STR, STRS, STEPS = "an integer", "a string", "a list of strings", "a list of [step, number]"
+RUN_FIELDS = {"seed": INT, "cond": STR, "arm": STR, "flags": STRS, "seconds": NUM,
+              "ell": STEPS, "drift": NUM, "p_end": NUM, "gap": NUMS_OR_NONE,
+              "manipulation": NUM_OR_NONE, "push_1L": NUM, "push": NUM,
+              "push_steps": NUMS_OR_NONE, "push_1L_steps": NUMS_OR_NONE, "reward": NUMS,
+              "length_correct": NUMS_OR_NONE, "length_incorrect": NUMS_OR_NONE}
+GATE_FIELDS = {"seed": INT, "task": STR, "gap": NUM_OR_NONE}
+LATER_FIELDS = ("push_steps", "push_1L_steps", "length_correct", "length_incorrect")  # not in
+# the first records (the calibrations'): checked where present
+
+
+def holds(value, kind):
+    """Whether ``value`` is what ``kind`` (one of the names above) says."""
+    number = lambda x: (isinstance(x, (int, float)) and not isinstance(x, bool)
+                        and math.isfinite(x))
+    if kind in (NUM, NUM_OR_NONE):
+        return number(value) or (kind == NUM_OR_NONE and value is None)
+    if kind in (NUMS, NUMS_OR_NONE):
+        return isinstance(value, list) and all(
+            number(x) or (kind == NUMS_OR_NONE and x is None) for x in value)
+    if kind == INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == STR:
+        return isinstance(value, str)
+    if kind == STRS:
+        return isinstance(value, list) and all(isinstance(x, str) for x in value)
+    if kind == STEPS:
+        return isinstance(value, list) and all(
+            isinstance(x, list) and len(x) == 2 and holds(x[0], INT) and number(x[1])
+            for x in value)
+    raise ValueError(kind)
+
+
+def check_record(path, rec, fields, optional=LATER_FIELDS):
+    """``rec`` (read from ``path``) as its experiment wrote it: each of ``fields`` present (but
+    those in ``optional``) and holding what it names. Else one line (CliError) naming the
+    record and the field: such a record is refused, never dropped from an analysis or
+    rewritten in silence."""
+    for key, kind in fields.items():
+        if key not in rec and key in optional:
+            continue
+        if key not in rec:
+            why = f"has no field {key!r}"
+        elif not holds(rec[key], kind):
+            why = f"holds {json.dumps(rec[key])[:40]} in {key!r}, not {kind}"
+        else:
+            continue
+        raise CliError(f"record {path} {why}: it is not what the experiment wrote; restore "
+                       f"it (git checkout) or delete it to run it again")
     return rec
 
 

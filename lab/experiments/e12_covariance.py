@@ -98,6 +98,10 @@ EXTRA = {"seeds": ("0", "the first evaluation seed; seeds follow until --valid p
 
 # ----------------------------------------------------------------------------- one run
 
+RECORD = dict(common.RUN_FIELDS, cov=common.NUMS_OR_NONE, entropy_end=common.NUM,
+              entropy_start=common.NUM)  # a run's record: what one_run writes
+
+
 def rl_of(ms):
     """The RL steps of a run's metrics lines (step 0 is the warm start's evaluation)."""
     return [m for m in ms if m["phase"] == "rl" and m["step"] >= 1 and "reward" in m]
@@ -160,7 +164,7 @@ def one_run(o, seed, cond, arm, warm):
     # the record names its warm start relative to --out: it stays valid on another machine
     kept = [f"--init_from={os.path.relpath(warm, o['out'])}" if f.startswith("--init_from=")
             else f for f in flags]
-    if rec is not None and rec["flags"] == kept:
+    if rec is not None and common.check_record(cache, rec, RECORD)["flags"] == kept:
         return rec
     if start:
         warm = start.train()
@@ -217,7 +221,7 @@ def warm_gap(o, seed, cond, path):
     cache = os.path.join(o["records"], f"gate_{task}_s{seed}.json")
     rec = common.load_record(cache, ("gap",))
     if rec is not None:
-        return rec["gap"]
+        return common.check_record(cache, rec, common.GATE_FIELDS)["gap"]
     path = path.train() if isinstance(path, Warm) else path
     _, b = common.sample_checkpoint(path, task, seed, 9000 + seed, 4 if o["small"] else 32)
     adv = lesson_loss.advantages(b.rewards, b.group)

@@ -9,7 +9,9 @@ bit for the two versions to count as one.
     python -m lab.experiments.e12_recheck        # seed 0 -> results/e12_recheck_s0_t2.json
     python -m lab.experiments.e12_recheck --seeds=3 --conds=W+ --threads=1
 
-The file's name gives the seed and torch's threads (t2: two), which the result names.
+The file's name gives the seed and torch's threads (t2: two), which the result names. It
+goes to --out (default results/); the warm starts and runs to <out>/runs/e12_recheck/
+(scratch). Only a seed with committed records can be rechecked; --quick has no meaning here.
 """
 import json
 import os
@@ -44,33 +46,55 @@ def differences(old, new, path=""):
     return [] if old == new else [f"{path.rstrip('.')}: {old!r} -> {new!r}"]
 
 
+COMMITTED = os.path.join(common.ROOT, "results", "e12")
+
+
+def names(seed, cond):
+    """The committed records one condition of a seed is compared on: its gate, its arms."""
+    task = f"parity_{e12.CONDITIONS[cond]}"
+    return [f"gate_{task}_s{seed}"] + [
+        f"{cond}_{arm}_s{seed}".replace("+", "p").replace("-", "m") for arm in e12.ARMS]
+
+
+def check(o):
+    """Before anything is written: one seed, a condition, and a committed record of each
+    run to compare with (a seed without them would train for minutes to compare nothing)."""
+    if len(o["seeds"]) != 1:
+        raise common.CliError("--seeds takes one seed here")
+    if o["conds"] not in ("W+", "W-", "both"):
+        raise common.CliError(f"--conds takes W+, W- or both, got {o['conds']!r}")
+    seed = o["seeds"][0]
+    conds = ("W+", "W-") if o["conds"] == "both" else (o["conds"],)
+    missing = [n for c in conds for n in names(seed, c)
+               if not os.path.isfile(os.path.join(COMMITTED, n + ".json"))]
+    if missing:
+        raise common.CliError(f"seed {seed} has no committed record {missing[0]}.json in "
+                              f"results/e12/: only a committed evaluation seed can be rechecked")
+    o["conds"] = conds
+
+
 def main(argv):
     extra = {"seeds": ("0", "the committed evaluation seed to run again (0-2: the old code)"),
              "conds": ("both", "the condition to run again: W+, W- or both")}
-    o = common.parse(argv, extra, __doc__, unused=("jobs", "replot"), name="e12_recheck")
-    if len(o["seeds"]) != 1:
-        raise common.CliError("--seeds takes one seed here")
-    seed = o["seeds"][0]
-    if o["conds"] not in ("W+", "W-", "both"):
-        raise common.CliError(f"--conds takes W+, W- or both, got {o['conds']!r}")
-    conds = ("W+", "W-") if o["conds"] == "both" else (o["conds"],)
+    # the seed and the condition choose which committed records to recheck, not a design:
+    # the result goes to --out (default results/), the warm starts and runs to <out>/runs/
+    o = common.parse(argv, extra, __doc__, unused=("jobs", "replot", "quick"),
+                     name="e12_recheck", modes=("seeds", "conds"), check=check)
+    seed, conds = o["seeds"][0], o["conds"]
     threads = torch.get_num_threads()
     label = f"e12_recheck_s{seed}_t{threads}"
-    committed = os.path.join(common.ROOT, "results", "e12")
-    scratch = os.path.join(common.ROOT, "out", "e12_recheck", label)  # its own warm starts
+    committed, out = COMMITTED, o["out"]
+    scratch = os.path.join(out, "runs", "e12_recheck", label)  # its own warm starts
     o.update(lr=e12.LR, steps=e12.STEPS, sft_steps=e12.SFT_STEPS, small=False, quick=False,
              out=scratch, records=os.path.join(scratch, "e12"))
     os.makedirs(o["records"], exist_ok=True)
     report = {"experiment": "e12_recheck", "seed": seed, "threads": threads, "records": {}}
     for cond in conds:
-        task = f"parity_{e12.CONDITIONS[cond]}"
         w = e12.Warm(o, seed, cond)
         e12.warm_gap(o, seed, cond, w)
-        names = [f"gate_{task}_s{seed}"] + [
-            f"{cond}_{arm}_s{seed}".replace("+", "p").replace("-", "m") for arm in e12.ARMS]
         for arm in e12.ARMS:
             e12.one_run(o, seed, cond, arm, w)
-        for name in names:
+        for name in names(seed, cond):
             with open(os.path.join(committed, name + ".json"), encoding="utf-8") as f:
                 old = json.load(f)
             with open(os.path.join(o["records"], name + ".json"), encoding="utf-8") as f:
@@ -83,7 +107,7 @@ def main(argv):
     report["identical"] = not any(report["records"].values())
     print("every field but the wall time identical" if report["identical"] else
           "the two code versions DIFFER (see above)")
-    common.save(label, common.clean(report), os.path.join(common.ROOT, "results"))
+    common.save(label, common.clean(report), out)
     return report
 
 

@@ -121,6 +121,9 @@ def manipulation(gaps, cond):
     return sum(g is not None and s * g >= need for g in gaps) / max(len(gaps), 1)
 
 
+RECORD = dict(common.RUN_FIELDS, opt=common.STR, lr=common.NUM, kl=common.NUM)  # a run's
+
+
 def tag(cond, arm, opt, seed):
     return f"{cond}_{arm}_{opt}_s{seed}".replace("+", "p").replace("-", "m")
 
@@ -159,7 +162,7 @@ class Warm:
 
 def relabel(src, dst, task):
     """A copy of checkpoint src that names ``task``: for a task whose SFT data are src's."""
-    ck = torch.load(src, map_location="cpu", weights_only=False)
+    ck = torch.load(src, map_location="cpu", weights_only=True)  # tensors and plain data only
     ck["task"] = dict(ck["task"], task=task)
     ck["config"] = dict(ck["config"], task=task)
     os.makedirs(os.path.dirname(dst), exist_ok=True)
@@ -171,7 +174,9 @@ def gate(o, seed, cond, warm):
     1, a stream of its own), before any RL of the seed; cached beside the runs."""
     cache = os.path.join(o["records"], f"gate_{task_of(cond)}_s{seed}.json")
     rec = common.load_record(cache, ("gap",))
-    if rec is None:
+    if rec is not None:
+        common.check_record(cache, rec, common.GATE_FIELDS)
+    else:
         _, b = common.sample_checkpoint(warm.train(), task_of(cond), seed, 9000 + seed,
                                         4 if o["small"] else 32)
         adv = lesson_loss.advantages(b.rewards, b.group)
@@ -216,7 +221,7 @@ def one_run(o, seed, cond, arm, opt, lr=None, run=True):
     kept = [f"--init_from={os.path.relpath(warm.path, o['out'])}"
             if f.startswith("--init_from=") else f for f in flags]
     rec = common.load_record(cache, ("flags", "drift"))
-    if rec is not None and rec["flags"] == kept:
+    if rec is not None and common.check_record(cache, rec, RECORD)["flags"] == kept:
         return rec
     if not run:
         return None
@@ -420,9 +425,15 @@ def calibration_summary(o, runs, target, fits):
 def calibrated_lr(o):
     """The learning rates the calibration matched on KL (refused without it)."""
     for folder in (o["out"], common.RESULTS):
-        data = common.load_record(os.path.join(folder, CALIB_FILE), ("lr",))
+        path = os.path.join(folder, CALIB_FILE)
+        data = common.load_record(path, ("lr",))
         if data is not None:
-            return {k: float(v) for k, v in data["lr"].items()}
+            lr = data["lr"] if isinstance(data["lr"], dict) else {}
+            if set(lr) != set(OPTIMIZERS) or not all(common.holds(v, common.NUM) and v > 0
+                                                     for v in lr.values()):
+                raise common.CliError(f"{path}: its 'lr' is not one positive number per "
+                                      f"optimizer ({', '.join(OPTIMIZERS)})")
+            return {k: float(v) for k, v in lr.items()}
     raise common.CliError(f"{CALIB_FILE} is missing: run --calibrate first")
 
 
@@ -628,11 +639,18 @@ def plot(plt, data):
 
 # ----------------------------------------------------------------------------- main
 
-def main(argv):
-    o = common.parse(argv, EXTRA, __doc__, redraw=("e13_dose", plot),
-                     modes=("calibrate", "stream"), unused=("jobs",))
+def check(o):
+    """The flags' own checks, before --out is created: the stream, and (for the evaluation)
+    the calibration's learning rates."""
     if o["stream"] not in STREAMS:
         raise common.CliError(f"--stream takes {', '.join(STREAMS)}, got {o['stream']!r}")
+    if not (o["calibrate"] or o["quick"] or o["replot"]):
+        calibrated_lr(o)
+
+
+def main(argv):
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e13_dose", plot),
+                     modes=("calibrate", "stream"), unused=("jobs",), check=check)
     o.update(lr=dict(LR), steps=STEPS, sft_steps=SFT_STEPS)
     if o["quick"]:
         o.update(seeds=[QUICK_SEED], small=True, steps=4, sft_steps=40)
