@@ -1,4 +1,4 @@
-"""see_length.py: what GRPO's 1/L_i does when wrong rollouts are longer, in three minutes.
+"""see_length.py: what GRPO's 1/L_i does when wrong rollouts are longer, in a few minutes.
 
 What it teaches (THEORY.md 2.7)
 -------------------------------
@@ -24,9 +24,11 @@ equal weights add no such push.
 One command trains a warm start (800 SFT steps, E12's model), then runs grpo and dapo from
 it on the same rollout stream (20 RL steps at lr 3e-5, E12's W+ condition and settings)
 and prints the length gap, how far each arm moved the choice, and the predicted push. It
-runs on one thread, as E12 did: seed S prints E12's W+ numbers of seed S.
+runs on one thread, as E12 did: seed S prints E12's W+ numbers of seed S. Seed 0's
+grpo - dapo is the largest of E12's 16 W+ seeds. A seed whose gap misses E12's check (wrong
+rollouts 10 tokens longer in 80 % of the steps) gets a note saying so.
 
-    python -m lab.see_length              # seed 0, about 2-3 minutes on 2 cores
+    python -m lab.see_length              # seed 0: 2-5 minutes, on one thread
     python -m lab.see_length --seed=3     # another warm start and rollout stream
 
 train.py's own output goes to <out>/seed<S>/train.log; the runs are scratch (out/).
