@@ -8,7 +8,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-import toy_tasks
+from trl_bridge.lesson import load
+
+(toy_tasks,) = load("toy_tasks")
 
 EOS, PAD = "<eos>", "<pad>"
 

@@ -238,7 +238,8 @@ class CancellationGRPOTrainer(GRPOTrainer):
         logp, ent = self._logps(model, inputs, entropy=self.entropy_coef != 0)
         old = inputs.get("old_per_token_logps")
         old = logp.detach() if old is None else old
-        adv, group, ref = inputs["advantages"], inputs["group_id"], inputs.get("ref_per_token_logps")
+        adv, group = inputs["advantages"], inputs["group_id"]
+        ref = inputs.get("ref_per_token_logps")  # TRL's, when beta != 0
         value, clip_frac = self._policy(logp, old, mask, adv, group, dict(counts, weights=weight),
                                         ref, self.bounds)
         if mode == "train" and self._ledger_on():

@@ -1,0 +1,165 @@
+"""trl_bridge/train_lm.py as a researcher runs it: their data and reward, a run that keeps what
+it trained, a resume after Ctrl-C, and every bad input one error line (in-process, so that
+the cases cost no interpreter each). Skipped where the TRL extra is not installed."""
+import json
+import os
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("trl")
+from trl_bridge import train_lm  # noqa: E402
+from trl_bridge.lesson import load  # noqa: E402
+
+(errors,) = load("plumbing.errors")
+FAST = ["--model=tiny", "--steps=4", "--batch=8", "--group_size=4", "--accumulation=1",
+        "--steps_per_generation=2"]
+REWARDS = '''
+calls = []
+
+
+def digits_even(completions, answer, **kw):
+    calls.append(list(answer))
+    return [float(c[-1:] in "02468") for c in completions]
+
+
+def stop_at_second(completions, answer, **kw):
+    calls.append(1)
+    if len(calls) == 2:
+        raise KeyboardInterrupt
+    return [float(c[-1:] in "02468") for c in completions]
+
+
+def stop_at_once(completions, **kw):
+    raise KeyboardInterrupt
+'''
+
+
+@pytest.fixture
+def research(tmp_path, monkeypatch):
+    """A researcher's folder: a JSONL dataset and a module of reward functions."""
+    (tmp_path / "my_rewards.py").write_text(REWARDS, encoding="utf-8")
+    rows = [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(10, 30)
+            for b in range(40, 44)]
+    (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows),
+                                         encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))  # `python -m` puts the current folder first
+    sys.modules.pop("my_rewards", None)
+    return tmp_path
+
+
+def run(argv, capsys):
+    """errors.cli(main) in-process: (exit status, stdout, stderr)."""
+    try:
+        errors.cli(train_lm.main, argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_a_run_keeps_what_it_trained(research, capsys):
+    """Own data, own reward, a warm-up: the folder holds a model and tokenizer that
+    from_pretrained loads, metrics.jsonl (config, TRL's history with the ledger, summary)
+    and run.json; the start says the processes and the effective batch."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    out = research / "run"
+    code, text, err = run([f"--out={out}", "--dataset=data.jsonl", "--sft_steps=30",
+                           "--reward=my_rewards:digits_even", *FAST], capsys)
+    assert code == 0, err
+    assert "1 process; an optimizer step takes 8 x 1 x 1 = 8 completions (2 prompts x 4)" in text
+    assert not os.path.exists(f"{out}.partial")
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    from trl_bridge import tiny
+    ids = tok("12+4=", return_tensors="pt").input_ids
+    assert ids.tolist()[0] == tiny.tokenizer()("12+4=").input_ids
+    assert model(ids).logits.isfinite().all()
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0]["phase"] == "config" and lines[0]["dataset"] == "data.jsonl"
+    steps = [x for x in lines if x["phase"] == "rl"]
+    assert any("ledger/cancelled" in x for x in steps)
+    assert any("lengthcov/gap" in x for x in steps)
+    assert lines[-1] == {"phase": "summary", **train_lm.summary(steps)}
+    assert json.loads((out / "run.json").read_text())["reward"] == "my_rewards:digits_even"
+    import my_rewards
+    assert my_rewards.calls and my_rewards.calls[0][0].isdigit()  # the answers reach it
+    code, _, err = run([f"--out={out}", *FAST], capsys)  # a used --out is refused
+    assert code == 2 and "--overwrite=true replaces it" in err
+
+
+def test_ctrl_c_keeps_the_checkpoint_and_resume_finishes_the_run(research, capsys):
+    out = research / "run"
+    argv = [f"--out={out}", "--dataset=data.jsonl", "--reward=my_rewards:stop_at_second",
+            "--save_every=2", *FAST]
+    code, _, err = run(argv, capsys)  # the 2nd generation batch comes after step 2
+    assert code == 2 and [x for x in err.splitlines() if "error" in x] == [
+        f"error: interrupted; {out}.partial/checkpoint-2 is kept: --resume=true continues "
+        f"from it"]
+    assert not os.path.exists(out)
+    code, _, err = run([f"--out={out}", "--resume=true", "--steps=5"], capsys)
+    assert code == 2 and "contradicts the saved run's --steps=4" in err
+    code, _, err = run([f"--out={out}", "--resume=true"], capsys)
+    assert code == 0, err
+    lines = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines if x["phase"] == "rl" and "loss" in x] == [1, 2, 3, 4]
+    code, _, err = run([f"--out={out}", "--resume=true"], capsys)
+    assert code == 2 and "holds a finished run" in err
+
+
+def bad_cases(d):
+    """(argv, words of its error line) for the bad inputs a researcher meets."""
+    (d / "afile").write_text("x")
+    (d / "notamodel").mkdir()
+    (d / "used").mkdir()
+    (d / "used" / "x").write_text("x")
+    (d / "bad.jsonl").write_text('{"prompt": "1+1="}\n')
+    return [
+        (["--model="], "--model is empty"),
+        ([f"--model={d}/missing"], "no such folder"),
+        ([f"--model={d}/afile"], "is a file, not a model folder"),
+        ([f"--model={d}/notamodel"], "without config.json"),
+        (["--model=Qwen/Qwen2.5-0.5B"], "HF_HUB_OFFLINE is set"),
+        (["--out="], "--out is empty"),
+        ([f"--out={d}/afile"], "is a file, not a folder"),
+        ([f"--out={d}/used"], "is not empty"),
+        (["--steps=3", "--steps=4"], "--steps is given twice"),
+        (["--loss=dapo", "--objective=grpo"], "--loss is given twice"),
+        (["--batch=2000000000"], "GiB, more than the"),
+        (["--max_completion_length=200"], "exceeds the model's 128 positions"),
+        ([f"--dataset={d}/missing.jsonl"], "no such file"),
+        ([f"--dataset={d}/bad.jsonl"], "line 1 needs"),
+        (["--dataset=data.jsonl", "--task=mul"], "give one"),
+        (["--reward=nowhere:f"], "cannot import nowhere"),
+        (["--reward=my_rewards:absent"], "has no absent"),
+        (["--reward=my_rewards"], "give module:function"),
+        (["--resume=true"], "holds no unfinished run"),
+        (["--resume=true", "--overwrite=true"], "give one"),
+        (["--loss=dfpo_min", "--importance_sampling_level=sequence"], "DFPO has its own"),
+        (["--beta=-1"], "--beta must be a finite number >= 0"),
+        (["--reward=my_rewards:stop_at_once"], "interrupted; nothing was saved"),
+        (["--batch=6", "--group_size=4", "--accumulation=1", "--steps_per_generation=2"],
+         "keep_groups needs whole groups"),
+        (["--steps=0"], "--steps takes a whole number >= 1"),
+        (["--lr=nan"], "--lr must be a finite number"),
+        (["--task=nope"], "unknown task 'nope'"),
+        (["--keep_groups=yes"], "--keep_groups takes true or false"),
+        (["--bogus=1"], "unknown argument"),
+    ]
+
+
+def test_every_bad_input_is_one_error_line_and_writes_nothing(research, capsys, monkeypatch):
+    from huggingface_hub import constants
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    for argv, words in bad_cases(research):
+        out = research / "o"
+        full = argv if any(a.startswith("--out=") for a in argv) else [f"--out={out}", *argv]
+        start = time.monotonic()
+        code, text, err = run(full, capsys)
+        assert code == 2 and err.count("error: ") == 1, (argv, err)
+        assert err.strip().splitlines()[-1].startswith("error: ") and words in err, (argv, err)
+        assert "Traceback" not in err and time.monotonic() - start < 20, argv
+        assert not os.path.exists(out) and not os.path.exists(f"{out}.partial"), argv
