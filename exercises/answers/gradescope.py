@@ -143,10 +143,12 @@ def mark_one(root, work):
         sub.problems.append(f"the sheet's STUDENT is {sub.sheet_name!r}: marked as "
                             f"Gradescope's {name!r}")
     sub.name, sub.on_roster = found or name, found is not None
-    sub.tables = students[found] if found else dict(collect.DRAW_0)
-    if not found:
-        sub.problems.append(f"{name!r} is not on the autograder's roster: numbers marked on the "
-                            "tables a copy shows a name not on its roster")
+    sheet = roster.find(sub.sheet_name, students) if sub.sheet_name else None
+    sub.tables = students[found or sheet] if found or sheet else dict(collect.DRAW_0)
+    if not found:  # the copy showed the sheet's STUDENT its tables: those are marked
+        sub.problems.append(f"Gradescope's {name!r} is not on the autograder's roster: numbers "
+                            "marked on the tables " + (f"of the sheet's {sheet!r}" if sheet else
+                                                       "a copy shows a name not on its roster"))
     isolate()
     opts = dict(OPTS, staged=work)
     return mark.mark_all([sub], [], opts, os.path.join(root, "submission"))[0]
