@@ -251,10 +251,22 @@ def made_by(cfg):
         if f.name not in ("init_from", "out"))
 
 
+def quoted(argv):
+    """argv, refused in one line that says why when a word that is no flag follows
+    --key=VALUE: the shell cut a path with a space in two (quoted, it arrives whole)."""
+    for before, word in zip(argv, argv[1:]):
+        if before.startswith("--") and "=" in before and not word.startswith("-"):
+            key, _, value = before.partition("=")
+            raise CliError(f"unexpected argument {word!r} after {before!r}: a path with a "
+                           f"space needs quotes, as in {key}='{value} {word}'")
+    return argv
+
+
 def cli(argv):
     """The command line: bad input, a failed write and Ctrl-C get one 'error: ...' line
     and exit status 2."""
-    return errors.cli(lambda: main(parse_args(once(argv), SeeConfig, doc=__doc__, check=False)))
+    return errors.cli(lambda: main(parse_args(once(quoted(argv)), SeeConfig, doc=__doc__,
+                                              check=False)))
 
 
 if __name__ == "__main__":

@@ -246,6 +246,16 @@ def test_see_takes_a_checkpoint_path_with_a_space(tmp_path, form, capsys):
     assert f"checkpoint '{ckpt}' is corrupt or not a checkpoint" in err
 
 
+def test_see_says_a_path_cut_by_the_shell_needs_quotes(tmp_path, capsys):
+    from lab import see
+    with pytest.raises(SystemExit) as e:
+        see.cli([f"--init_from={tmp_path}/a", "run/ckpt.pt"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "a path with a space needs quotes, as in --init_from='" in err
+    assert f"{tmp_path}/a run/ckpt.pt'" in err
+
+
 # ----------------------------------------------------------------------------- checkpoints
 
 class CutFile(io.FileIO):
