@@ -149,3 +149,36 @@ def test_bad_metadata_or_arguments_are_one_line(tmp_path):
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: "), (
             args, p.stderr)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.path.isfile("/usr/bin/python3"),
+                    reason="the container mode's own uid needs root, and a system Python")
+def test_the_container_mode_runs_code_as_a_user_who_cannot_read_the_key(tmp_path,
+                                                                        monkeypatch):
+    """Where Gradescope's container forbids namespaces: the child runs in its copy, as an
+    unused uid, and a folder of mode 700 (setup.sh's /autograder/source) is closed to it."""
+    key = tmp_path / "source"
+    key.mkdir(mode=0o700)
+    (key / "key.txt").write_text("the answers", encoding="utf-8")
+    os.chmod(tmp_path, 0o755)
+    copy = tmp_path / "work" / "copy"  # the marker's folders are private (mkdtemp: 700)
+    copy.mkdir(parents=True)
+    os.chmod(tmp_path / "work", 0o700)
+    (copy / "here.py").write_text("WHERE = 'the copy'\n", encoding="utf-8")
+    probe = ("import os, here\n"
+             f"try:\n    open({str(key / 'key.txt')!r}).read(); print('read')\n"
+             "except OSError as e:\n    print('refused', os.getuid(), here.WHERE)\n")
+    # the system's Python, which any user may run (Gradescope's image: /autograder/venv); a
+    # teacher's venv may lie in a folder closed to other users
+    monkeypatch.setattr(sandbox, "python", lambda: "/usr/bin/python3")
+    before = dict(sandbox._MODE)
+    try:
+        sandbox.use_container()
+        o = sandbox.run(str(copy), ["-c", probe], limits=sandbox.Limits(seconds=60))
+    finally:
+        sandbox._MODE.clear()
+        sandbox._MODE.update(before)
+    said = o.stdout.decode().split()
+    assert o.status == "exited" and said[0] == "refused" and int(said[1]) >= sandbox.UIDS[0], (
+        o.stdout, o.stderr[-500:])
+    assert said[2:] == ["the", "copy"]  # it imports from its copy, as the marker's child does

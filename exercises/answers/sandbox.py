@@ -392,6 +392,12 @@ def _contained(spec):
     libc = _libc()
     os.chdir(spec["copy"])
     if os.geteuid() == 0:
+        up = os.path.dirname(spec["copy"])
+        while up != "/":  # the marker's private folders above: passable, not readable
+            mode = os.stat(up).st_mode
+            if not mode & 0o001:
+                os.chmod(up, (mode & 0o7777) | 0o001)
+            up = os.path.dirname(up)
         for d, _, files in os.walk(spec["copy"]):
             for x in [d] + [os.path.join(d, f) for f in files]:
                 os.chown(x, spec["uid"], NOBODY)
