@@ -163,3 +163,9 @@ def test_every_bad_input_is_one_error_line_and_writes_nothing(research, capsys, 
         assert err.strip().splitlines()[-1].startswith("error: ") and words in err, (argv, err)
         assert "Traceback" not in err and time.monotonic() - start < 20, argv
         assert not os.path.exists(out) and not os.path.exists(f"{out}.partial"), argv
+
+
+def test_the_default_reward_is_an_exact_match_of_the_completions_start():
+    from trl_bridge.inputs import exact_match
+    got = exact_match(["46", " 46 and more", "461", "4", "\n46\n", "46,"], [" 46"] * 6)
+    assert got == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
