@@ -9,7 +9,8 @@ SUBMISSIONS holds one entry per student, in any of the forms a class produces:
   sheet.py and the code files, at its top or in folders;
 * a folder as the student left it: the whole copy (exercises/sheet.py, loss.py, ...) or the
   four files side by side;
-* a folder holding one zip and no sheet (what a learning platform's download gives).
+* a folder holding one zip and no sheet (what a learning platform's download gives), or
+  holding one folder, the student's copy, uploaded as it was.
 
 Each is copied into the marker's own folder first (``work``), file by file, each a plain
 file under its size limit: links (a file, or a folder on the way to one, or a zip member),
@@ -233,9 +234,13 @@ def stage(top, entry, dst):
     elif stat.S_ISDIR(mode):
         zips = [f for f in sorted(os.listdir(src)) if f.lower().endswith(".zip")]
         has_sheet = any(os.path.lexists(os.path.join(src, p)) for p in WHERE["sheet.py"])
+        inside = [f for f in sorted(os.listdir(src)) if not f.startswith(".")
+                  and stat.S_ISDIR(os.lstat(os.path.join(src, f)).st_mode)]
         if not has_sheet and len(zips) == 1:  # a platform's folder around the pack
             sub.inner = zips[0]
             from_zip(os.path.join(src, zips[0]), dst, sub)
+        elif not has_sheet and not zips and len(inside) == 1:  # around the student's copy
+            from_folder(os.path.join(src, inside[0]), dst, sub)
         else:
             from_folder(src, dst, sub)
     elif stat.S_ISREG(mode) and entry.lower().endswith(".zip"):
@@ -260,11 +265,13 @@ def platform_name(label, students):
         return ("Moodle", found or roster.canonical(m.group(1).replace("_", " ")))
     m = CANVAS.match(label)
     if m and students:
-        key = m.group(1)
+        key, found = m.group(1), []
         for n in students:
-            parts = letters(n) and roster.fold(n).split(" ")
-            if parts and key in (letters(" ".join(parts[-1:] + parts[:-1])), letters(n)):
-                return ("Canvas", n)
+            parts = roster.fold(n).split(" ")
+            if key in (letters(" ".join(parts[-1:] + parts[:-1])), letters(n)):
+                found.append(n)
+        if len(found) == 1:  # two roster names with the same letters: Canvas cannot say
+            return ("Canvas", found[0])
     return None
 
 

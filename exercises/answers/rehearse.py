@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import zipfile
+import zlib
 
 if not __package__:  # run as a file: the package imports below need the repository root
     sys.stderr.write("error: run it from the repository root as "
@@ -109,13 +110,16 @@ def right_files(name, src, **sheet):
             "batching.py": src["batching"], "ex6_buggy_loss.py": src["ex6"]}
 
 
-def pack(where, name, files, label=None):
-    """A zip as python -m exercises.handin makes it; returns its name in SUBMISSIONS."""
+def pack(where, name, files, label=None, made=None):
+    """A zip as python -m exercises.handin makes it (with ``made``, its handin.json: made
+    for ``name`` at that time); returns its name in SUBMISSIONS."""
     label = label or handin.pack_name(name)
     with zipfile.ZipFile(os.path.join(where, label), "w", zipfile.ZIP_DEFLATED) as z:
         for member, text in files.items():
             if text is not None:
                 z.writestr(member, text)
+        if made:
+            z.writestr(handin.MANIFEST, handin.manifest(name, made))
     return label
 
 
@@ -307,6 +311,67 @@ def k_formula_name(name, src, where):
             expect("", name, points=ZERO, note="nothing handed in")]
 
 
+def k_broken_sheet_moodle_folder(name, src, where):
+    """A sheet that does not read, the copy uploaded as a folder, downloaded from Moodle:
+    the code is marked on the student's own row, the numbers cost."""
+    label = f"{name}_{zlib.crc32(name.encode()) % 10 ** 5}_assignsubmission_file_"
+    files = dict(right_files(name, src), **{"sheet.py": f"STUDENT = {name!r}\nEX1 = {{\n"})
+    folder(os.path.join(where, label), "my-copy", files)
+    return [expect(label, name, points={"ex1": 0, "ex4": 0, "ex7": 0}, note="not Python")]
+
+
+def k_canvas_file(name, src, where):
+    """A pack as Canvas's download names it: lastnamefirstname_ids_file."""
+    first, *rest = name.split(" ")
+    key = "".join(c for c in (rest[-1] if rest else "") + first if c.isalpha()).lower()
+    label = pack(where, name, right_files(name, src),
+                 label=f"{key}_4{len(name)}_9001_{handin.pack_name(name)}")
+    return [expect(label, name)]
+
+
+def k_two_hand_ins(name, src, where):
+    """A wrong number handed in first, the fix ten minutes later: the latest counts alone."""
+    value = mistakes.wrong_numbers(name, "EX1", tables_of(name)["EX1"], truth.key(
+        name, tables_of(name))["EX1"])["grpo_net"][0][1]
+    os.makedirs(os.path.join(where, f"{name} (first)"))
+    pack(os.path.join(where, f"{name} (first)"), name,
+         right_files(name, src, change=("EX1", "grpo_net", value)), made="2026-12-01T10:00:00Z")
+    os.makedirs(os.path.join(where, f"{name} (again)"))
+    pack(os.path.join(where, f"{name} (again)"), name, right_files(name, src),
+         made="2026-12-01T10:10:00Z")
+    return [expect(f"{name} (again)", name, note="the latest of 2 hand-ins")]
+
+
+def k_partner_laptop(name, src, where):
+    """Two partners on one laptop: the first hands in; the second uploads, on Moodle, a
+    pack the laptop made before the name was changed. It lands on the uploader's row,
+    flagged with both names, marked on the uploader's tables; the first keeps theirs."""
+    partner = f"{name} Partner"
+    own = pack(where, name, right_files(name, src), made="2026-12-01T10:00:00Z")
+    label = f"{partner}_{zlib.crc32(partner.encode()) % 10 ** 5}_assignsubmission_file_"
+    os.makedirs(os.path.join(where, label))
+    pack(os.path.join(where, label), name, right_files(name, src), made="2026-12-01T10:05:00Z")
+    theirs = key.marks(partner, key.filled_sheet(name, tables=tables_of(name)),
+                       tables_of(partner))
+    numbers = {ex: sum(ok for e, _, _, ok, _ in theirs if e == ex.upper())
+               for ex in ("ex1", "ex4", "ex7")}
+    return [expect(own, name),
+            expect(label, partner, points=numbers, note="check whose work it is")]
+
+
+def k_copy_zip_with_venv(name, src, where):
+    """The whole copy zipped, .venv, .git and __pycache__ in it: those are skipped."""
+    label = f"{name} copy.zip"
+    with zipfile.ZipFile(os.path.join(where, label), "w") as z:
+        for member, text in right_files(name, src).items():
+            z.writestr(f"copy/{handin.MEMBERS[member]}", text)
+        for i in range(300):
+            z.writestr(f"copy/.venv/lib/site-packages/p{i}/loss.py", "")
+        z.writestr("copy/.git/HEAD", "ref: refs/heads/main\n")
+        z.writestr("copy/__pycache__/loss.cpython-311.pyc", "")
+    return [expect(label, name)]
+
+
 KINDS = [  # (kind, what a class has) in the order they repeat
     ("right", k_right), ("wrong: ex2 no 0/0 guard", k_wrong_loss("no 0/0 guard")),
     ("broken: loss.py syntax error", k_loss_syntax_error), ("hostile: vandal", k_vandal),
@@ -324,6 +389,10 @@ KINDS = [  # (kind, what a class has) in the order they repeat
     ("wrong: ex6 1/L_i", k_ex6_own_length), ("wrong: copied answers", k_copied_answers),
     ("wrong: filler answers", k_filler), ("hostile: a formula for a name", k_formula_name),
     ("wrong: ex2 divided by |A|", k_wrong_loss("divided by |A|, not |A|^2")),
+    ("broken: sheet, Moodle folder", k_broken_sheet_moodle_folder),
+    ("right, Canvas file name", k_canvas_file), ("right, handed in twice", k_two_hand_ins),
+    ("right, a partner's laptop", k_partner_laptop),
+    ("right, a zipped copy with .venv", k_copy_zip_with_venv),
 ]
 
 
