@@ -138,8 +138,8 @@ def test_the_readme_s_see_length_seed_among_e12_s():
     block = readme[readme.index("<!-- see_length -->"):readme.index("<!-- /see_length -->")]
     assert f"grpo - dapo: {by_seed[0]:+.2f} nats" in block
     xs = sorted(-x for x in by_seed.values())
-    assert min(xs) > 0 and (f"E12's 16 seeds gave {xs[0]:.2f} to {xs[-1]:.2f}, seed 0 the most; "
-                            f"seeds 100–104,") in readme
+    assert min(xs) > 0 and (f"Over E12's 16 seeds it ran {xs[0]:.2f}–{xs[-1]:.2f} nats, seed 0's "
+                            f"the largest; seeds 100–104:") in readme
 
 
 def git_time(commit):

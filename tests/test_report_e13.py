@@ -198,7 +198,7 @@ def test_the_readme_s_sentence_is_the_json_s():
     rows = valid(data)
     obs = {o: sum(r[f"observed {o}"] for r in rows) / len(rows) for o in ("adamw", "sgd")}
     assert data["decisions"]["kl matched"]["sgd"] and abs(obs["sgd"] - obs["adamw"]) < 0.05
-    assert (f"Under SGD at AdamW's KL, I was as large ({obs['sgd']:.2f} against "
+    assert (f"At AdamW's KL, SGD gave as large an I ({obs['sgd']:.2f} against "
             f"{obs['adamw']:.2f} nats), {math.exp(sgd['diff']):.2f} times the first-order "
             f"prediction (THEORY.md §2.7).") in readme
     assert "under Adam, 5 times" not in readme and adamw["diff"] > 0
