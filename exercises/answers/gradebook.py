@@ -11,7 +11,9 @@ writes into marks/ (made whole, then renamed into place):
   answers' points are left blank for you, beside a flag for answers that look like filler;
 * ``written/EX1_WHY.md`` ... one file per question, every student's answer under their name,
   with the flags, to read side by side against the rubric (exercises/answers/README.md);
-* ``marks.md``: the table printed on the screen, and every student's details.
+* ``marks.md``: the table printed on the screen, and every student's details;
+* ``feedback/<row>-<name>.md``: one file per student to hand back (``feedback``);
+* ``summary.md``: the class exercise by exercise: mean, full points, commonest mistake.
 
 Points (``POINTS``, as EXERCISES.md's "Marks" table gives them): a number is 1 point when
 right (key.py's rule); a program earns its exercise's points when every property holds,
@@ -266,11 +268,69 @@ def details(row, marks):
     return bad
 
 
+def feedback(row):
+    """One student's feedback, to hand back: points per exercise, each wrong number with
+    its hint, each failing program's mistake and first failing property, the row's notes.
+    No key value and nothing of another student (the written answers' flags stay yours)."""
+    p = points(row)
+    total = "?" if p is None else sum(p.values())
+    lines = [f"# Feedback: {printable(row['student'])}", "",
+             f"Marked by the tool: {total} of {MARKED} points. Your teacher marks the written "
+             f"answers ({sum(WRITTEN_POINTS.values())} points).", "",
+             "| exercise | points |", "|---|---|"]
+    for ex, q in POINTS.items():
+        full = q.get("numbers", 0) + q.get("code", 0)
+        lines.append(f"| {ex} | {'?' if p is None else p[ex]} of {full} |")
+    said = details(row, {})
+    lines += ["", "## What to look at", ""] + ([f"- {printable(x.strip())}" for x in said]
+                                               or ["- nothing: every number and program holds"])
+    if row["notes"]:
+        lines += ["", "## Notes", ""] + [f"- {printable(n)}" for n in row["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def summary(rows):
+    """The class, exercise by exercise: mean points, the share with full points, and the
+    commonest mistake (a program's, named; a number's, by its hint)."""
+    marked = [(r, points(r)) for r in rows if points(r) is not None]
+    lines = [f"# The class, exercise by exercise ({len(marked)} rows marked by the tool)", "",
+             "| exercise | of | mean | full points | commonest mistake |", "|---|---|---|---|---|"]
+    for ex, q in POINTS.items():
+        full = q.get("numbers", 0) + q.get("code", 0)
+        if not full or not marked:
+            continue
+        got = [p[ex] for _, p in marked]
+        seen = {}
+        for r, _ in marked:
+            for said in [r["mistakes"].get(ex)] + [h or f"{k} wrong" for e, k, _, ok, h in
+                                                  r["numbers"] if e == ex.upper() and not ok]:
+                if said:
+                    seen[said] = seen.get(said, 0) + 1
+        common = max(seen.items(), key=lambda kv: (kv[1], kv[0]), default=None)
+        lines.append(f"| {ex} | {full} | {sum(got) / len(got):.2f} | "
+                     f"{sum(g == full for g in got)} of {len(got)} | " + (
+                         f"{check.clean(common[0], 80).replace('|', '/')} ({common[1]})"
+                         if common else "none") + " |")
+    return "\n".join(lines) + "\n"
+
+
+def feedback_name(row):
+    """feedback/<row number>-<the name in plain letters>.md: unique, any file system."""
+    import unicodedata
+    plain = unicodedata.normalize("NFKD", str(row["student"])).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", plain).strip("-")[:40] or "student"
+    return f"{row['index'] + 1:03d}-{slug}.md"
+
+
 def write(folder, rows, marks, table):
-    """Write gradebook.csv, written/<question>.md and marks.md into ``folder`` (new)."""
+    """Write gradebook.csv, written/<question>.md, feedback/<student>.md, summary.md and
+    marks.md into ``folder`` (new)."""
     os.makedirs(os.path.join(folder, "written"))
+    os.makedirs(os.path.join(folder, "feedback"))
     files = {"gradebook.csv": ("utf-8-sig", csv_text(rows, marks)),
-             "marks.md": ("utf-8", table + "\n")}
+             "marks.md": ("utf-8", table + "\n"), "summary.md": ("utf-8", summary(rows))}
+    for r in rows:
+        files[os.path.join("feedback", feedback_name(r))] = ("utf-8", feedback(r))
     for q in WRITTEN_POINTS:
         files[os.path.join("written", f"{q}.md")] = ("utf-8", written_file(q, rows, marks))
     for rel, (encoding, text) in files.items():

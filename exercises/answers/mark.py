@@ -8,7 +8,8 @@ SUBMISSIONS holds what the class handed in: the packs of ``python -m exercises.h
 or a folder per student as they left it (collect.py says every form it takes). --roster
 is the class list the handout was built from (names.txt, or the copy's roster.json).
 DIR (default: SUBMISSIONS-marks beside it) must be new or empty; it gets gradebook.csv,
-written/<question>.md and marks.md (gradebook.py).
+written/<question>.md, feedback/<student>.md,
+summary.md and marks.md (gradebook.py).
 
 One submission's fault costs that student alone: a sheet that does not read, a missing
 file, a name not on the roster, a file too large, a broken zip, code that hangs, crashes
@@ -557,7 +558,8 @@ def main(argv):
               "are printed above", file=sys.stderr)
         return 2
     print(table)
-    print(f"\nwrote {opts['out']}: gradebook.csv, marks.md and written/ (the written answers, "
+    print(f"\nwrote {opts['out']}: gradebook.csv, summary.md, feedback/ (one file per "
+          "student), marks.md and written/ (the written answers, "
           f"{sum(gradebook.WRITTEN_POINTS.values())} points, are yours to mark)")
     return 0
 
