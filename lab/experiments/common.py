@@ -8,7 +8,9 @@
 * ``warm_start(...)`` and ``run(...)``: train.py's own code, in-process; a run that
   stops half-way leaves no folder behind.
 * ``load_record``, ``save_record``: cached records, written atomically; a damaged one
-  is set aside (NAME.bad) and computed again.
+  (cut, not JSON) is set aside (NAME.bad) and computed again. ``check_record``: a record
+  that parses but holds what its experiment never writes (a NaN, a string for a number)
+  is refused in one line naming it, never dropped from an analysis.
 * ``save``, ``replot``, ``errbars``, ``caption``, ``ci_note``, ``contrast_panel``: the JSON and an
   honest figure (bars cut at 0 are said to be cut); statistics: stats.py.
 * ``pool(fn, items, jobs)``: independent seeds or runs in ``--jobs`` one-thread
