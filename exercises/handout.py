@@ -287,7 +287,8 @@ def read_roster(path):
         text = text[1:]
         notes.append("dropped the byte-order mark at the start of the roster")
     names, changed = [], 0
-    for number, line in enumerate(text.split("\n"), 1):
+    lines = csv_names(path, text) if path.lower().endswith(".csv") else text.split("\n")
+    for number, line in enumerate(lines, 1):
         line = line[:-1] if line.endswith("\r") else line
         if not line.strip():
             continue
@@ -331,6 +332,27 @@ def draws(names, printed, progress=sys.stderr):
             print(f"drawing tables: {i} of {len(names)} names ({time.monotonic() - start:.0f} s)",
                   file=progress, flush=True)
     return students, none
+
+
+ROSTER_COLUMNS = ("name", "id", "email")  # a .csv roster's header: name, and optionally these
+
+
+def roster_rows(path, text):
+    """[{"name": ..., "id": ..., "email": ...}] of a .csv roster (a header row naming its
+    columns, ``name`` among them); HandoutError for any other header."""
+    import csv
+    rows = list(csv.reader(io.StringIO(text)))
+    head = [h.strip().lower() for h in (rows[0] if rows else [])]
+    if "name" not in head or len(set(head)) < len(head) or set(head) - set(ROSTER_COLUMNS):
+        raise HandoutError(f"--roster={path}: a .csv roster needs a header row of "
+                           f"{', '.join(ROSTER_COLUMNS)} (name required, each once)")
+    return [dict(zip(head, r + [""] * (len(head) - len(r)))) for r in rows[1:]]
+
+
+def csv_names(path, text):
+    """The name column of a .csv roster, one entry per row (row 1 is the header, kept as
+    an empty line so that a refusal names the row a spreadsheet shows)."""
+    return [""] + [r["name"] for r in roster_rows(path, text)]
 
 
 def roster_json(students):

@@ -49,7 +49,8 @@ def test_the_summary_counts_as_a_hand_count_does():
     lines = {x.split(" | ")[0].strip("| "): x for x in gradebook.summary(rows).splitlines()}
     # ex1: 3 + 4 + 2 points of 4: mean 3.00, one full; the hint on 3 wrong numbers
     assert lines["ex1"] == "| ex1 | 4 | 3.00 | 1 of 3 | is the weight 1/L_i? (3) |"
-    assert lines["ex2"] == "| ex2 | 6 | 2.00 | 1 of 3 | divides by ‖Â‖ instead of ‖Â‖² (2) |"
+    assert lines["ex2"] == ("| ex2 | 6 | 2.00 | 1 of 3 | divides by ‖Â‖ instead of ‖Â‖² (2) "
+                            "|")
     assert lines["ex3"] == "| ex3 | 3 | 3.00 | 3 of 3 | none |"
 
 
@@ -59,3 +60,75 @@ def test_feedback_files_have_one_name_per_row(tmp_path):
     names = sorted(os.listdir(tmp_path / "feedback"))
     assert names == ["001-Emilie-du-Chatelet.md", "002-Emilie-du-Chatelet.md", "003-student.md"]
     assert (tmp_path / "summary.md").read_text("utf-8").startswith("# The class")
+
+
+def marked(tmp_path, rows, name="marks"):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "gradebook.csv").write_text(gradebook.csv_text(rows, {}), encoding="utf-8-sig")
+    return folder
+
+
+def enter(folder, marks):
+    """The teacher types written marks into gradebook.csv: {student: {question: text}}."""
+    import csv
+    with open(folder / "gradebook.csv", encoding="utf-8-sig", newline="") as f:
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        for q, text in marks.get(r["student"], {}).items():
+            r[f"{q} (of {gradebook.WRITTEN_POINTS[q]}, yours to mark)"] = text
+    with open(folder / "gradebook.csv", "w", encoding="utf-8-sig", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\r\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def read(path):
+    import csv
+    with open(path, encoding="utf-8", newline="") as f:
+        return list(csv.reader(f))
+
+
+FULL_WRITTEN = {"EX1_WHY": "3", "EX3_WHY": "2.5", "EX4_WHY": "3", "EX6_WHY": "4", "EX7_WHY": "1"}
+
+
+def test_written_marks_make_totals_and_canvas_and_moodle_files(tmp_path, capsys):
+    from exercises.answers import grades
+    folder = marked(tmp_path, [row(0, "Ada Lovelace", failing="ex2"), row(1, "Alan Turing")])
+    enter(folder, {"Ada Lovelace": FULL_WRITTEN, "Alan Turing": {"EX1_WHY": "3"}})
+    (tmp_path / "roster.csv").write_text("name,id,email\nAda Lovelace,s001,ada@example.invalid\n"
+                                         "Alan Turing,s002,\n", encoding="utf-8")
+    assert grades.main([str(folder), f"--roster={tmp_path / 'roster.csv'}"]) == 0
+    assert "1 of 2 students have a total" in capsys.readouterr().out
+    t = read(folder / "totals.csv")
+    # Ada: 28 - 6 (ex2) = 22 by the tool, 3 + 2.5 + 3 + 4 + 1 = 13.5 written, 35.5 in all
+    assert t[1] == ["Ada Lovelace", "s001", "ada@example.invalid", "22", "13.5", "35.5"]
+    assert t[2] == ["Alan Turing", "s002", "", "28", "", ""]  # written marks not all in
+    c = read(folder / "canvas.csv")
+    assert c[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section",
+                    "Token gradient cancellation"]
+    assert c[1] == ["Ada Lovelace", "", "s001", "ada@example.invalid", "", "35.5"]
+    m = read(folder / "moodle.csv")
+    assert m[0] == ["ID number", "Email address", "Student", "Token gradient cancellation"]
+    assert m[1] == ["s001", "ada@example.invalid", "Ada Lovelace", "35.5"]
+
+
+def test_a_bad_written_mark_is_one_line_and_nothing_is_written(tmp_path, capsys):
+    from exercises.answers import grades
+    folder = marked(tmp_path, [row(0, "Ada Lovelace")])
+    enter(folder, {"Ada Lovelace": dict(FULL_WRITTEN, EX6_WHY="5")})
+    assert grades.main([str(folder)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'Ada Lovelace', column 'EX6_WHY (of 4" in err[0]
+    assert sorted(os.listdir(folder)) == ["gradebook.csv"]
+
+
+def test_one_student_re_marked_replaces_their_row_and_keeps_the_written_marks(tmp_path):
+    from exercises.answers import grades
+    folder = marked(tmp_path, [row(0, "Ada Lovelace", failing="ex2"), row(1, "Alan Turing")])
+    enter(folder, {"Ada Lovelace": FULL_WRITTEN})
+    again = marked(tmp_path, [row(0, "ada  LOVELACE"), row(1, "Grace Hopper")], "again")
+    assert grades.main([str(folder), f"--replace={again}"]) == 0
+    t = read(folder / "totals.csv")
+    assert t[1][:1] == ["ada LOVELACE"] and t[1][3:] == ["28", "13.5", "41.5"]
+    assert [r[0] for r in t[1:]] == ["ada LOVELACE", "Alan Turing", "Grace Hopper"]
