@@ -128,14 +128,18 @@ def test_e13_refuses_a_damaged_gate_and_calibration(tmp_path, results_kept, no_t
         e13_dose.main([f"--out={tmp_path}"])
 
 
-def test_e12_refuses_a_damaged_record_and_writes_nothing(tmp_path, results_kept, no_training):
+@pytest.mark.parametrize("field,value,shown", [("push", "x", '"x"'),
+                                               ("drift", float("nan"), "NaN"),
+                                               ("entropy_end", None, "null")])
+def test_e12_refuses_a_damaged_record_and_writes_nothing(tmp_path, results_kept, no_training,
+                                                         field, value, shown):
     from lab.experiments import e12_covariance
     records = copy_records(tmp_path, "e12", 0, None)
     name = "Wp_grpo_s0.json"
     rec = json.load(open(records / name))
-    rec["push"] = "x"
+    rec[field] = value
     (records / name).write_text(json.dumps(rec))
-    with pytest.raises(CliError, match=f"record {records / name} holds \"x\" in 'push'"):
+    with pytest.raises(CliError, match=f"record {records / name} holds {shown} in '{field}'"):
         e12_covariance.main([f"--out={tmp_path}"])
     assert not (tmp_path / "e12_covariance.json").exists()
 
