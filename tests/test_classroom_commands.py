@@ -20,7 +20,8 @@ from exercises.answers import key, sandbox, truth  # noqa: E402
 
 COMMANDS = ("exercises.problems", "exercises.check", "exercises.handin", "exercises.handout",
             "exercises.answers.key", "exercises.answers.mark", "exercises.answers.rehearse",
-            "exercises.answers.audit")
+            "exercises.answers.audit", "exercises.answers.grades",
+            "exercises.answers.gradescope")
 BIG = "9" * 401  # an integer of 401 digits, as a sheet may spell one
 
 

@@ -355,8 +355,9 @@ def k_partner_laptop(name, src, where):
                        tables_of(partner))
     numbers = {ex: sum(ok for e, _, _, ok, _ in theirs if e == ex.upper())
                for ex in ("ex1", "ex4", "ex7")}
-    return [expect(own, name),
-            expect(label, partner, points=numbers, note="check whose work it is")]
+    return [expect(own, name),  # one sheet, so one set of answers: the second row is flagged
+            expect(label, partner, points=numbers, note="check whose work it is",
+                   flag="the same as")]
 
 
 def k_copy_zip_with_venv(name, src, where):
