@@ -117,7 +117,7 @@ def test_the_plain_words_are_the_json_s():
     assert (f"lies in {math.exp(mom['diff'] - mom['half']):.2f}–"
             f"{math.exp(mom['diff'] + mom['half']):.2f} (smallest detectable factor "
             f"{math.exp(mom['mde']):.3f})") in doc
-    assert (f"ratio was the factor {math.exp(norm['diff']):.1f} over SGD "
+    assert (f"ratio was {math.exp(norm['diff']):.1f} times SGD's "
             f"({math.exp(norm['diff'] - norm['half']):.1f}–"
             f"{math.exp(norm['diff'] + norm['half']):.1f})") in doc
     rows = valid(data)
