@@ -50,10 +50,10 @@ def research(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run(argv, capsys):
+def run(argv, capsys, main=train_lm.main):
     """errors.cli(main) in-process: (exit status, stdout, stderr)."""
     try:
-        errors.cli(train_lm.main, argv)
+        errors.cli(main, argv)
         code = 0
     except SystemExit as e:
         code = e.code
@@ -169,3 +169,15 @@ def test_the_default_reward_is_an_exact_match_of_the_completions_start():
     from trl_bridge.inputs import exact_match
     got = exact_match(["46", " 46 and more", "461", "4", "\n46\n", "46,"], [" 46"] * 6)
     assert got == [1.0, 1.0, 0.0, 0.0, 1.0, 0.0]
+
+
+def test_shuffle_costs_line_is_the_mean_over_seeds_with_its_t_interval(capsys):
+    from trl_bridge import shuffle_cost
+    # mean 0.2, sd 0.1 * sqrt(2), t(1 dof) = 12.706: half-width 12.706 * 0.1 = 1.2706
+    assert shuffle_cost.line("a", [0.1, 0.3]) == "a: 20.0 % ± 127.1 (n=2 seeds)"
+    assert shuffle_cost.line("a", [0.1]) == "a: 10.0 % ± n/a (n=1 seeds)"
+    assert shuffle_cost.line("a", []) == "a: no run had shared tokens"
+    for argv, words in [(["--seeds=0"], "--seeds takes"), (["--objectives=ppo"], "names from"),
+                        (["--steps=2", "--steps=3"], "given twice")]:
+        code, _, err = run(argv, capsys, shuffle_cost.main)
+        assert code == 2 and words in err and err.count("error: ") == 1, argv

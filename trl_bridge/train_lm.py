@@ -47,6 +47,7 @@ FLAGS = {  # name: (default, what it sets); --help lists them with their default
     "batch": ("16", "completions per process and micro-batch"),
     "accumulation": ("2", "micro-batches per optimizer step"),
     "steps_per_generation": ("2", "micro-batches per generation batch"),
+    "num_iterations": ("1", "passes over each generation batch (TRL's num_iterations)"),
     "lr": ("1e-5", "the learning rate of RL"),
     "max_completion_length": ("16", "tokens per completion at most"),
     "temperature": ("1.0", "the sampling temperature"),
@@ -64,8 +65,9 @@ FLAGS = {  # name: (default, what it sets); --help lists them with their default
     "resume": ("false", "continue the run in OUT.partial from its last checkpoint"),
 }
 ALIASES = {"objective": "loss"}
+# whole numbers >= 1 (COUNTS) and >= 0 (the rest of WHOLE)
 COUNTS = ("steps", "group_size", "batch", "accumulation", "steps_per_generation",
-          "max_completion_length", "sft_batch")  # whole numbers >= 1; the others >= 0
+          "num_iterations", "max_completion_length", "sft_batch")
 WHOLE = COUNTS + ("ledger_every", "sft_steps", "save_every", "seed")
 POSITIVE = ("lr", "temperature", "sft_lr")
 NONNEGATIVE = ("beta", "entropy_coef")
@@ -215,6 +217,7 @@ def settings(o, partial):
             num_generations=o["group_size"], per_device_train_batch_size=o["batch"],
             gradient_accumulation_steps=o["accumulation"],
             steps_per_generation=o["steps_per_generation"], learning_rate=o["lr"],
+            num_iterations=o["num_iterations"],
             max_completion_length=o["max_completion_length"], temperature=o["temperature"],
             beta=o["beta"], entropy_coef=o["entropy_coef"],
             importance_sampling_level=o["importance_sampling_level"],
