@@ -145,6 +145,9 @@ def test_beta_gspo_and_the_entropy_bonus_equal_trls_own(name, extra, tmp_path):
     assert ours._metrics["train"]["objective/clip_frac"][-1] > 0.02  # the clip binds
     assert torch.allclose(g_ours, g_trl, rtol=1e-4, atol=1e-7)
     assert (g_ours - g_plain).norm() > 1e-3 * g_plain.norm()
+    logged = {k for k, v in ours._metrics["train"].items() if v}
+    assert ("kl" in logged) == ("beta" in extra) and ("entropy" in logged) == (
+        "entropy_coef" in extra)  # under TRL's names
 
 
 @pytest.mark.parametrize("name", ["grpo", "dapo", "dfpo_min"])

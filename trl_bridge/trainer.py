@@ -246,10 +246,16 @@ class CancellationGRPOTrainer(GRPOTrainer):
             self._keep_coefficients(value, logp, mask, adv, group, counts, ref, inputs["row_id"])
         self._metrics[mode]["objective/clip_frac"].append(
             float(self.accelerator.gather(clip_frac.detach().reshape(1)).mean()))
+        m = mask.float()
+        mean = lambda x: float(self.accelerator.gather(
+            ((x.detach() * m).sum() / m.sum().clamp(min=1)).reshape(1)).mean())
+        if self.beta:  # TRL's names: the mean k3 and token entropy of the micro-batch
+            self._metrics[mode]["kl"].append(mean(engines.kl_penalty(logp, ref, "k3")))
+        if self.entropy_coef:
+            self._metrics[mode]["entropy"].append(mean(ent))
         # DDP averages the processes' gradients; each term is its share of the step's sum
         value = value * self.accelerator.num_processes
         if self.entropy_coef:  # TRL's bonus: this micro-batch's mean token entropy, / GA
-            m = mask.float()
             value = value - self.entropy_coef * (ent * m).sum() / m.sum().clamp(min=1) / ga
         return value
 
