@@ -302,9 +302,9 @@ def main(argv):
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers' renames
     from accelerate import PartialState
     partial = partial_of(o["out"])
-    args = settings(o, partial)
     from trl_bridge import inputs
-    kind, where, tok, rows, reward, teach = inputs.inputs_of(o)
+    kind, where, tok, rows, reward, teach = inputs.inputs_of(o)  # the model's faults first
+    args = settings(o, partial)
     resume = last_checkpoint(partial) if o["resume"] else None
     if o["resume"] and resume is None:
         raise CliError(f"--resume: {partial} has no checkpoint yet (--save_every); "
