@@ -215,7 +215,7 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
     # the clip scales the whole step: it changes no ratio between two copies' weights
     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
     opt.step()
-    out.update(hooks.step(mb, adv))  # what the hooks measure of the step just taken
+    out.update(hooks.step(mb, adv, opt))  # what the hooks measure of the step just taken
     return out
 
 
@@ -282,7 +282,7 @@ class Hooks:
     def part(self, p, logp, args, counts, n_parts):
         return {}
 
-    def step(self, mb, adv):
+    def step(self, mb, adv, opt):
         return {}
 
     def after(self, model, rec, batch=None, adv=None, cut=None):

@@ -13,7 +13,8 @@ hooks object, and only where the run turns the lab on (train.hooks_for):
   the instruments (instruments.py)   ``Instruments``, behind the hooks: the ledger, the
                                      residuals (from the coefficients c_{i,t} = -d loss /
                                      d log pi(y_{i,t}) the backward left), the learning
-                                     tax, the diagnostics. --instruments=false: none of it
+                                     tax, the diagnostics, and what moved the shared
+                                     tokens (motion.py). --instruments=false: none of it
   the catalogue (objectives.py,      every --loss and --adv beyond the lesson's joins
   estimators.py, engines.py)         loss.LOSSES and loss.ADVANTAGES when the lab is
                                      imported; a switch of its own (--beta, --agg, ...)
@@ -25,6 +26,7 @@ The rest is the lab's own: the probes of E1-E6 (probes.py), the experiments and 
 scoreboard (experiments/), the bench (bench.py), the pictures (see.py, plot.py).
 """
 
+from plumbing import errors  # noqa: F401 (first: Ctrl-C while the lab loads is one line)
 from lab import estimators, objectives  # noqa: E402,F401 (they join loss.py's registries)
 from lab import checks  # noqa: E402,F401  (registers the lab's flags and rules in plumbing)
 from lab import testbeds  # noqa: E402,F401 (chain and parity_* join toy_tasks.TASKS)

@@ -51,6 +51,9 @@
   of 2,048 tokens (groups of 8, each sharing a 32-token template, then random tokens of a
   50k vocabulary, lengths 1,024-2,048): ``sets_s`` for ``residuals.history_token_sets``
   (target ``target_s``, 0.5 s on the CPU), ``ledger_s`` for one ``ledger.ledger_sums``.
+* ``motion``: the motion ledger's cost. The demo (``python train.py``; with --quick a shorter
+  run) twice in one process, with ``--motion`` on and off, the same seed: ``on_s``, ``off_s``
+  and ``share`` = (on - off) / off, against its target ``target_share`` 0.2.
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -98,11 +101,13 @@ from lab.hooks import LabHooks
 
 FULL = {"sizes": [(4, 128, 4), (6, 256, 8)], "prompts": 16, "group": 8, "new_tokens": 32,
         "mm": 2048, "repeats": 5, "recompute_repeats": 3, "sync_flags": [],
-        "ledger": (512, 2048)}
+        "ledger": (512, 2048), "motion_flags": []}
 QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
          "mm": 256, "repeats": 1, "recompute_repeats": 1,
          "sync_flags": ["--n_layer=1", "--n_head=2", "--n_embd=32", "--prompts_per_step=4",
-                        "--group_size=4", "--eval_size=8"], "ledger": (32, 64)}
+                        "--group_size=4", "--eval_size=8"], "ledger": (32, 64),
+         "motion_flags": ["--sft_steps=40", "--rl_steps=10", "--eval_every=10",
+                          "--eval_size=16"]}
 
 
 def timed(fn, device):
@@ -543,6 +548,22 @@ def bench_ledger(P):
             "ledger_s": ledger_s, "target_s": 0.5}
 
 
+def bench_motion(P, device):
+    """The demo with the motion ledger on and off, side by side (the docstring's ``motion``)."""
+    secs = {}
+    for on in (True, False):
+        quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+        with tempfile.TemporaryDirectory() as tmp, quiet[0], quiet[1]:
+            flags = P["motion_flags"] + [f"--motion={str(on).lower()}", f"--device={device}",
+                                         f"--out_dir={os.path.join(tmp, 'run')}"]
+            t = time.perf_counter()
+            train.main(parse_args(flags, Config))
+            secs[on] = time.perf_counter() - t
+    return {"name": "motion", "flags": " ".join(P["motion_flags"]) or "the demo's",
+            "on_s": secs[True], "off_s": secs[False],
+            "share": (secs[True] - secs[False]) / secs[False], "target_share": 0.2}
+
+
 def bench_syncs(P, device):
     """Host reads (each a GPU wait) per SFT step and per RL step (lab/syncs.py), with the
     instruments on and off, on the demo's task and model."""
@@ -661,6 +682,7 @@ def main(argv):
         emit(dict(rec, model=f"{n_layer}x{n_embd}", n_head=n_head), device, out)
     emit(bench_syncs(P, device), device, out)
     emit(bench_ledger(P), device, out)
+    emit(bench_motion(P, device), device, out)
     emit({"name": "memory"}, device, out)
     if out:
         checkpoint.atomic_write_text(out.getvalue(), os.path.realpath(opts["out"]))  # a link stays

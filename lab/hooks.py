@@ -18,7 +18,8 @@ switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
   part(p, logp, args, counts, n_parts)  before a part's backward: its log-probs keep their
                                 gradient, the coefficients c_{i,t} = -d loss / d log pi;
                                 returns the catalogue's own numbers of the part
-  step(mb, adv)                 after the optimizer step: the instruments' residuals
+  step(mb, adv, opt)            after the optimizer step: the instruments' residuals, and
+                                what moved the shared tokens (motion.py, from opt's state)
   after(...), line(rec)         the ledger, the learning tax, the diagnostics; what
   finish(summary)               cancelled, in an evaluation's line; the run's last lines
 """
@@ -63,7 +64,7 @@ class LabHooks:
             fn = functools.partial(objectives.catalogue_loss, cfg.loss)
         clip = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
         plain = getattr(model, "module", model)
-        self.batch = batch  # the step reads its mask
+        self.batch, self.model = batch, plain  # the step reads its mask; the motion ledger, both
 
         def objective(logp, old_logp, mask, adv, group, counts):
             if "extra" not in counts:  # the part's extras, made once (its c° reuses them)
@@ -128,14 +129,16 @@ class LabHooks:
         the backward leaves (the coefficients), and its loss with every ratio 1. Returns the
         catalogue's own numbers of the part (its objective left them in counts)."""
         if self.inst:
+            if not self.seen:  # the step's first part: the parameters before the step
+                self.inst.begin_step(self.model)
             logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
             self.seen.append((p, logp, args, n_parts, lambda lp, a=args, c=counts:
                               self.fn(lp, *a, self.on_policy(c))[0]))
         return counts["extra"].stats if "extra" in counts else {}
 
-    def step(self, mb, adv):
-        """After the optimizer step on ``mb``: c_{i,t} = -d loss / d log pi(y_{i,t}) of its
-        rows, and the instruments' measures of the step's copies of each shared token."""
+    def step(self, mb, adv, opt):
+        """After the optimizer step on ``mb`` by ``opt``: c_{i,t} = -d loss / d log pi(y_{i,t})
+        of its rows, and the instruments' measures of the step's copies of each shared token."""
         seen, self.seen = self.seen, []
         if not self.inst:
             return {}
@@ -145,7 +148,7 @@ class LabHooks:
         for p, logp, *_ in seen:
             coef[p] = (-logp.grad / world).float()
         return self.inst.step(mb, coef, [(p, logp.detach(), *rest) for p, logp, *rest in seen],
-                              adv)
+                              adv, opt)
 
     def after(self, model, rec, batch=None, adv=None, cut=None):
         return self.inst.after(model, rec, batch, adv, cut) if self.inst else {}

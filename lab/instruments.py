@@ -10,11 +10,12 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
   rollouts(model, batch)           before the update: the policy at the histories each
                                    group shares (for the learning tax), and the lengths
                                    of right and wrong completions
-  step(mb, coef, parts, adv)       after each optimizer step: the ratios' statistics, the
+  step(mb, coef, parts, adv, opt)  after each optimizer step: the ratios' statistics, the
                                    on-policy coefficients c° (each part's loss at
                                    log pi_old, every ratio 1: no clip binds), which
                                    separate the objective's own weights from what reuse
-                                   adds, and the residuals (residuals.py)
+                                   adds, the residuals (residuals.py), and with --motion
+                                   what moved the shared tokens (motion.py)
   after(model, rec, batch, adv, cut)  after the update: the cancellation ledger (ledger.py),
                                    the learning tax and the shift of the shared tokens
                                    (diagnostics.py); at an evaluation the --diagnostics
@@ -23,8 +24,12 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
 The cost: one loss evaluation and one autograd.grad through the loss alone per
 micro-batch (c°), two forward passes of the model per RL step (the policy at the
 shared histories before and after the update), and bookkeeping on the host (a trie of
-the batch's tokens). ``--instruments=false`` switches all of it off; then an RL step
-runs no extra forward or backward pass, keeps no coefficient, and logs none of these
+the batch's tokens). The motion ledger (--motion, rank 0) adds, per optimizer step, a
+forward and backward pass of each group with a followed token, three forward passes of
+those groups' shared prefixes with one backward per followed token (at most
+motion.MAX_SHARED + motion.MAX_PARTIAL), and two forward passes of the step's rows.
+``--instruments=false`` switches all of it off; then an RL step runs no extra forward or
+backward pass, keeps no coefficient, and logs none of these
 numbers. (The lab's catalogue still resolves the flags: lab/__init__.py.)
 """
 
@@ -32,7 +37,7 @@ import types
 
 import torch
 
-from lab import batch_stats, diagnostics, ledger, lengthcov, residuals
+from lab import batch_stats, diagnostics, ledger, lengthcov, motion, residuals
 from lab.syncs import host, to_host
 from plumbing import dist_utils
 import toy_tasks
@@ -46,7 +51,8 @@ import toy_tasks
 SUMS = {**{f"ledger_{k}": 0.0 for k in ("mass", "cancelled", *ledger.LEDGER_PARTS,
                                          "steps", "mixed_steps")},
         "shared_dlogp_sum": 0.0, "lencov_groups": 0.0, "lencov_gap_sum": 0.0, "length_sum": 0.0,
-        "tax_sum": 0.0, "tax_interior_sum": 0.0, "exch_sum": 0.0, "diag_ref": None}
+        "tax_sum": 0.0, "tax_interior_sum": 0.0, "exch_sum": 0.0, "diag_ref": None,
+        **{k: 0.0 for k in motion.STEP_KEYS}}
 
 
 class Instruments:
@@ -59,7 +65,7 @@ class Instruments:
         for k, v in SUMS.items():  # a resumed run's come back with the checkpoint's
             state.sums.setdefault(k, v)
         self.task, self.held_out = task, held_out  # --diagnostics evaluates on them
-        self.before = None
+        self.before, self.theta = None, None
         self.steps = []  # (rows, c, c°) of each optimizer step of the current batch
         choice = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad).choice
         self.choice_id = None if choice is None else toy_tasks.encode(choice)[0]
@@ -71,7 +77,7 @@ class Instruments:
         and the lengths of right and wrong completions. The batch is copied to the host
         once: the lab's bookkeeping runs there and makes the GPU wait no more."""
         self.before = diagnostics.tax_before(model, batch) if self.master else None
-        self.steps = []
+        self.steps, self.full = [], batch
         tokens, mask, group, rewards = to_host(batch.tokens, batch.mask, batch.group,
                                                batch.rewards)
         self.batch = types.SimpleNamespace(tokens=tokens, mask=mask, group=group, rewards=rewards)
@@ -80,7 +86,14 @@ class Instruments:
 
     # ------------------------------------------------------------------ each optimizer step
 
-    def step(self, mb, coef, parts, adv):
+    def begin_step(self, model):
+        """Before an optimizer step (rank 0, with --motion): its parameters, for the motion
+        ledger."""
+        if self.master and self.cfg.motion:
+            self.theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
+            self.model = model
+
+    def step(self, mb, coef, parts, adv, opt):
         """One optimizer step on mini-batch ``mb``: its coefficients ``coef`` (this process's
         rows) and, per part, (positions, log pi, (old log pi, mask, Â, groups), the number
         of parts a --norm=local loss is divided by, the loss as a function of the log-probs
@@ -100,6 +113,12 @@ class Instruments:
         stats = dist_utils.all_reduce_sum(torch.stack([acc[k] for k in keys]))
         coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
         coef_on = dist_utils.all_reduce_sum(coef_on)
+        moved = {}
+        if self.theta is not None:  # what moved the shared tokens (rank 0, --motion)
+            moved = motion.step_metrics(motion.token_motion(
+                self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature,
+                self.cfg.grad_clip))
+            self.theta = None
         stats, coef, coef_on, adv, mb = to_host(stats, coef, coef_on, adv, mb)  # one read
         self.steps.append((mb, coef, coef_on))
         b = self.batch
@@ -109,7 +128,7 @@ class Instruments:
             out["first_token_residual"] = residuals.first_token_residual(coef, group)
             out["exch_residual"] = residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,
                                                            group)
-        return out
+        return dict(out, **moved)
 
     # ------------------------------------------------------------------ after the update
 
@@ -163,6 +182,8 @@ class Instruments:
             sums["shared_dlogp_sum"] += out["shared_dlogp"]
             out["tax_sum"], out["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
         sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
+        for k in motion.STEP_KEYS:  # the motion ledger's sums (rl_update's means of its steps)
+            sums[k] += rec.get(k, 0.0)
         return out
 
     def evaluation(self, model):
@@ -196,6 +217,7 @@ class Instruments:
             out.update(ledger_steps=n, ledger_mass=led["mass"],
                        ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
+                       **motion.summary(s, n),
                        **{f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
             if s["lencov_groups"]:  # right - wrong length inside mixed groups, and the length
                 out.update(lencov_gap_mean=s["lencov_gap_sum"] / s["lencov_groups"],

@@ -41,7 +41,7 @@ import torch
 
 import batching
 import loss
-from lab import estimators, lengthcov, objectives, residuals
+from lab import estimators, lengthcov, motion, objectives, residuals
 from plumbing.config import validate
 from plumbing.console import MIXED_HINT_FLAGS
 from plumbing.errors import CliError
@@ -265,8 +265,12 @@ def ledger_lines(summary, cfg):
         out += textwrap.wrap(f"* zero by construction in this run: {why}", 98,
                              initial_indent="  ", subsequent_indent="    ")
     out += verdict_lines(shares, cfg)
-    out += [f"group-shared tokens (every rollout of a mixed group writes them before it diverges):",
-            f"  mean log-prob change {summary['shared_dlogp_mean']:+.1e} nats per RL step"]
+    if "motion_moved" in summary or "motion_scale_mean" in summary:  # the motion ledger
+        out += motion.lines(summary)
+    else:
+        out += ["group-shared tokens (every rollout of a mixed group writes them before it "
+                "diverges):",
+                f"  mean log-prob change {summary['shared_dlogp_mean']:+.1e} nats per RL step"]
     if "lencov_gap_mean" in summary:
         out += length_lines(summary["lencov_gap_mean"], summary["length_mean"], cfg,
                             shares["weights"])
@@ -274,32 +278,25 @@ def ledger_lines(summary, cfg):
 
 
 def length_lines(gap, length, cfg, weights=None):
-    """What 1/L_i had to act on (THEORY.md 2.7): a group-shared token's copies sum to
-    G Cov(Â, w) inside the group, so 1/L_i pushes it only where right and wrong rollouts
-    differ in length. To first order the net is gap / (2 L) of its copies' summed |c|:
-    sum_i Â_i / L_i = k a (1/L_right - 1/L_wrong) against sum_i |Â_i| / L_i = 2 k a / L.
-    ``weights``: the ledger's share left by unequal weights, measured over every shared
-    token; the lines say how it and the group-shared tokens' change relate to the estimate,
-    and where the gap falls on E13's measured curve (lengthcov.where_on_curve)."""
-    longer, shorter = ("right", "wrong") if gap > 0 else ("wrong", "right")
+    """What 1/L_i had to act on (THEORY.md 2.7), in at most four lines of one idea each: a
+    group-shared token's copies sum to G Cov(Â, w) inside the group, so 1/L_i pushes it only
+    where right and wrong rollouts differ in length. To first order the net is gap / (2 L) of
+    its copies' summed |c|: sum_i Â_i / L_i = k a (1/L_right - 1/L_wrong) against
+    sum_i |Â_i| / L_i = 2 k a / L. ``weights``: the ledger's share left by unequal weights
+    (every shared token); and where the gap falls on E13's curve (lengthcov.where_on_curve)."""
+    longer = "right" if gap > 0 else "wrong"
     share = 100 * abs(gap) / length
-    text = (f"length and reward (THEORY.md 2.7): in the mixed groups, {longer} rollouts were "
-            f"{abs(gap):.1f} tokens longer than {shorter} ones, {share:.1f} % "
-            f"of the mean length ({length:.1f} tokens). ")
+    out = [f"length and reward (THEORY.md 2.7): in mixed groups, {longer} ran "
+           f"{abs(gap):.1f} tokens ({share:.1f} % of L) longer."]
     if objectives.LossSettings.from_config(cfg).aggregation() != "seq-mean-token-mean":
-        text += "This run's weights do not depend on L_i: the gap pushes nothing."
-        return textwrap.wrap(text, 98, subsequent_indent="  ")
-    way = "down, as if penalised" if gap > 0 else "up, as if rewarded"
-    text += (f"On a group-shared token, unequal weights act only through that gap: to first "
-             f"order they leave it {share / 2:.1f} % of its copies' coefficients (half the gap's "
-             f"share), pushing it {way}. ")
+        return out + ["  This run's weights do not depend on L_i: the gap pushes nothing."]
+    way = "a push down" if gap > 0 else "a push up"
+    out.append(f"  Through that gap 1/L_i leaves a group-shared token {share / 2:.1f} % of its "
+               f"coefficients: {way}.")
     if weights is not None:
-        text += (f"The ledger's {percent(weights)} left by unequal weights counts every shared "
-                 f"token, not only the group-shared ones. ")
-    text += ("The group-shared tokens' change above is that push plus the pull of every other "
-             "token's gradient. ")
-    text += " ".join(lengthcov.where_on_curve(share))
-    return textwrap.wrap(text.strip(), 98, subsequent_indent="  ")
+        out.append(f"  The ledger's {percent(weights)} left by unequal weights counts every "
+                   f"shared token.")
+    return out + ["  " + line for line in lengthcov.where_on_curve(share)]
 
 
 def verdict_lines(shares, cfg):

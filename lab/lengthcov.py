@@ -121,18 +121,19 @@ E13_DETECTED = 35.8        # the smallest measured share (%) whose drift was det
 
 def where_on_curve(share):
     """Where a run's in-group gap (``share``: % of the mean length) falls on E13's measured
-    curve, in one sentence that claims no more than the curve shows ([] before E13 ran)."""
+    gaps, in one line that claims no more than they show ([] before E13 ran). The smallest
+    gap tested is no threshold: below it E13 says nothing."""
     if E13_SHARES is None:
         return []
     lo, hi = E13_SHARES
-    head = (f"E13 measured 1/L_i's drift of a choice the reward ignores at gaps of "
-            f"{lo:.0f}-{hi:.0f} % of the mean length")
-    found = ("it detected none" if E13_DETECTED is None else
-             f"it detected one from {E13_DETECTED:.0f} %")
+    found = ("no drift found" if E13_DETECTED is None else
+             f"drift found at {E13_DETECTED:.0f} %" + (", the smallest" if E13_DETECTED == lo
+                                                      else ""))
+    head = f"E13 tested gaps of {lo:.0f}-{hi:.0f} % ({found})"
     if share < lo:
-        return [f"{head} ({found}); this gap is below that range, where it measured nothing."]
+        return [f"{head}; this one is below them, untested."]
     if share > hi:
-        return [f"{head} ({found}); this gap is above that range."]
+        return [f"{head}; this one is above them."]
     if E13_DETECTED is None or share < E13_DETECTED:
-        return [f"{head} ({found}); this gap is inside that range, where it detected none."]
-    return [f"{head} ({found}); this gap is inside that range, where it detected one."]
+        return [f"{head}; this one is inside, where none was found."]
+    return [f"{head}; this one is inside, where drift was found."]

@@ -250,7 +250,8 @@ def test_torchrun_main_step_equals_single_process_on_fixed_rollouts(two_processe
     steps = [[m for m in ms if m["phase"] == "rl" and m["step"] > 0] for ms in logs]
     assert len(steps[1]) == 2  # once per step: rank 0 only
     for a, b in zip(*steps):
-        for key in ("loss", "first_token_residual", "exch_residual", "reward"):
+        for key in ("loss", "first_token_residual", "exch_residual", "reward", "motion_n",
+                    "motion_abs", "motion_same", "motion_scale"):
             assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), key
 
 

@@ -226,18 +226,21 @@ def test_bad_flags_get_one_line(capsys):
 
 
 @pytest.mark.parametrize("share, detected, words", [
-    (1.8, 20.0, "below that range, where it measured nothing"),
-    (25.0, 20.0, "inside that range, where it detected one"),
-    (15.0, 20.0, "inside that range, where it detected none"),
-    (25.0, None, "inside that range, where it detected none"),
-    (200.0, 20.0, "above that range"),
+    (1.8, 20.0, "below them, untested"),
+    (1.8, 12.0, "below them, untested"),
+    (25.0, 20.0, "inside, where drift was found"),
+    (15.0, 20.0, "inside, where none was found"),
+    (25.0, None, "inside, where none was found"),
+    (200.0, 20.0, "above them"),
 ])
 def test_where_a_gap_falls_on_the_curve_in_every_regime(monkeypatch, share, detected, words):
     from lab import lengthcov
     monkeypatch.setattr(lengthcov, "E13_SHARES", (12.0, 130.0))
     monkeypatch.setattr(lengthcov, "E13_DETECTED", detected)
     line, = lengthcov.where_on_curve(share)
-    assert line.startswith("E13 measured 1/L_i's drift of a choice the reward ignores at gaps "
-                           "of 12-130 % of the mean length (")
-    assert ("it detected none)" if detected is None else "it detected one from 20 %)") in line
+    assert line.startswith("E13 tested gaps of 12-130 % (")
+    found = {None: "(no drift found);", 20.0: "(drift found at 20 %);",
+             12.0: "(drift found at 12 %, the smallest);"}[detected]
+    assert found in line and "from" not in line  # the smallest gap tested is no threshold
+    assert len(line) <= 98
     assert line.endswith(words + ".")

@@ -70,9 +70,34 @@ def test_without_the_instruments_a_step_is_the_plain_loop(tmp_path, counted):
 
 def test_the_instruments_cost_two_forward_passes_and_a_loss_gradient_per_part(tmp_path,
                                                                               counted):
-    run(tmp_path, "on")
+    run(tmp_path, "on", "--motion=false")
     # the policy at the shared histories before and after the update; c° by autograd.grad
     assert counted == {"forward": 2 + 2, "grad": 2, "backward": 2}
+
+
+def test_the_motion_ledger_works_on_a_copy_of_the_model(tmp_path, monkeypatch):
+    """--motion's passes run on its own copy of the policy (motion.Scratch): the run's own
+    model sees no pass more than with --motion=false, and the copies see some."""
+    from lab import motion
+    copies, calls = set(), {"run": 0, "copy": 0}
+    real_init, real_forward = motion.Scratch.__init__, GPT.forward
+
+    def init(self, model):
+        real_init(self, model)
+        copies.add(id(self.net))
+
+    def forward(self, *a, **k):
+        calls["copy" if id(self) in copies else "run"] += 1
+        return real_forward(self, *a, **k)
+    monkeypatch.setattr(motion.Scratch, "__init__", init)
+    monkeypatch.setattr(GPT, "forward", forward)
+    counts = {}
+    for on in ("true", "false"):
+        calls.update(run=0, copy=0)
+        run(tmp_path, on, f"--motion={on}")
+        counts[on] = dict(calls)
+    assert counts["true"]["run"] == counts["false"]["run"]
+    assert counts["false"]["copy"] == 0 < counts["true"]["copy"]
 
 
 def test_the_instruments_change_no_number_of_the_training(tmp_path):
@@ -80,7 +105,8 @@ def test_the_instruments_change_no_number_of_the_training(tmp_path):
     strip = lambda ms: [{k: v for k, v in m.items() if k not in LAB_KEYS and k != "seconds"
                          and not k.startswith(("ledger", "tax", "mb_", "length_", "token_",
                                                "groups_", "exch", "first_", "seq_", "abs_",
-                                               "shared_", "lencov_", "choice_"))} for m in ms]
+                                               "shared_", "lencov_", "choice_",
+                                               "motion_"))} for m in ms]
     assert strip(on) == strip(off)
     assert all(k in on[-2] for k in LAB_KEYS)  # the last RL step's line
 

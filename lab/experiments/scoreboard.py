@@ -45,8 +45,8 @@ Clips: eps 0.2 / 0.28 (clip-higher) where a loss has a ratio clip; 3e-4 / 4e-4
 for gspo and luspo (GSPO's sequence-level ranges); 0.2 / 0.2 for dppo (its
 probability and KL thresholds); none for the objectives registered without one
 (``clip="none"`` in lab/objectives.py), with dro_beta = 0.5. clip_cov and kl_cov
-use cov_ratio = 0.02 instead of verl's 2e-4 so that their selection (a few tokens, not one) can be seen on ~300
-tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
+use cov_ratio = 0.02 instead of verl's 2e-4 so that their selection (a few tokens, not
+one) can be seen on ~300 tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
 set; the first token gets the largest.
 
