@@ -1,4 +1,4 @@
-"""The bridge from a researcher's own folder: docs/REFERENCE.md's snippet and the script, run
+"""The bridge from a researcher's own folder: docs/REFERENCE.md's snippet and train_lm, run
 from a temporary folder (PYTHONPATH names the repository, as the docs say) that holds a
 model.py and a loss.py of the researcher's own. They stay the researcher's; the bridge
 uses the lesson's. Skipped where the TRL extra is not installed."""
@@ -24,6 +24,9 @@ assert not hasattr(bridge.loss, "DECOY") and bridge.loss.LOSSES
 import model  # imported after the bridge: still the script's own
 assert model.DECOY, model.__file__
 assert trainer.state.global_step == 2
+from trl_bridge import train_lm  # the script, as `python -m trl_bridge.train_lm` runs it here
+train_lm.main(["--out=run", "--steps=1", "--batch=4", "--group_size=4", "--accumulation=1",
+               "--steps_per_generation=1"])
 print("checked")
 '''
 
@@ -36,19 +39,14 @@ def snippet():
     return code
 
 
-def test_the_snippet_and_the_script_run_from_a_folder_with_decoys(tmp_path):
+def test_the_snippet_and_train_lm_run_from_a_folder_with_decoys(tmp_path):
     for name in ("model", "loss"):
         (tmp_path / f"{name}.py").write_text(DECOY.format(name + ".py"), encoding="utf-8")
     script = "import loss  # the researcher's own, imported first\n" + snippet() + \
         CHECKS.format(root=ROOT)
     (tmp_path / "my_script.py").write_text(script, encoding="utf-8")
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen(argv, cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE) for argv in (
-        [sys.executable, "my_script.py"],
-        [sys.executable, "-m", "trl_bridge.train_lm", "--out=run", "--steps=1", "--batch=4",
-         "--group_size=4", "--accumulation=1", "--steps_per_generation=1"])]
-    (out, err), (out2, err2) = (p.communicate(timeout=300) for p in procs)
-    assert procs[0].returncode == 0 and "checked" in out, err[-3000:]
-    assert procs[1].returncode == 0, err2[-3000:]
+    run = subprocess.run([sys.executable, "my_script.py"], cwd=tmp_path, env=env, text=True,
+                         capture_output=True, timeout=300)
+    assert run.returncode == 0 and "checked" in run.stdout, run.stderr[-3000:]
     assert (tmp_path / "run" / "model.safetensors").is_file()
