@@ -181,3 +181,13 @@ def test_shuffle_costs_line_is_the_mean_over_seeds_with_its_t_interval(capsys):
                         (["--steps=2", "--steps=3"], "given twice")]:
         code, _, err = run(argv, capsys, shuffle_cost.main)
         assert code == 2 and words in err and err.count("error: ") == 1, argv
+
+
+def test_help_lists_every_flag_with_its_default(capsys):
+    from trl_bridge import shuffle_cost
+    code, text, _ = run(["--help"], capsys)
+    assert code == 0
+    for k, (default, _) in train_lm.FLAGS.items():
+        assert f"--{k}={default or chr(39) * 2} " in text, k
+    code, text, _ = run(["--help"], capsys, shuffle_cost.main)
+    assert code == 0 and all(f"{k} ({v})" in text for k, v in shuffle_cost.FLAGS.items())
