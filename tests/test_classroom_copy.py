@@ -160,3 +160,23 @@ def test_two_roster_lines_for_one_student_are_refused(tmp_path):
 def test_links_into_results_keep_their_text_only(copy):
     readme = texts(copy)["README.md"]
     assert "](results/" not in readme and "](results)" not in readme
+
+
+def test_the_copy_s_motion_ledger_picks_the_same_tokens():
+    """lab/motion.py's first row of each token set, rewritten in the copy without the
+    scatter's "amin" (HIDE): on random batches, the copy's tracked_tokens is the library's."""
+    motion_src = handout.committed_files()["lab/motion.py"][0].decode("utf-8")
+    rewritten = handout.hide("lab/motion.py", motion_src)
+    assert '"amin"' in motion_src and '"amin"' not in rewritten
+    from lab import motion
+    space = dict(vars(motion))
+    exec(compile(rewritten, "lab/motion.py (copy)", "exec"), space)  # the copy's module
+    for seed in range(30):
+        g = torch.Generator().manual_seed(seed)
+        rows, length = 12, 6
+        tokens = torch.randint(0, 3, (rows, length), generator=g)
+        mask = torch.ones(rows, length, dtype=torch.bool)
+        group = torch.arange(rows) // 4
+        rewards = torch.randint(0, 2, (rows,), generator=g).float()
+        assert space["tracked_tokens"](tokens, mask, group, rewards) == motion.tracked_tokens(
+            tokens, mask, group, rewards), seed

@@ -4,6 +4,7 @@ spacing, and ``python -m exercises.handin`` packs the work, refusing in one line
 writing anything, what would cost the student marks. Teacher's copy only (it builds the
 copy)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -64,8 +65,10 @@ def test_handin_packs_the_four_files_under_the_roster_s_spelling(student):
     assert [p.name for p in packs] == [handin.pack_name("Ada Lovelace")]
     assert packs[0].name.startswith("handin-ada-lovelace-") and "'Ada Lovelace'" in proc.stdout
     with zipfile.ZipFile(packs[0]) as z:
-        assert sorted(z.namelist()) == sorted(handin.MEMBERS)
+        assert sorted(z.namelist()) == sorted([*handin.MEMBERS, handin.MANIFEST])
         assert z.read("loss.py") == (student / "loss.py").read_bytes()
+        made = json.loads(z.read(handin.MANIFEST))  # who it was made for, and when
+        assert made["student"] == "Ada Lovelace" and made["made"].endswith("Z")
     again = run(student, "exercises.handin")  # run again: the new pack replaces the old one
     assert again.returncode == 0 and len(list(student.glob("handin-*"))) == 1
     assert not list(student.glob(".handin-*"))
