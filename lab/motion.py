@@ -151,26 +151,27 @@ class Scratch:
 
 
 def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip=None,
-                 tokens=None):
+                 tokens=None, caps=(MAX_SHARED, MAX_PARTIAL)):
     """The motion ledger of one optimizer step on rows ``mb`` of ``batch`` (its prompts,
     tokens, mask, group, rewards), taken by ``opt`` on ``model`` from the flat parameters
     ``before``; ``coef`` [len(mb), T] the step's coefficients c = -d loss / d log pi.
     Returns, per tracked token (``tracked_tokens``, or ``tokens`` given as (kind, batch rows,
     position)), a dict of lists: kind, the measured change ``dlogp``, each part of PARTS and
-    ``gap`` = dlogp - their sum; ``scale``, the median |change| of the step's tokens;
-    ``recon``, how far the optimizer's parts miss its step (relative); and ``kappa``."""
+    ``gap`` = dlogp - their sum, ``first`` the first-order change grad l_a(theta) . d;
+    ``scale``, the median |change| of the step's tokens; ``recon``, how far the optimizer's
+    parts miss its step (relative); and ``kappa``. ``caps``: at most so many tokens."""
     params = list(model.parameters())
     after = parameters_to_vector(params).detach()
     d, st = after - before, step_parts(opt, params, before)
     mb, coef = mb.cpu(), coef.to(before.device, before.dtype)
     if tokens is None:
         tokens = [(k, [int(mb[j]) for j in rows], t) for k, rows, t in tracked_tokens(
-            batch.tokens[mb], batch.mask[mb], batch.group[mb], batch.rewards[mb])]
+            batch.tokens[mb], batch.mask[mb], batch.group[mb], batch.rewards[mb], *caps)]
     net = Scratch(model).at(before)
     grads, kappa = group_grads(net, batch, mb, coef, tokens, st["grad"], temperature, grad_clip)
     node_grads, values = path_grads(net, batch, tokens, before, d, temperature)
     local = {int(r): j for j, r in enumerate(mb.tolist())}
-    out = {k: [] for k in ("kind", "dlogp", *PARTS, "gap")}
+    out = {k: [] for k in ("kind", "dlogp", *PARTS, "gap", "first")}
     pg = st["precond"] * st["grad"]
     for j, (kind, rows, t) in enumerate(tokens):
         u = sum(w * g[j] for w, g in zip(WEIGHTS, node_grads))  # the path's mean gradient
@@ -181,7 +182,7 @@ def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip
                     memory=float(u @ st["memory"]), decay=float(u @ st["decay"]))
         change = values[-1][j] - values[0][j]
         for k, v in (("kind", kind), ("dlogp", change), *part.items(),
-                     ("gap", change - sum(part.values()))):
+                     ("gap", change - sum(part.values())), ("first", float(node_grads[0][j] @ d))):
             out[k].append(v)
     with torch.no_grad():  # the scale: how far the step's tokens moved, median over them
         rows = mb.tolist()
