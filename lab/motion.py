@@ -131,6 +131,9 @@ class Scratch:
 
     def __init__(self, model):
         self.net = copy.deepcopy(model).eval()
+        # --compile sets the instance's forward to a compiled function bound to the run's
+        # model: the copy must run its own parameters, with the class's forward
+        self.net.__dict__.pop("forward", None)
         self.params = list(self.net.parameters())
 
     def at(self, flat):

@@ -3,6 +3,7 @@ measured change, own = 0 for equal weights, each part against per-token autograd
 optimizer's parts against a step taken without them."""
 
 import copy
+import os
 import math
 import types
 
@@ -274,3 +275,42 @@ def test_the_summary_shares_and_lines():
     assert "the largest: the rest of its group" in lines[-1]
     assert not any("weight decay" in x or "own copies" in x for x in lines)
     assert lines[1] == "  mean |change| 1.5e+00 nats, 0.38 times the median token's (4.0e+00)"
+
+
+def test_the_checks_agreement_by_hand():
+    """motion_check's agreement: slope sum xy / sum x^2, the correlation, and the worst
+    token's |y - x| over max |x|, on numbers whose values are known."""
+    from lab.experiments import motion_check
+    a = motion_check.agreement([1.0, -2.0, 3.0], [1.0, -2.0, 3.0])
+    assert a == {"slope": 1.0, "corr": pytest.approx(1.0), "worst": 0.0}
+    b = motion_check.agreement([1.0, -2.0, 3.0], [2.0, -4.0, 6.5])
+    assert b["slope"] == pytest.approx((2 + 8 + 19.5) / 14) and b["worst"] == pytest.approx(3.5 / 3)
+
+
+@pytest.mark.parametrize("argv, words", [(["--step=0"], "--step"), (["--seeds=x"], "--seeds"),
+                                         (["--step=3", "--step=4"], "given twice"),
+                                         (["--jobs=2"], "--jobs")])
+def test_the_checks_bad_input_is_one_line(argv, words, tmp_path):
+    """Bad input is one error line and exit status 2, before anything is written."""
+    import subprocess
+    import sys
+    out = tmp_path / "o"
+    run = subprocess.run([sys.executable, "-m", "lab.experiments.motion_check", *argv,
+                          f"--out={out}"], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    lines = run.stderr.strip().splitlines()
+    assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), run.stderr
+    assert words in lines[0] and not out.exists()
+
+
+def test_the_copy_runs_its_own_parameters_under_compile():
+    """--compile replaces the model's forward on the instance (dist_utils): the ledger's
+    copy drops it, so that a point of the path is evaluated at that point, not at the run's
+    weights (a stand-in for the compiled function, bound to the run's model)."""
+    model, batch = tiny()
+    model.forward = model.forward  # an instance attribute bound to the run's model
+    net = motion.Scratch(model)
+    theta = parameters_to_vector(model.parameters()).detach()
+    a = net.at(theta).logprobs(batch, [0], 1.0)
+    b = net.at(theta * 0.5).logprobs(batch, [0], 1.0)
+    assert not torch.allclose(a, b)
