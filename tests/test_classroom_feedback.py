@@ -132,3 +132,22 @@ def test_one_student_re_marked_replaces_their_row_and_keeps_the_written_marks(tm
     t = read(folder / "totals.csv")
     assert t[1][:1] == ["ada LOVELACE"] and t[1][3:] == ["28", "13.5", "41.5"]
     assert [r[0] for r in t[1:]] == ["ada LOVELACE", "Alan Turing", "Grace Hopper"]
+
+
+def test_a_csv_roster_s_id_and_email_reach_the_gradebook_feedback_and_totals(tmp_path):
+    from exercises.answers import grades, mark
+    (tmp_path / "roster.csv").write_text("name,email,id\nAda Lovelace,ada@example.invalid,s1\n",
+                                         encoding="utf-8")
+    ids = mark.roster_ids(str(tmp_path / "roster.csv"))
+    r = dict(row(0, "Ada Lovelace"), **ids["ada lovelace"])
+    text = gradebook.csv_text([r, row(1, "Alan Turing")], {})
+    assert text.splitlines()[0].startswith("student,id,email,on the roster")
+    assert text.splitlines()[1].startswith("Ada Lovelace,s1,ada@example.invalid,yes")
+    assert gradebook.feedback(r).startswith("# Feedback: Ada Lovelace (s1, ada@example.invalid)")
+    folder = tmp_path / "marks"
+    folder.mkdir()
+    (folder / "gradebook.csv").write_text(text, encoding="utf-8-sig")
+    enter(folder, {"Ada Lovelace": FULL_WRITTEN})
+    assert grades.main([str(folder)]) == 0  # no --roster: the gradebook's own columns
+    assert read(folder / "moodle.csv")[1] == ["s1", "ada@example.invalid", "Ada Lovelace",
+                                              "41.5"]

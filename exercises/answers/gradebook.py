@@ -212,7 +212,8 @@ def cell(value):
 
 def csv_text(rows, marks):
     """gradebook.csv: the header, then one row per student."""
-    head = ["student", "on the roster", "handed in as"]
+    ids = any(r.get("id") or r.get("email") for r in rows)  # a .csv roster's columns
+    head = ["student", *(["id", "email"] if ids else []), "on the roster", "handed in as"]
     head += [f"{ex} (of {p.get('numbers', 0) + p.get('code', 0)})" for ex, p in POINTS.items()
              if "numbers" in p or "code" in p]
     head += [f"marked by the tool (of {MARKED})"]
@@ -225,7 +226,8 @@ def csv_text(rows, marks):
     for r in rows:
         p = points(r)
         scored = [ex for ex, q in POINTS.items() if "numbers" in q or "code" in q]
-        line = [r["student"], r["on_roster"], r["label"]]
+        line = [r["student"], *([r.get("id", ""), r.get("email", "")] if ids else []),
+                r["on_roster"], r["label"]]
         line += ["?" if p is None else p[ex] for ex in scored]
         line += ["?" if p is None else sum(p.values())] + [None] * len(WRITTEN_POINTS)
         line += [marks.get((r["index"], q), "") for q in WRITTEN_POINTS]
@@ -274,7 +276,8 @@ def feedback(row):
     No key value and nothing of another student (the written answers' flags stay yours)."""
     p = points(row)
     total = "?" if p is None else sum(p.values())
-    lines = [f"# Feedback: {printable(row['student'])}", "",
+    who = ", ".join(printable(row[k]) for k in ("id", "email") if row.get(k))
+    lines = [f"# Feedback: {printable(row['student'])}" + (f" ({who})" if who else ""), "",
              f"Marked by the tool: {total} of {MARKED} points. Your teacher marks the written "
              f"answers ({sum(WRITTEN_POINTS.values())} points).", "",
              "| exercise | points |", "|---|---|"]

@@ -22,7 +22,8 @@ It writes into MARKS, each file whole or not at all:
   address") to the user field of the same name, and the title column to the grade item.
 
 The id and email come from ``--roster=roster.csv``, the handout's roster as a table (a
-header row: name, and optionally id and email); without it those columns are blank.
+header row: name, and optionally id and email), or else from gradebook.csv's own id and
+email columns (the marker writes them when its roster was such a table).
 
 ``--replace=REMARKED``: REMARKED is the marker's folder for a few students marked again
 (say, one submission fixed after a fault of its own). Each of its rows replaces that
@@ -95,7 +96,7 @@ def totals(rows, ids):
         tool = r[TOOL].strip()
         tool = float(tool) if tool.replace(".", "", 1).isdigit() else None
         written = sum(w.values()) if None not in w.values() else None
-        who = ids.get(roster.fold(r["student"]), {})
+        who = ids.get(roster.fold(r["student"])) or r  # else the gradebook's own columns
         total = tool + written if tool is not None and written is not None else None
         out.append((r["student"], who.get("id", ""), who.get("email", ""), tool, written, total))
     return out

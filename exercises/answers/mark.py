@@ -466,6 +466,16 @@ def class_roster(path):
         raise MarkError(f"--roster={path}: {e}") from None
 
 
+def roster_ids(path):
+    """{folded name: {"id": ..., "email": ...}} of a .csv roster (handout.roster_rows); {}
+    for any other roster."""
+    if not path or not path.lower().endswith(".csv"):
+        return {}
+    with open(path, encoding="utf-8-sig") as f:
+        rows = handout.roster_rows(path, f.read())
+    return {roster.fold(r["name"]): {k: r.get(k, "") for k in ("id", "email")} for r in rows}
+
+
 def publish(out, rows, marks, table):
     """The gradebook folder, written beside ``out`` and renamed into place: whole or absent."""
     parent = os.path.dirname(out)
@@ -519,6 +529,7 @@ def main(argv):
     try:
         top, opts = parse(argv)
         students = class_roster(opts["roster"])
+        ids = roster_ids(opts["roster"])
     except MarkError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -541,6 +552,8 @@ def main(argv):
         except (sandbox.SandboxError, handout.HandoutError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    for r in rows:  # a .csv roster's id and email, carried to the gradebook and feedback
+        r.update(ids.get(roster.fold(r["student"]), {}))
     rows.sort(key=lambda r: (roster.fold(r["student"]), r["label"]))  # as a class list reads
     marks_ = gradebook.flags(rows)
     table = gradebook.screen(rows)
