@@ -20,6 +20,10 @@ and replaces the rest:
   own metrics (console, TensorBoard, wandb) as ``ledger/<part>`` and ``lengthcov/<key>``.
   With several processes every process gathers the whole batch, so 2 processes give the
   ledger of the batch as 1 process would.
+* TRL's ``beta`` (its reference model, its k3 estimator), ``importance_sampling_level=
+  "sequence"`` (GSPO) and ``entropy_coef``, each as TRL computes it. Every other TRL
+  setting these objectives do not honour is refused in one line (UNSUPPORTED, loss_type,
+  a scale_rewards that contradicts the objective), never silently ignored.
 
 TRL's private names this file relies on (trl 1.16; nothing public serves):
 ``_generate_and_score_completions`` (extended: group and row ids), ``_prepare_inputs``
