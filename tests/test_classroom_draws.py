@@ -76,11 +76,11 @@ def given_away(name, tables, sizes):
 
 def test_1000_random_names_in_25_rosters_are_all_drawn_and_none_is_given_away(copy):
     """25 rosters of 40: every name gets tables, the guard finds nothing, and no answer of
-    anyone is a number the copy prints. The names whose first draws the copy prints are
-    drawn again: the test counts them, so that the redrawing is known to be exercised."""
+    anyone is a number the copy prints. Among the first 200, names whose first draws the
+    copy prints are drawn again: counted, so that the redrawing is known to be exercised."""
     rng, forms, sizes = random.Random(20261201), handout.printed(copy)[0], printed_sizes(copy)
     redrawn = clashing = 0
-    for _ in range(25):
+    for i in range(25):
         names = roster(rng)
         students, none = handout.draws(names, forms)
         assert none == [] and sorted(students) == names
@@ -89,9 +89,10 @@ def test_1000_random_names_in_25_rosters_are_all_drawn_and_none_is_given_away(co
         assert handout.leaks(full, students) == []
         for n in names:
             assert given_away(n, students[n], sizes) == [], n
-            first = truth.pick_tables(n)
-            redrawn += first != students[n]
-            clashing += bool(given_away(n, first, sizes))
+            if i < 5:  # 200 names show the redrawing at work
+                first = truth.pick_tables(n)
+                redrawn += first != students[n]
+                clashing += bool(given_away(n, first, sizes))
     assert clashing > 0 and redrawn >= clashing  # names whose first draw the copy prints
 
 
