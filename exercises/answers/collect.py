@@ -31,7 +31,9 @@ name it has. The platforms' download names (``platform_name``):
   a space; blind marking writes "Participant" for the name, which matches no one.
 * Canvas, "Download Submissions": each file as ``lastnamefirstname_12345_67890_<name>``, or
   ``lastnamefirstname_LATE_12345_67890_<name>`` for late work: the name lower case, its
-  spaces and punctuation dropped. It is matched to the roster the same way, either order.
+  spaces and punctuation dropped. It is matched to the roster the same way, either order,
+  and only where one roster name fits. (Moodle's forms are read from its own source,
+  mod/assign; Canvas's are as its users report them: check one download of yours.)
 
 Where a platform's name is on the roster it decides (the platform knows who uploaded the
 work): a pack made on a partner's laptop lands on its uploader's row, never on the
