@@ -49,6 +49,7 @@ from exercises.answers import collect, gradebook, mark, sandbox  # noqa: E402
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, as root, when it builds the autograder's image.
 set -euo pipefail
+apt-get update
 apt-get install -y python3 python3-venv git util-linux
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install -r /autograder/source/repo/requirements.txt \\
