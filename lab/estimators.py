@@ -157,9 +157,37 @@ register(Estimator("opo", _opo, formula="r_i - sum_j L_j r_j / sum_j L_j (j in g
 register(Estimator("grpo_passk", _grpo_passk,
     formula="(r_max - r_2nd)/(sigma_g + eps) for the group's best, 0 for the rest",
     centred=False, centred_text="no: Â >= 0", upstream="verl `grpo_passk`", one_signed=True))
+register(Estimator("gdpo",
+    lambda r, g, mu, n, L, b, eps: _token_whiten(loss.advantages(r, g, True, eps), L),
+    formula="(z_i - m)/sqrt(v + 1e-8), z_i = (r_i - mu_g)/(sigma_g + eps), m, v token-weighted",
+    centred=False, centred_text="no: centred, then shifted by the token-weighted m",
+    upstream="GDPO (arXiv 2601.05242; NVlabs/GDPO's verl-GDPO), one reward",
+    needs=("lengths",)))
 register(Estimator("positive_only", lambda r, g, mu, n, L, b, eps: (r > 0).float(),
     formula="1[r_i > 0]", centred=False, centred_text="no: Â >= 0",
     upstream="(rejection sampling)", one_signed=True))
+
+
+def optimal_token_baseline(rewards, group, mask, old_logp, sum_pi_sq, eps=1e-8):
+    """verl's ``optimal_token_baseline`` (core_algos.py, outcome reward, no IS weights):
+    one advantage per *token*, A_{i,t} = r_i - B_t, with B_t = sum_j r_j W_{j,t} /
+    (sum_j W_{j,t} + eps) over the rows j of i's group still running at t, and W_{j,t} =
+    sum_{u<=t} (1 - 2 pi_{j,u} + sum_v pi_u(v)^2), pi_{j,u} = exp(old_logp) of the sampled
+    token. Returns [N, T], 0 on padding; a group of one row keeps A = r.
+
+    Not an ``--adv``: the trainer carries one Â per sequence. Copies of a token after one
+    identical history have the same W (the same history, the same probabilities), so at a
+    position the whole group shares B_t is the group's mean reward (up to eps): centred
+    there. At a prefix part of a group shares, B_t also averages the other rows: not."""
+    m = mask.to(old_logp.dtype)
+    w = ((1 - 2 * old_logp.exp() + sum_pi_sq) * m).cumsum(1)
+    r = rewards.to(old_logp.dtype)[:, None].expand_as(w)
+    g, k = loss.groups(group)
+    num = torch.zeros(k, w.shape[1], dtype=w.dtype, device=w.device).index_add_(0, g, r * w * m)
+    den = torch.zeros(k, w.shape[1], dtype=w.dtype, device=w.device).index_add_(0, g, w * m)
+    alone = (torch.bincount(g, minlength=k) == 1)[g][:, None]
+    base = torch.where(alone, torch.zeros_like(w), (num / (den + eps))[g])
+    return (r - base) * m
 
 
 def table():

@@ -90,13 +90,15 @@ AGGREGATIONS = {
     "seq-mean-token-sum-norm": "1 / (N L_max)",
     "micro-token-mean": "1 / (M sum L_local)",
     "positive-token-mean": "1 / sum L over positives",
+    "balanced-token-mean": "n_s / (K n_± T_s), s = the sign class of Â_i in its group",
 }
 AGGS = tuple(list(AGGREGATIONS)[:5])  # what --agg accepts
 
 
-def agg_weight(mode, lens, counts):
+def agg_weight(mode, lens, counts, adv=None, group=None):
     """agg_i [N] of aggregation ``mode`` (a key of AGGREGATIONS) for sequences of
-    lengths ``lens``, with the optimizer step's denominators ``counts``."""
+    lengths ``lens``, with the optimizer step's denominators ``counts`` (``adv`` and
+    ``group``: the rows' Â and group ids, which balanced-token-mean reads)."""
     n, max_len, tokens = counts["n_seqs"], counts["max_len"], max(counts["n_tokens"], 1)
 
     def const(v):
@@ -116,7 +118,25 @@ def agg_weight(mode, lens, counts):
         return const(1.0 / max(counts["n_pos_tokens"], 1))
     if mode == "token-sum":
         return const(1.0)
+    if mode == "balanced-token-mean":
+        return balanced_weight(lens, adv, group)
     raise ValueError(f"unknown aggregation {mode!r}; choose one of {', '.join(AGGREGATIONS)}")
+
+
+def balanced_weight(lens, adv, group):
+    """Balanced Aggregation (arXiv 2605.04077): inside each group, a token mean over the
+    positives and one over the negatives, mixed by their sequence counts, then a mean over
+    the K groups of these rows. Row i of sign class s (Â > 0 or Â < 0) in group g gets
+    n_s / (K n_± T_s): n_s rollouts of that sign with T_s tokens, n_± = n_+ + n_-. A row
+    with Â = 0 is in neither subset and gets 0 (its policy term is 0 anyway)."""
+    L = lens.to(torch.float)
+    pos, neg = (adv > 0).float(), (adv < 0).float()
+    n_pos, n_neg = loss.group_sum(pos, group), loss.group_sum(neg, group)
+    t_pos, t_neg = loss.group_sum(L * pos, group), loss.group_sum(L * neg, group)
+    n_signed = (n_pos + n_neg).clamp(min=1)
+    k = int(loss.compact(group).max()) + 1 if len(group) else 1
+    w = pos * n_pos / t_pos.clamp(min=1) + neg * n_neg / t_neg.clamp(min=1)
+    return w / (n_signed * k)
 
 
 # ----------------------------------------------------------------------------- clips
@@ -341,6 +361,10 @@ register(Objective("dro", engine(engines.dro), agg="token-mean",
     verdict="yes on-policy; off-policy no (the same -beta_dro log rho on every copy)",
     cancels=EVERY_REGIME, why="the same -beta_dro log rho on every copy", clip="none",
     additive=True, needs={"dro_beta": "verl has no default"}))
+register(Objective("ba", ppo_token_term, agg="balanced-token-mean",
+    coefficient="Â_i n_s / (K n_± T_s): a token mean per sign class s, mixed by counts",
+    verdict="no: 1/T_s differs between the group's positives and negatives", cancels=NONE,
+    why="1/T_s by sign", dual_clip=True, own_agg=True, split_dependent=True))
 
 
 def table():
@@ -424,7 +448,7 @@ def policy_loss(batch, settings, bounds=FROM_SETTINGS):
     mask_f = mask.float()
     lens = mask.sum(1)
     counts = batch.counts if batch.counts is not None else loss.step_counts(mask, batch.adv)
-    agg = agg_weight(settings.aggregation(), lens, counts)
+    agg = agg_weight(settings.aggregation(), lens, counts, batch.adv, batch.group)
     # a selection switch drops a token's policy gradient, not its value
     pol_logp = (
         new_logp if batch.keep is None else torch.where(batch.keep, new_logp, new_logp.detach())
