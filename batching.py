@@ -33,11 +33,11 @@ The rules:
 
   full            M = 1: one step on the whole batch.
   shuffle         Permute the rollouts, then cut into M chunks (TRL).
-  length          Balance the token totals across M chunks of the shuffle
-                  sizes (verl's balance_batch). Greedy: shuffle, stable-sort
-                  by length (longest first), then put each rollout into the
-                  chunk with the fewest tokens among the chunks that still
-                  have room.
+  length          Balance the token totals across the M chunks themselves,
+                  with the shuffle sizes. Greedy: shuffle, stable-sort by
+                  length (longest first), then put each rollout into the
+                  chunk with the fewest tokens among those with room. (verl's
+                  balance_batch is another cut: ranks first, then mini-batches.)
   query (QB)      Permute the groups, then cut the list of groups into M
                   chunks. Each mini-batch gets whole groups.
   balanced (RB)   Shuffle the positives, the negatives and the zeros, each

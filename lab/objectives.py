@@ -69,6 +69,7 @@ import torch
 import loss
 import model
 from lab import engines, estimators
+from lab import verl_batching  # noqa: F401 (verl's cut joins batching.SCHEDULERS)
 
 CLIPS = loss.CLIPS
 # The regimes in which the exchangeability verdicts are stated (and scored, by the
