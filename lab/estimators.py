@@ -35,6 +35,10 @@ completion has the return r_i. ``remax`` needs one greedy completion per prompt:
 ``controls`` (below) draws it and sets the batch's ``baseline`` (train.py calls it
 through the lab's hooks). ``grpo_passk`` follows verl: the first of equal maxima is
 "the best", so a group with two or more correct answers gets A = 0 everywhere.
+``gdpo`` is GDPO with one reward: each reward's grpo advantage, summed (one term here),
+then verl's token-weighted whitening (``_token_whiten``), as NVlabs/GDPO's verl port does.
+verl's ``optimal_token_baseline`` gives one advantage per token, which ``--adv`` cannot
+carry; ``optimal_token_baseline`` below computes it, for tests and readers.
 """
 
 from dataclasses import dataclass
