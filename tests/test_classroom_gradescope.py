@@ -69,6 +69,15 @@ def test_the_zip_has_setup_and_run_autograder_at_its_root(autograder):
         assert sorted(json.loads(z.read("roster.json"))["students"]) == sorted(CASES)
 
 
+def test_the_copy_s_roster_json_gives_its_draws_as_they_are(tmp_path, capsys):
+    from exercises import handout
+    draws = {"Ada Lovelace": {"EX1": 3, "EX4": 0, "EX7": 1}}
+    (tmp_path / "roster.json").write_text(handout.roster_json(draws), encoding="utf-8")
+    assert gradescope.main([str(tmp_path / "a.zip"), f"--roster={tmp_path / 'roster.json'}"]) == 0
+    with zipfile.ZipFile(tmp_path / "a.zip") as z:
+        assert json.loads(z.read("roster.json"))["students"] == draws
+
+
 def layout(top, name, make):
     """A folder standing for /autograder: source/ (the zip, unpacked, its repo made a
     repository as setup.sh makes it), run_autograder, submission/ and the metadata."""

@@ -89,10 +89,9 @@ class GradescopeError(Exception):
 
 # ----------------------------------------------------------------------------- building
 
-def build(out, names):
-    """Write the autograder zip ``out`` (new) for the roster ``names`` (None: no roster,
-    then every student is marked on the tables a copy without a roster shows)."""
-    students = handout.class_draws(names) if names else {}
+def build(out, students):
+    """Write the autograder zip ``out`` (new) for ``students`` ({name: draws}; {}: no
+    roster, then every student is marked on the tables a copy without a roster shows)."""
     files = {rel: data for rel, (data, _) in handout.committed_files().items()
              if not rel.startswith("results/")}
     tmp = out + ".partial"
@@ -111,6 +110,20 @@ def build(out, names):
         if os.path.exists(tmp):
             os.unlink(tmp)
     return len(students), len(files)
+
+
+def draws_of(path):
+    """{name: draws}: the copy's own exercises/roster.json as it is, or a names.txt (or
+    .csv) roster drawn as the handout draws it from the last commit."""
+    if path.endswith(".json"):
+        try:
+            r = roster.load(path)
+        except roster.RosterError as e:
+            raise GradescopeError(f"--roster={path}: {e}") from None
+        if r is None:
+            raise GradescopeError(f"--roster={path}: no such file")
+        return dict(r["students"])
+    return handout.class_draws(handout.read_roster(path)[0])
 
 
 # ----------------------------------------------------------------------------- marking
@@ -244,8 +257,7 @@ def main(argv):
         if os.path.exists(outs[0]) or not os.path.isdir(os.path.dirname(os.path.abspath(
                 outs[0]))):
             raise GradescopeError(f"{outs[0]} exists, or its folder does not; name a new file")
-        names = handout.read_roster(rost[0])[0] if rost else None
-        n, files = build(outs[0], names)
+        n, files = build(outs[0], draws_of(rost[0]) if rost else {})
     except (GradescopeError, handout.HandoutError, mark.MarkError, sandbox.SandboxError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
