@@ -24,8 +24,12 @@ What changes in the copy, and why:
   weights and why it is there (exercise 6), and which transform can raise a weight
   (exercise 3). loss.dfpo_weights loses its ``.detach()``: every caller passes the
   detached s_i (loss.sequence_ratio), so its values and gradients are the same;
-* the copy is searched for every exercise's answer (``ANSWERS``, and each roster
-  student's key numbers) and refused, in one line, if one is there;
+* each roster student's tables are the first draws (0, 1, 2, ...) whose numbers no
+  decimal the copy prints would mark right (``draws``, truth.clashes): every roster gets a
+  copy. The copy is then searched for every exercise's answer (``ANSWERS``) and every
+  student's numbers; what is found is listed whole, in one line, and the copy refused
+  unless ``--allow_leaks`` (then each is named);
+* tests whose assertions answer an exercise are left out whole (``CUT_TESTS``);
 * tests that read results/ are marked skipped, with that reason;
 * Markdown: the teacher's sections of EXERCISES.md are cut, and a link that would not
   resolve in the copy keeps its text and loses its target (or its anchor); so does a link
