@@ -151,3 +151,15 @@ def test_a_csv_roster_s_id_and_email_reach_the_gradebook_feedback_and_totals(tmp
     assert grades.main([str(folder)]) == 0  # no --roster: the gradebook's own columns
     assert read(folder / "moodle.csv")[1] == ["s1", "ada@example.invalid", "Ada Lovelace",
                                               "41.5"]
+
+
+def test_the_marker_reads_a_csv_roster_as_it_reads_names_txt(tmp_path):
+    from exercises import handout
+    from exercises.answers import mark
+    (tmp_path / "roster.csv").write_text("\ufeffname,id\n\"Turing, Alan\",s2\nAda Lovelace,s1\n",
+                                         encoding="utf-8")
+    assert mark.class_roster(str(tmp_path / "roster.csv")) == handout.class_draws(
+        ["Turing, Alan", "Ada Lovelace"])
+    (tmp_path / "bad.csv").write_text("student,id\nAda Lovelace,s1\n", encoding="utf-8")
+    with pytest.raises(mark.MarkError, match="header row of name, id, email"):
+        mark.class_roster(str(tmp_path / "bad.csv"))
