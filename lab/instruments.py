@@ -14,8 +14,9 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
                                    on-policy coefficients c° (each part's loss at
                                    log pi_old, every ratio 1: no clip binds), which
                                    separate the objective's own weights from what reuse
-                                   adds, the residuals (residuals.py), and with --motion
-                                   what moved the shared tokens (motion.py)
+                                   adds, the residuals (residuals.py), and in the RL steps
+                                   of --motion_every what moved the shared tokens
+                                   (motion.py)
   after(model, rec, batch, adv, cut)  after the update: the cancellation ledger (ledger.py),
                                    the learning tax and the shift of the shared tokens
                                    (diagnostics.py); at an evaluation the --diagnostics
@@ -24,10 +25,11 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
 The cost: one loss evaluation and one autograd.grad through the loss alone per
 micro-batch (c°), two forward passes of the model per RL step (the policy at the
 shared histories before and after the update), and bookkeeping on the host (a trie of
-the batch's tokens). The motion ledger (--motion, rank 0) adds, per optimizer step, a
-forward and backward pass of each group with a followed token, three forward passes of
-those groups' shared prefixes with one backward per followed token (at most
-motion.MAX_SHARED + motion.MAX_PARTIAL), and two forward passes of the step's rows.
+the batch's tokens). The motion ledger (rank 0, in every --motion_every-th RL step) adds,
+per optimizer step, on its own copy of the model: a forward and backward pass of each
+group it follows (at most motion.MAX_GROUPS), at three points of the step a forward pass of
+each followed token's row with one backward per token (at most motion.MAX_SHARED +
+motion.MAX_PARTIAL), and two forward passes of the step's rows.
 ``--instruments=false`` switches all of it off; then an RL step runs no extra forward or
 backward pass, keeps no coefficient, and logs none of these
 numbers. (The lab's catalogue still resolves the flags: lab/__init__.py.)
@@ -52,7 +54,7 @@ SUMS = {**{f"ledger_{k}": 0.0 for k in ("mass", "cancelled", *ledger.LEDGER_PART
                                          "steps", "mixed_steps")},
         "shared_dlogp_sum": 0.0, "lencov_groups": 0.0, "lencov_gap_sum": 0.0, "length_sum": 0.0,
         "tax_sum": 0.0, "tax_interior_sum": 0.0, "exch_sum": 0.0, "diag_ref": None,
-        **{k: 0.0 for k in motion.STEP_KEYS}}
+        "motion_steps": 0.0, **{k: 0.0 for k in motion.STEP_KEYS}}
 
 
 class Instruments:
@@ -87,9 +89,10 @@ class Instruments:
     # ------------------------------------------------------------------ each optimizer step
 
     def begin_step(self, model):
-        """Before an optimizer step (rank 0, with --motion): its parameters, for the motion
-        ledger."""
-        if self.master and self.cfg.motion:
+        """Before an optimizer step (rank 0, in RL steps 1, 1 + --motion_every, ...): its
+        parameters, for the motion ledger."""
+        every = self.cfg.motion_every
+        if self.master and every and (self.state.step - 1) % every == 0:
             self.theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
             self.model = model
 
@@ -114,7 +117,7 @@ class Instruments:
         coef = dist_utils.all_reduce_sum(coef)  # every coefficient of the step, on every rank
         coef_on = dist_utils.all_reduce_sum(coef_on)
         moved = {}
-        if self.theta is not None:  # what moved the shared tokens (rank 0, --motion)
+        if self.theta is not None:  # what moved the shared tokens (rank 0, --motion_every)
             moved = motion.step_metrics(motion.token_motion(
                 self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature,
                 self.cfg.grad_clip))
@@ -182,8 +185,10 @@ class Instruments:
             sums["shared_dlogp_sum"] += out["shared_dlogp"]
             out["tax_sum"], out["tax_interior_sum"] = sums["tax_sum"], sums["tax_interior_sum"]
         sums["exch_sum"] += rec["exch_residual"]  # the summary's mean
-        for k in motion.STEP_KEYS:  # the motion ledger's sums (rl_update's means of its steps)
-            sums[k] += rec.get(k, 0.0)
+        if "motion_n" in rec:  # the motion ledger's sums (rl_update's means of its steps)
+            sums["motion_steps"] += 1
+            for k in motion.STEP_KEYS:
+                sums[k] += rec[k]
         return out
 
     def evaluation(self, model):
@@ -217,7 +222,7 @@ class Instruments:
             out.update(ledger_steps=n, ledger_mass=led["mass"],
                        ledger_mixed_steps=int(s["ledger_mixed_steps"]),
                        shared_dlogp_mean=s["shared_dlogp_sum"] / n,
-                       **motion.summary(s, n),
+                       **motion.summary(s),
                        **{f"ledger_{k}": v for k, v in ledger.ledger_shares(led).items()})
             if s["lencov_groups"]:  # right - wrong length inside mixed groups, and the length
                 out.update(lencov_gap_mean=s["lencov_gap_sum"] / s["lencov_groups"],

@@ -266,7 +266,7 @@ def ledger_lines(summary, cfg):
                              initial_indent="  ", subsequent_indent="    ")
     out += verdict_lines(shares, cfg)
     if "motion_moved" in summary or "motion_scale_mean" in summary:  # the motion ledger
-        out += motion.lines(summary)
+        out += motion.lines(summary, cfg.motion_every)
     else:
         out += ["group-shared tokens (every rollout of a mixed group writes them before it "
                 "diverges):",

@@ -46,8 +46,9 @@ PARTS = {"own": "its own copies' net push",
          "decay": "weight decay"}
 # Simpson's rule on [0, 1]: nodes and weights; exact for a cubic along the path
 NODES, WEIGHTS = (0.0, 0.5, 1.0), (1 / 6, 4 / 6, 1 / 6)
-# at most this many tokens of each kind per optimizer step: the ledger's cost grows with them
-MAX_SHARED, MAX_PARTIAL = 8, 4
+# at most this many mixed groups, and of their tokens of each kind, per optimizer step: the
+# ledger's cost grows with them (a group's backward pass, a token's three)
+MAX_GROUPS, MAX_SHARED, MAX_PARTIAL = 3, 8, 4
 
 
 def step_parts(opt, params, before):
@@ -93,12 +94,14 @@ def step_parts(opt, params, before):
     return {k: torch.cat(v) for k, v in out.items()}
 
 
-def tracked_tokens(tokens, mask, group, rewards, max_shared=MAX_SHARED, max_partial=MAX_PARTIAL):
+def tracked_tokens(tokens, mask, group, rewards, max_shared=MAX_SHARED, max_partial=MAX_PARTIAL,
+                   max_groups=MAX_GROUPS):
     """The tokens the ledger follows in one step (local rows of the step): a list of
     (kind, rows of the set's copies, position), ``kind`` "shared" where every row of a mixed
     group in the step writes the token after the same history, "partial" where two or more
-    but not all do. At most ``max_shared`` and ``max_partial``, evenly spaced over the sets
-    (in the order of residuals.history_token_sets: by position, then group)."""
+    but not all do. At most ``max_groups`` mixed groups, evenly spaced over the step's; of
+    their sets (residuals.history_token_sets' order: by position, then group) at most
+    ``max_shared`` and ``max_partial``, evenly spaced."""
     ids = residuals.history_token_sets(tokens, mask, group)
     group, rewards = group.cpu(), rewards.cpu()
     rows, pos = (ids >= 0).nonzero(as_tuple=True)
@@ -108,21 +111,23 @@ def tracked_tokens(tokens, mask, group, rewards, max_shared=MAX_SHARED, max_part
     first = torch.full((len(uniq),), len(rows)).scatter_reduce(0, inv, torch.arange(len(rows)),
                                                                "amin")
     size = {int(k): int((group == k).sum()) for k in torch.unique(group)}
-    mixed = {k for k in size if len(torch.unique(rewards[group == k])) > 1}
+    mixed = [k for k in sorted(size) if len(torch.unique(rewards[group == k])) > 1]
+    chosen = set(spaced(mixed, max_groups))
     pick = {"shared": [], "partial": []}
     for s in range(len(uniq)):
         k = int(group[rows[first[s]]])
-        if count[s] >= 2 and k in mixed:
+        if count[s] >= 2 and k in chosen:
             pick["shared" if int(count[s]) == size[k] else "partial"].append(s)
-    out = []
-    for kind, cap in (("shared", max_shared), ("partial", max_partial)):
-        sets = pick[kind]
-        for j in sorted({round(i * (len(sets) - 1) / max(cap - 1, 1)) for i in range(cap)}
-                        if len(sets) > cap else range(len(sets))):
-            s = sets[j]
-            copies = rows[inv == s]
-            out.append((kind, copies.tolist(), int(pos[first[s]])))
-    return out
+    return [(kind, rows[inv == s].tolist(), int(pos[first[s]]))
+            for kind, cap in (("shared", max_shared), ("partial", max_partial))
+            for s in spaced(pick[kind], cap)]
+
+
+def spaced(items, cap):
+    """At most ``cap`` of ``items``, evenly spaced (all of them when there are no more)."""
+    if len(items) <= cap:
+        return list(items)
+    return [items[round(i * (len(items) - 1) / max(cap - 1, 1))] for i in range(cap)]
 
 
 class Scratch:
@@ -154,7 +159,7 @@ class Scratch:
 
 
 def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip=None,
-                 tokens=None, caps=(MAX_SHARED, MAX_PARTIAL)):
+                 tokens=None, caps=(MAX_SHARED, MAX_PARTIAL, MAX_GROUPS)):
     """The motion ledger of one optimizer step on rows ``mb`` of ``batch`` (its prompts,
     tokens, mask, group, rewards), taken by ``opt`` on ``model`` from the flat parameters
     ``before``; ``coef`` [len(mb), T] the step's coefficients c = -d loss / d log pi.
@@ -162,7 +167,7 @@ def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip
     position)), a dict of lists: kind, the measured change ``dlogp``, each part of PARTS and
     ``gap`` = dlogp - their sum, ``first`` the first-order change grad l_a(theta) . d;
     ``scale``, the median |change| of the step's tokens; ``recon``, how far the optimizer's
-    parts miss its step (relative); and ``kappa``. ``caps``: at most so many tokens."""
+    parts miss its step (relative); and ``kappa``. ``caps``: at most so many tokens and groups (tracked_tokens)."""
     params = list(model.parameters())
     after = parameters_to_vector(params).detach()
     d, st = after - before, step_parts(opt, params, before)
@@ -215,15 +220,22 @@ def group_grads(net, batch, mb, coef, tokens, clipped, temperature, grad_clip):
 
 def path_grads(net, batch, tokens, before, d, temperature):
     """Each followed token's gradient at Simpson's nodes of the path before + s d, and its
-    log-prob there: one forward of the representative rows per node, one backward per token."""
-    reps = sorted({rows[0] for _, rows, _ in tokens})
-    upto = max([t for _, _, t in tokens], default=-1) + 1
+    log-prob there: per node, one forward of each representative row alone (a batched
+    forward would make every token's backward run through every row) and one backward per
+    token."""
+    rows_of = {}  # representative row -> the positions followed on it
+    for j, (_, rows, t) in enumerate(tokens):
+        rows_of.setdefault(rows[0], []).append((j, t))
     node_grads, values = [], []
     for s in NODES:
-        lp = net.at(before + s * d).logprobs(batch, reps, temperature, upto) if tokens else None
-        at = [(reps.index(rows[0]), t) for _, rows, t in tokens]
-        node_grads.append([net.grad(lp[i, t]) for i, t in at])
-        values.append([float(lp[i, t].detach()) for i, t in at])
+        net.at(before + s * d)
+        grads, vals = [None] * len(tokens), [None] * len(tokens)
+        for r, at in rows_of.items():
+            lp = net.logprobs(batch, [r], temperature, max(t for _, t in at) + 1)[0]
+            for j, t in at:
+                grads[j], vals[j] = net.grad(lp[t]), float(lp[t].detach())
+        node_grads.append(grads)
+        values.append(vals)
     return node_grads, values
 
 
@@ -247,28 +259,34 @@ STEP_KEYS = ("motion_n", "motion_abs", "motion_sq", "motion_gap", "motion_scale"
              *(f"motion_{p}" for p in PARTS))
 
 
-def summary(sums, steps):
-    """The run's motion ledger from its sums over ``steps`` RL steps: the group-shared tokens'
-    mean |change| per optimizer step, the steps' median token change, each part's share of
-    the movement (sum part * change / sum change^2: the shares add up to 1 up to the gap)
-    and the gap as a share of the summed |change|. {} when the ledger followed no token."""
+def summary(sums):
+    """The run's motion ledger from its sums over the ``motion_steps`` RL steps it measured:
+    the group-shared tokens' mean |change| per optimizer step, the steps' median token
+    change, each part's share of the movement (sum part * change / sum change^2: the shares
+    add up to 1 up to the gap) and the gap as a share of the summed |change|. {} when the
+    ledger followed no token."""
     if not sums.get("motion_n") or not sums.get("motion_sq"):
         return {}
-    return {"motion_moved": sums["motion_abs"] / sums["motion_n"],
-            "motion_scale_mean": sums["motion_scale"] / steps,
+    return {"motion_steps": int(sums["motion_steps"]),
+            "motion_moved": sums["motion_abs"] / sums["motion_n"],
+            "motion_scale_mean": sums["motion_scale"] / sums["motion_steps"],
             "motion_gap_share": sums["motion_gap"] / sums["motion_abs"],
             **{f"motion_share_{p}": sums[f"motion_{p}"] / sums["motion_sq"] for p in PARTS}}
 
 
-def lines(summary):
+def lines(summary, every=1):
     """The demo's lines on what moved the group-shared tokens (at most 100 characters each);
-    the parts that are 0 in this run (no momentum, no weight decay) are left out."""
+    the parts that are 0 in this run (no momentum, no weight decay) are left out. ``every``:
+    the run's --motion_every."""
     if "motion_moved" not in summary:
         return ["group-shared tokens: the motion ledger followed none (no mixed group)"]
     moved, scale = summary["motion_moved"], summary["motion_scale_mean"]
     rel = f", {moved / scale:.2f} times the median token's ({scale:.1e})" if scale > 0 else ""
+    which = "all" if every == 1 else f"1, {1 + every}, ...: --motion_every={every}"
     out = ["what moved the group-shared tokens, per optimizer step (the motion ledger, "
            "THEORY.md 4.3):",
+           f"  up to {MAX_SHARED} of them in up to {MAX_GROUPS} mixed groups, in "
+           f"{summary['motion_steps']} RL steps ({which})",
            f"  mean |change| {moved:.1e} nats{rel}",
            "  share of that change carried by each part (negative: it pushed the other way):"]
     shares = {p: summary[f"motion_share_{p}"] for p in PARTS}

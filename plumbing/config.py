@@ -130,8 +130,9 @@ class Config:
     instruments: bool = _f(True, "measure cancellation in every RL step: the ledger, residuals "
                            "and learning tax (lab/instruments.py; false: the plain loop, no "
                            "extra pass)")
-    motion: bool = _f(True, "the motion ledger: what moved the group-shared tokens' log-probs "
-                      "in each optimizer step (lab/motion.py; off without --instruments)")
+    motion_every: int = _f(4, "the motion ledger (lab/motion.py): what moved the group-shared "
+                           "tokens, in RL steps 1, 1 + this, ... (0: never; off without "
+                           "--instruments)")
     diagnostics: bool = _f(False, "also log answer drift, entropy and pass@k at evaluations "
                            "(lab/diagnostics.py)")
     pass_k: int = _f(4, "k of pass@k with --diagnostics (from 2k samples per problem)")
@@ -153,8 +154,8 @@ GROUPS = {title: names.split() for title, names in {
                  "dro_beta top_entropy_quantile off_policy_mask_threshold",
     "schedule (mini-batches, micro-batches, processes)": "batching minibatches epochs "
                                                          "micro_batch norm",
-    "the lab's measures and evaluation": "instruments motion diagnostics pass_k eval_every "
-                                       "eval_size",
+    "the lab's measures and evaluation": "instruments motion_every diagnostics pass_k "
+                                       "eval_every eval_size",
     "run": "seed device bf16 compile static_decode out_dir init_from resume overwrite "
            "ckpt_every",
 }.items()}
@@ -386,7 +387,7 @@ def check_ranges(cfg):
             raise CliError(f"--{name} {what}, got {getattr(cfg, name)}")
     for name in COUNTS:
         refuse_if(getattr(cfg, name) < 1, name, "must be at least 1")
-    for name in ("sft_steps", "rl_steps"):
+    for name in ("sft_steps", "rl_steps", "motion_every"):
         refuse_if(getattr(cfg, name) < 0, name, "must be 0 or more")
     for name in ("lr", "sft_lr", "grad_clip"):
         refuse_if(not getattr(cfg, name) > 0, name, "must be positive")

@@ -70,14 +70,14 @@ def test_without_the_instruments_a_step_is_the_plain_loop(tmp_path, counted):
 
 def test_the_instruments_cost_two_forward_passes_and_a_loss_gradient_per_part(tmp_path,
                                                                               counted):
-    run(tmp_path, "on", "--motion=false")
+    run(tmp_path, "on", "--motion_every=0")
     # the policy at the shared histories before and after the update; c° by autograd.grad
     assert counted == {"forward": 2 + 2, "grad": 2, "backward": 2}
 
 
 def test_the_motion_ledger_works_on_a_copy_of_the_model(tmp_path, monkeypatch):
-    """--motion's passes run on its own copy of the policy (motion.Scratch): the run's own
-    model sees no pass more than with --motion=false, and the copies see some."""
+    """The motion ledger's passes run on its own copy of the policy (motion.Scratch): the
+    run's own model sees no pass more than with --motion_every=0, and the copies see some."""
     from lab import motion
     copies, calls = set(), {"run": 0, "copy": 0}
     real_init, real_forward = motion.Scratch.__init__, GPT.forward
@@ -92,12 +92,12 @@ def test_the_motion_ledger_works_on_a_copy_of_the_model(tmp_path, monkeypatch):
     monkeypatch.setattr(motion.Scratch, "__init__", init)
     monkeypatch.setattr(GPT, "forward", forward)
     counts = {}
-    for on in ("true", "false"):
+    for every in (1, 0):
         calls.update(run=0, copy=0)
-        run(tmp_path, on, f"--motion={on}")
-        counts[on] = dict(calls)
-    assert counts["true"]["run"] == counts["false"]["run"]
-    assert counts["false"]["copy"] == 0 < counts["true"]["copy"]
+        run(tmp_path, str(every), f"--motion_every={every}")
+        counts[every] = dict(calls)
+    assert counts[1]["run"] == counts[0]["run"]
+    assert counts[0]["copy"] == 0 < counts[1]["copy"]
 
 
 def test_the_instruments_change_no_number_of_the_training(tmp_path):

@@ -262,15 +262,18 @@ def test_the_summary_shares_and_lines():
          "own": [0.0, 0.0, 9.0], "same": [1.0, -0.5, 0.0], "other": [0.5, -0.75, 0.0],
          "memory": [0.5, 0.25, 0.0], "decay": [0.0, 0.0, 0.0], "gap": [0.0, 0.0, 0.0],
          "scale": 4.0}
-    step = motion.step_metrics(m)
+    step = dict(motion.step_metrics(m), motion_steps=1)
     assert step["motion_n"] == 2 and step["motion_abs"] == 3.0 and step["motion_sq"] == 5.0
     assert step["motion_same"] == 2.5 and step["motion_other"] == 1.75
-    s = motion.summary(step, 1)
+    s = motion.summary(step)
     assert s["motion_share_same"] == 0.5 and s["motion_share_other"] == 0.35
     assert s["motion_share_memory"] == pytest.approx(0.15)
     assert sum(s[f"motion_share_{p}"] for p in motion.PARTS) == pytest.approx(1.0)
     assert s["motion_moved"] == 1.5 and s["motion_scale_mean"] == 4.0
-    lines = motion.lines(s)
+    lines = motion.lines(s, 4)
+    assert lines[1] == ("  up to 8 of them in up to 3 mixed groups, in 1 RL steps "
+                        "(1, 5, ...: --motion_every=4)")
+    lines = lines[:1] + lines[2:]
     assert all(len(x) <= 100 for x in lines)
     assert "the largest: the rest of its group" in lines[-1]
     assert not any("weight decay" in x or "own copies" in x for x in lines)

@@ -18,7 +18,7 @@ from toy_tasks import PAD
 
 TINY = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=0", "--rl_steps=3",
         f"--prompts_per_step={B}", f"--group_size={G}", "--eval_size=4", "--eval_every=3",
-        "--device=cpu", "--lr=1e-3"]
+        "--device=cpu", "--lr=1e-3", "--motion_every=2"]
 
 
 def on_policy_rollouts(batch):
@@ -48,12 +48,17 @@ def run(tmp_path, *flags):
 def test_the_summary_and_lines_are_the_metrics(tmp_path, flags, monkeypatch):
     monkeypatch.setattr(train, "rollouts", train.rollouts)  # run() replaces it: restored
     summary, steps, printed = run(tmp_path, *flags)
-    assert len(steps) == 3 and all(k in m for m in steps for k in motion.STEP_KEYS)
+    # --motion_every=2: RL steps 1 and 3 measured, step 2 not
+    assert len(steps) == 3 and [all(k in m for k in motion.STEP_KEYS) for m in steps] == [
+        True, False, True]
+    assert not any(k.startswith("motion_") for k in steps[1])
+    steps = [steps[0], steps[2]]
     sums = {k: sum(m[k] for m in steps) for k in motion.STEP_KEYS}
+    sums["motion_steps"] = 2
     if not sums["motion_n"]:  # no mixed group in 3 steps: the line says so
         assert "followed none" in printed
         return
-    again = motion.summary(sums, len(steps))
+    again = motion.summary(sums)
     for k, v in again.items():
         assert summary[k] == pytest.approx(v, rel=1e-9), k
     assert (f"mean |change| {again['motion_moved']:.1e} nats, "
@@ -74,5 +79,5 @@ def test_equal_weights_on_whole_groups_leave_no_own_push(tmp_path, monkeypatch):
     w sum Â = 0 in each group, so its own part of the movement is 0 up to rounding."""
     monkeypatch.setattr(train, "rollouts", train.rollouts)
     summary, steps, _ = run(tmp_path, "--loss=dapo")
-    assert sum(m["motion_n"] for m in steps) > 0
+    assert sum(m.get("motion_n", 0) for m in steps) > 0
     assert abs(summary["motion_share_own"]) < 1e-4

@@ -8,8 +8,8 @@ along it) miss?
 Method: the demo's warm start (add, 2 digits, scratchpad, 400 SFT steps) of each seed, and
 the state of its grpo run after --step RL steps (common.rl_states: AdamW at lr 1e-4, its
 moments kept). From it, one more rollout batch (16 prompts x 8) and one optimizer step of
-train.optimizer_step per arm, the ledger following every group-shared token of the batch
-(up to 64) and up to 16 others:
+train.optimizer_step per arm, the ledger following every group-shared token of the batch's
+mixed groups (up to 64) and up to 16 others:
 
   adamw_1e-4       the demo's optimizer with the run's moments, in float64
   adamw_1e-4_fp32  the same in float32, the demo's precision
@@ -18,8 +18,9 @@ train.optimizer_step per arm, the ledger following every group-shared token of t
 Reported per arm, over the followed tokens of every seed: ``slope`` (sum parts x change over
 sum change^2: 1 when they agree), the correlation of the parts' sum with the change, the
 worst token's |gap| over the largest |change|, the same three for the first-order
-prediction, and the parts' shares of the movement. A check, not a test of a hypothesis: no
-seed is an evaluation seed of any experiment.
+prediction, and the parts' shares of the movement, apart for the group-shared tokens and the
+others (these carry credit and move more: pooled, they would dominate the shares). A check,
+not a test of a hypothesis: no seed is an evaluation seed of any experiment.
 
     python -m lab.experiments.motion_check --quick    # seed 0, 2 RL steps (out/partial/)
     python -m lab.experiments.motion_check            # seeds 0-2 (results/)
@@ -50,7 +51,7 @@ EXTRA = dict(common.DIAG_FLAGS, task=("add", "the demo's task"),
 ARMS = {"adamw_1e-4": ("adamw", 1e-4, torch.float64), "adamw_1e-4_fp32": ("adamw", 1e-4,
                                                                          torch.float32),
         "sgd_1e-3": ("sgd", 1e-3, torch.float64), "sgd_1e-2": ("sgd", 1e-2, torch.float64)}
-CAPS = (64, 16)
+CAPS = (64, 16, 16)  # group-shared tokens, other shared tokens, mixed groups per step
 
 
 class Follow(train.Hooks):
@@ -101,6 +102,17 @@ def agreement(change, pred):
     return {"slope": slope, "corr": corr, "worst": float((y - x).abs().max() / x.abs().max())}
 
 
+def shares(cat, kind):
+    """Over the followed tokens of ``kind``: their number, mean |change|, and each part's
+    share of the movement, sum part x change / sum change^2."""
+    sel = [j for j, k in enumerate(cat["kind"]) if k == kind]
+    d = [cat["dlogp"][j] for j in sel]
+    sq = sum(x * x for x in d)
+    return {"tokens": len(sel), "moved": sum(abs(x) for x in d) / max(len(sel), 1),
+            "shares": {p: sum(cat[p][j] * cat["dlogp"][j] for j in sel) / sq if sq else None
+                       for p in motion.PARTS}}
+
+
 def one_seed(o, seed, step):
     path = common.rl_states(o, seed, [step])[step]
     model, opt = common.load_state(o, seed, path)
@@ -120,18 +132,19 @@ def main(argv):
     arms = {}
     for arm in ARMS:
         got = [per_seed[s][arm] for s in o["seeds"]]
-        cat = {k: [v for g in got for v in g[k]] for k in ("dlogp", "first", *motion.PARTS)}
+        cat = {k: [v for g in got for v in g[k]] for k in ("kind", "dlogp", "first",
+                                                            *motion.PARTS)}
         total = [sum(cat[p][j] for p in motion.PARTS) for j in range(len(cat["dlogp"]))]
-        sq = sum(x * x for x in cat["dlogp"])
         arms[arm] = {"tokens": len(total), "parts": agreement(cat["dlogp"], total),
                      "first_order": agreement(cat["dlogp"], cat["first"]),
                      "recon": max(g["recon"] for g in got),
-                     "shares": {p: sum(a * b for a, b in zip(cat[p], cat["dlogp"])) / sq
-                                for p in motion.PARTS}}
+                     **{kind: shares(cat, kind) for kind in ("shared", "partial")}}
         a = arms[arm]
         print(f"{arm:16s} {a['tokens']:4d} tokens  parts: slope {a['parts']['slope']:.6f} "
               f"corr {a['parts']['corr']:.6f} worst {a['parts']['worst']:.1e}  first order: "
               f"slope {a['first_order']['slope']:.3f} worst {a['first_order']['worst']:.2f}")
+        print(" " * 17 + "group-shared: " + "  ".join(
+            f"{p} {100 * v:+.1f} %" for p, v in a["shared"]["shares"].items() if v))
     data = {"experiment": "motion_check", "seeds": o["seeds"], "step": step,
             "quick": o["quick"], "caps": CAPS, "arms": arms, "wall_s": round(time.time() - t0, 1)}
     common.save("motion_check", common.clean(data), o["out"])
