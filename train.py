@@ -213,9 +213,9 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
     if out.pop("finite") < 1:  # stop before a NaN reaches the weights
         raise FloatingPointError("loss is not finite")
     # the clip scales the whole step: it changes no ratio between two copies' weights
-    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)  # (before the clip)
     opt.step()
-    out.update(hooks.step(mb, adv, opt))  # what the hooks measure of the step just taken
+    out.update(hooks.step(mb, adv, opt, norm))  # what the hooks measure of the step just taken
     return out
 
 
@@ -282,7 +282,7 @@ class Hooks:
     def part(self, p, logp, args, counts, n_parts):
         return {}
 
-    def step(self, mb, adv, opt):
+    def step(self, mb, adv, opt, norm):
         return {}
 
     def after(self, model, rec, batch=None, adv=None, cut=None):

@@ -18,8 +18,9 @@ switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
   part(p, logp, args, counts, n_parts)  before a part's backward: its log-probs keep their
                                 gradient, the coefficients c_{i,t} = -d loss / d log pi;
                                 returns the catalogue's own numbers of the part
-  step(mb, adv, opt)            after the optimizer step: the instruments' residuals, and
-                                what moved the shared tokens (motion.py, from opt's state)
+  step(mb, adv, opt, norm)      after the optimizer step: the instruments' residuals, and
+                                what moved the shared tokens (motion.py, from opt's state
+                                and the gradient's norm before the clip)
   after(...), line(rec)         the ledger, the learning tax, the diagnostics; what
   finish(summary)               cancelled, in an evaluation's line; the run's last lines
 """
@@ -136,9 +137,10 @@ class LabHooks:
                               self.fn(lp, *a, self.on_policy(c))[0]))
         return counts["extra"].stats if "extra" in counts else {}
 
-    def step(self, mb, adv, opt):
-        """After the optimizer step on ``mb`` by ``opt``: c_{i,t} = -d loss / d log pi(y_{i,t})
-        of its rows, and the instruments' measures of the step's copies of each shared token."""
+    def step(self, mb, adv, opt, norm):
+        """After the optimizer step on ``mb`` by ``opt`` (``norm``: the gradient's before the
+        clip): c_{i,t} = -d loss / d log pi(y_{i,t}) of its rows, and the instruments'
+        measures of the step's copies of each shared token."""
         seen, self.seen = self.seen, []
         if not self.inst:
             return {}
@@ -148,7 +150,7 @@ class LabHooks:
         for p, logp, *_ in seen:
             coef[p] = (-logp.grad / world).float()
         return self.inst.step(mb, coef, [(p, logp.detach(), *rest) for p, logp, *rest in seen],
-                              adv, opt)
+                              adv, opt, norm)
 
     def after(self, model, rec, batch=None, adv=None, cut=None):
         return self.inst.after(model, rec, batch, adv, cut) if self.inst else {}

@@ -10,7 +10,7 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
   rollouts(model, batch)           before the update: the policy at the histories each
                                    group shares (for the learning tax), and the lengths
                                    of right and wrong completions
-  step(mb, coef, parts, adv, opt)  after each optimizer step: the ratios' statistics, the
+  step(mb, coef, parts, adv, opt, norm)  after each optimizer step: the ratios' statistics, the
                                    on-policy coefficients c° (each part's loss at
                                    log pi_old, every ratio 1: no clip binds), which
                                    separate the objective's own weights from what reuse
@@ -41,6 +41,7 @@ import torch
 
 from lab import batch_stats, diagnostics, ledger, lengthcov, motion, residuals
 from lab.syncs import host, to_host
+from model import amp
 from plumbing import dist_utils
 import toy_tasks
 
@@ -92,16 +93,18 @@ class Instruments:
         """Before an optimizer step (rank 0, in RL steps 1, 1 + --motion_every, ...): its
         parameters, for the motion ledger."""
         every = self.cfg.motion_every
-        if self.master and every and (self.state.step - 1) % every == 0:
+        step = getattr(self.state, "step", 1)  # (a caller's own update: its every step)
+        if self.master and every and (step - 1) % every == 0:
             self.theta = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
             self.model = model
 
-    def step(self, mb, coef, parts, adv, opt):
+    def step(self, mb, coef, parts, adv, opt, norm):
         """One optimizer step on mini-batch ``mb``: its coefficients ``coef`` (this process's
         rows) and, per part, (positions, log pi, (old log pi, mask, Â, groups), the number
         of parts a --norm=local loss is divided by, the loss as a function of the log-probs
-        with every ratio 1). Returns the ratios' statistics and the residuals of the step's
-        shared tokens' copies."""
+        with every ratio 1); ``opt`` and ``norm``, the gradient's norm before the clip, for
+        the motion ledger. Returns the ratios' statistics and the residuals of the step's
+        shared tokens' copies (and the motion ledger's numbers)."""
         acc, coef_on = {}, torch.zeros_like(coef)
         for p, logp, (old, mask, _, _), n_parts, loss_at in parts:
             for k, v in batch_stats.ratio_stats(logp, old, mask).items():  # row-weighted
@@ -118,9 +121,10 @@ class Instruments:
         coef_on = dist_utils.all_reduce_sum(coef_on)
         moved = {}
         if self.theta is not None:  # what moved the shared tokens (rank 0, --motion_every)
+            kappa = min(1.0, self.cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip factor
             moved = motion.step_metrics(motion.token_motion(
-                self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature,
-                self.cfg.grad_clip))
+                self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature, kappa,
+                autocast=lambda: amp(self.cfg, self.full.mask.device.type)))
             self.theta = None
         stats, coef, coef_on, adv, mb = to_host(stats, coef, coef_on, adv, mb)  # one read
         self.steps.append((mb, coef, coef_on))

@@ -29,6 +29,7 @@ quadrature's gap. The tokens: the group-shared ones (every rollout of a mixed gr
 them after the same history) and a bounded sample of the other shared ones.
 """
 
+import contextlib
 import copy
 
 import torch
@@ -41,7 +42,7 @@ from toy_tasks import PAD
 # the parts of a token's change, in the order the summary lists them; the words it prints
 PARTS = {"own": "its own copies' net push",
          "same": "the rest of its group",
-         "other": "the other groups",
+         "other": "other groups (and terms off log-probs)",
          "memory": "momentum from earlier steps",
          "decay": "weight decay"}
 # Simpson's rule on [0, 1]: nodes and weights; exact for a cubic along the path
@@ -95,13 +96,15 @@ def step_parts(opt, params, before):
 
 
 def tracked_tokens(tokens, mask, group, rewards, max_shared=MAX_SHARED, max_partial=MAX_PARTIAL,
-                   max_groups=MAX_GROUPS):
+                   max_groups=MAX_GROUPS, whole=None):
     """The tokens the ledger follows in one step (local rows of the step): a list of
     (kind, rows of the set's copies, position), ``kind`` "shared" where every row of a mixed
     group in the step writes the token after the same history, "partial" where two or more
     but not all do. At most ``max_groups`` mixed groups, evenly spaced over the step's; of
     their sets (residuals.history_token_sets' order: by position, then group) at most
-    ``max_shared`` and ``max_partial``, evenly spaced."""
+    ``max_shared`` and ``max_partial``, evenly spaced. ``whole``: (each group's size in the
+    whole batch, its mixed groups), when the step holds only part of the batch: a token is
+    group-shared only if the group's every rollout is in the step and writes it."""
     ids = residuals.history_token_sets(tokens, mask, group)
     group, rewards = group.cpu(), rewards.cpu()
     rows, pos = (ids >= 0).nonzero(as_tuple=True)
@@ -110,9 +113,8 @@ def tracked_tokens(tokens, mask, group, rewards, max_shared=MAX_SHARED, max_part
     uniq, inv, count = torch.unique(ids[rows, pos], return_inverse=True, return_counts=True)
     first = torch.full((len(uniq),), len(rows)).scatter_reduce(0, inv, torch.arange(len(rows)),
                                                                "amin")
-    size = {int(k): int((group == k).sum()) for k in torch.unique(group)}
-    mixed = [k for k in sorted(size) if len(torch.unique(rewards[group == k])) > 1]
-    chosen = set(spaced(mixed, max_groups))
+    size, mixed = whole or groups_of(group, rewards)
+    chosen = set(spaced(sorted(k for k in mixed if bool((group == k).any())), max_groups))
     pick = {"shared": [], "partial": []}
     for s in range(len(uniq)):
         k = int(group[rows[first[s]]])
@@ -134,8 +136,8 @@ class Scratch:
     """A copy of the policy whose parameters are set to any point of the step's path, so
     that the run's own model, its gradients and its optimizer are never touched."""
 
-    def __init__(self, model):
-        self.net = copy.deepcopy(model).eval()
+    def __init__(self, model, autocast=contextlib.nullcontext):
+        self.net, self.autocast = copy.deepcopy(model).eval(), autocast
         # --compile sets the instance's forward to a compiled function bound to the run's
         # model: the copy must run its own parameters, with the class's forward
         self.net.__dict__.pop("forward", None)
@@ -148,9 +150,10 @@ class Scratch:
 
     def logprobs(self, batch, rows, temperature, upto=None):
         T = batch.tokens.shape[1] if upto is None else upto
-        return completion_logprobs(self.net, [batch.prompts[i] for i in rows],
-                                   batch.tokens[rows, :T], batch.mask[rows, :T], PAD,
-                                   temperature)
+        with self.autocast():  # as the run computed them (bf16 on CUDA): the same gradient
+            return completion_logprobs(self.net, [batch.prompts[i] for i in rows],
+                                       batch.tokens[rows, :T], batch.mask[rows, :T], PAD,
+                                       temperature)
 
     def grad(self, value):
         g = torch.autograd.grad(value, self.params, retain_graph=True, allow_unused=True)
@@ -158,25 +161,30 @@ class Scratch:
                           for x, p in zip(g, self.params)])
 
 
-def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip=None,
-                 tokens=None, caps=(MAX_SHARED, MAX_PARTIAL, MAX_GROUPS)):
+def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, kappa=1.0,
+                 tokens=None, caps=(MAX_SHARED, MAX_PARTIAL, MAX_GROUPS),
+                 autocast=contextlib.nullcontext):
     """The motion ledger of one optimizer step on rows ``mb`` of ``batch`` (its prompts,
     tokens, mask, group, rewards), taken by ``opt`` on ``model`` from the flat parameters
-    ``before``; ``coef`` [len(mb), T] the step's coefficients c = -d loss / d log pi.
+    ``before``; ``coef`` [len(mb), T] the step's coefficients c = -d loss / d log pi;
+    ``kappa`` the clip's factor (torch's min(1, clip / (norm + 1e-6))); ``autocast``: the
+    run's (a context), so that the copy's gradients are the step's.
     Returns, per tracked token (``tracked_tokens``, or ``tokens`` given as (kind, batch rows,
     position)), a dict of lists: kind, the measured change ``dlogp``, each part of PARTS and
     ``gap`` = dlogp - their sum, ``first`` the first-order change grad l_a(theta) . d;
-    ``scale``, the median |change| of the step's tokens; ``recon``, how far the optimizer's
-    parts miss its step (relative); and ``kappa``. ``caps``: at most so many tokens and groups (tracked_tokens)."""
+    ``scale``, the mean |change| of the step's tokens; ``recon``, how far the optimizer's
+    parts miss its step (relative). ``caps``: at most so many tokens and groups (tracked_tokens)."""
     params = list(model.parameters())
     after = parameters_to_vector(params).detach()
     d, st = after - before, step_parts(opt, params, before)
     mb, coef = mb.cpu(), coef.to(before.device, before.dtype)
     if tokens is None:
+        whole = groups_of(batch.group, batch.rewards)  # a group split across steps is no whole
         tokens = [(k, [int(mb[j]) for j in rows], t) for k, rows, t in tracked_tokens(
-            batch.tokens[mb], batch.mask[mb], batch.group[mb], batch.rewards[mb], *caps)]
-    net = Scratch(model).at(before)
-    grads, kappa = group_grads(net, batch, mb, coef, tokens, st["grad"], temperature, grad_clip)
+            batch.tokens[mb], batch.mask[mb], batch.group[mb], batch.rewards[mb], *caps,
+            whole=whole)]
+    net = Scratch(model, autocast).at(before)
+    grads = group_grads(net, batch, mb, coef, tokens, temperature)
     node_grads, values = path_grads(net, batch, tokens, before, d, temperature)
     local = {int(r): j for j, r in enumerate(mb.tolist())}
     out = {k: [] for k in ("kind", "dlogp", *PARTS, "gap", "first")}
@@ -192,30 +200,33 @@ def token_motion(model, opt, batch, mb, coef, before, temperature=1.0, grad_clip
         for k, v in (("kind", kind), ("dlogp", change), *part.items(),
                      ("gap", change - sum(part.values())), ("first", float(node_grads[0][j] @ d))):
             out[k].append(v)
-    with torch.no_grad():  # the scale: how far the step's tokens moved, median over them
+    with torch.no_grad():  # the scale: how far the step's tokens moved, on average
         rows = mb.tolist()
         moved = net.at(after).logprobs(batch, rows, temperature) - \
             net.at(before).logprobs(batch, rows, temperature)
     recon = d - (-pg + st["memory"] + st["decay"])
-    return dict(out, scale=float(moved[batch.mask[mb].bool()].abs().median()) if rows else 0.0,
-                recon=float(recon.abs().max() / d.abs().max().clamp_min(1e-30)), kappa=kappa)
+    return dict(out, scale=float(moved[batch.mask[mb].bool()].abs().mean()) if rows else 0.0,
+                recon=float(recon.abs().max() / d.abs().max().clamp_min(1e-30)))
 
 
-def group_grads(net, batch, mb, coef, tokens, clipped, temperature, grad_clip):
-    """({group: the gradient of its share of the step's loss, -sum c log pi, at the step's
-    start}, for the groups of the followed tokens; kappa, the clip's factor: 1 unless the
-    clipped gradient's norm reached ``grad_clip``, then its norm over the whole gradient's)."""
+def group_grads(net, batch, mb, coef, tokens, temperature):
+    """{group: the gradient of its share of the step's loss, -sum c log pi, at the step's
+    start}, for the groups of the followed tokens."""
     local = {int(r): j for j, r in enumerate(mb.tolist())}
     grads = {}
     for k in sorted({int(batch.group[rows[0]]) for _, rows, _ in tokens}):
         rows = [r for r in mb.tolist() if int(batch.group[r]) == k]
         c = coef[[local[r] for r in rows]]
         grads[k] = net.grad(-(c * net.logprobs(batch, rows, temperature)).sum())
-    norm = float(clipped.norm())
-    if grad_clip is None or norm < 0.999 * grad_clip:  # torch scales by 1.0: exactly g
-        return grads, 1.0
-    whole = net.grad(-(coef * net.logprobs(batch, mb.tolist(), temperature)).sum())
-    return grads, norm / max(float(whole.norm()), 1e-30)
+    return grads
+
+
+def groups_of(group, rewards):
+    """(size of each group in the whole batch, the set of its mixed groups)."""
+    group, rewards = group.cpu(), rewards.cpu()
+    ks = [int(k) for k in torch.unique(group)]
+    return ({k: int((group == k).sum()) for k in ks},
+            {k for k in ks if len(torch.unique(rewards[group == k])) > 1})
 
 
 def path_grads(net, batch, tokens, before, d, temperature):
@@ -243,7 +254,7 @@ def step_metrics(m):
     """One step's motion ledger as sums (rl_update averages its steps' numbers, so ratios of
     these sums weigh every token alike): over the group-shared tokens, their number, sum
     |dlogp|, sum dlogp^2, per part sum part * dlogp (the part's share of the movement,
-    once divided by sum dlogp^2), sum |gap|; and the median |change| of the step's tokens."""
+    once divided by sum dlogp^2), sum |gap|; and the mean |change| of the step's tokens."""
     sel = [j for j, k in enumerate(m["kind"]) if k == "shared"]
     dl = [m["dlogp"][j] for j in sel]
     out = {"motion_n": float(len(sel)), "motion_abs": sum(abs(x) for x in dl),
@@ -261,7 +272,7 @@ STEP_KEYS = ("motion_n", "motion_abs", "motion_sq", "motion_gap", "motion_scale"
 
 def summary(sums):
     """The run's motion ledger from its sums over the ``motion_steps`` RL steps it measured:
-    the group-shared tokens' mean |change| per optimizer step, the steps' median token
+    the group-shared tokens' mean |change| per optimizer step, the steps' mean token
     change, each part's share of the movement (sum part * change / sum change^2: the shares
     add up to 1 up to the gap) and the gap as a share of the summed |change|. {} when the
     ledger followed no token."""
@@ -281,19 +292,21 @@ def lines(summary, every=1):
     if "motion_moved" not in summary:
         return ["group-shared tokens: the motion ledger followed none (no mixed group)"]
     moved, scale = summary["motion_moved"], summary["motion_scale_mean"]
-    rel = f", {moved / scale:.2f} times the median token's ({scale:.1e})" if scale > 0 else ""
+    rel = f", {moved / scale:.2f} times the mean token's ({scale:.1e})" if scale > 0 else ""
     which = "all" if every == 1 else f"1, {1 + every}, ...: --motion_every={every}"
     out = ["what moved the group-shared tokens, per optimizer step (the motion ledger, "
            "THEORY.md 4.3):",
            f"  up to {MAX_SHARED} of them in up to {MAX_GROUPS} mixed groups, in "
            f"{summary['motion_steps']} RL steps ({which})",
            f"  mean |change| {moved:.1e} nats{rel}",
-           "  share of that change carried by each part (negative: it pushed the other way):"]
+           "  each part's share of that change, sum part x change / sum change^2 (parts can",
+           "  oppose each other, so a share can pass 100 % or fall below 0):"]
     shares = {p: summary[f"motion_share_{p}"] for p in PARTS}
     for p, words in PARTS.items():
         if shares[p] != 0:
-            out.append(f"    {words:34s} {100 * shares[p]:+8.2f} %")
+            out.append(f"    {words:40s} {100 * shares[p]:+8.2f} %")
     top = max((p for p in PARTS if shares[p] != 0), key=lambda p: shares[p])
-    out.append(f"  the largest: {PARTS[top]}; the parts add up to the measured change within "
-               f"{100 * summary['motion_gap_share']:.2g} %")
+    out.append(f"  the largest push along the change: {PARTS[top]}")
+    out.append(f"  what the split misses (Simpson's rule, the optimizer's state): "
+               f"{100 * summary['motion_gap_share']:.2g} % of the summed |change|")
     return out

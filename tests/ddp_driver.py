@@ -114,7 +114,7 @@ CLI_FLAGS = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=2", "--sft
 MAIN_FLAGS = ["--n_layer=1", "--n_head=2", "--n_embd=32", "--sft_steps=0", "--rl_steps=2",
               f"--prompts_per_step={B}", f"--group_size={G}", "--eval_size=4", "--eval_every=1",
               "--device=cpu", "--minibatches=2", "--micro_batch=3", "--loss=dapo", "--lr=0.1",
-              "--grad_clip=1e6"]
+              "--grad_clip=1e6", "--motion_every=1"]
 
 
 if __name__ == "__main__":

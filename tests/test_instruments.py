@@ -82,8 +82,8 @@ def test_the_motion_ledger_works_on_a_copy_of_the_model(tmp_path, monkeypatch):
     copies, calls = set(), {"run": 0, "copy": 0}
     real_init, real_forward = motion.Scratch.__init__, GPT.forward
 
-    def init(self, model):
-        real_init(self, model)
+    def init(self, model, *a):
+        real_init(self, model, *a)
         copies.add(id(self.net))
 
     def forward(self, *a, **k):

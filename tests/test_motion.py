@@ -31,15 +31,18 @@ class FreeLogits(torch.nn.Module):
 
 def one_step(model, batch, coef, opt, clip=None):
     """The step the lesson takes: the loss -sum c log pi, its backward, the clip, the step.
-    Returns the flat parameters before it."""
+    Returns the flat parameters before it, and the clip's factor (train.py's hooks get it
+    from the norm the clip returns)."""
     before = parameters_to_vector(model.parameters()).detach().clone()
     logp = completion_logprobs(model, batch.prompts, batch.tokens, batch.mask, 31)
     opt.zero_grad()
     (-(coef * logp).sum()).backward()
+    kappa = 1.0
     if clip is not None:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        kappa = min(1.0, clip / (float(norm) + 1e-6))
     opt.step()
-    return before
+    return before, kappa
 
 
 def hand_batch():
@@ -64,7 +67,7 @@ def test_the_critiques_case_by_hand():
     model = FreeLogits(P)
     batch, coef = hand_batch()
     opt = torch.optim.SGD(model.parameters(), lr=eta)
-    before = one_step(model, batch, coef, opt)
+    before, _ = one_step(model, batch, coef, opt)
     out = motion.token_motion(model, opt, batch, torch.arange(8), coef, before)
     assert out["kind"].count("shared") == 2  # a at the prompt, in each group
     j = out["kind"].index("shared")  # group 0's a
@@ -108,7 +111,8 @@ def grpo_coef(batch, dtype=torch.float64, equal=False):
     return adv / (batch.mask.sum() if equal else lens * len(lens))
 
 
-@pytest.mark.parametrize("name, lr, tol", [("sgd", 1e-2, 1e-5), ("sgd_momentum", 1e-2, 1e-5),
+@pytest.mark.parametrize("name, lr, tol", [("sgd", 1e-1, 1e-5), ("sgd_momentum", 1e-1, 1e-5),
+                                           ("sgd_wd", 1e-1, 1e-5),
                                            ("adamw", 1e-4, 1e-4), ("adamw_wd", 1e-4, 1e-4),
                                            ("adam_l2", 1e-4, 1e-4)])
 def test_the_parts_add_up_to_the_measured_change(name, lr, tol):
@@ -117,6 +121,8 @@ def test_the_parts_add_up_to_the_measured_change(name, lr, tol):
     model, batch = tiny()
     opt = {"sgd": lambda: torch.optim.SGD(model.parameters(), lr=lr),
            "sgd_momentum": lambda: torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9),
+           "sgd_wd": lambda: torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9,
+                                             weight_decay=0.1),
            "adamw": lambda: torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.99),
                                                weight_decay=0.0),
            "adamw_wd": lambda: torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1),
@@ -124,9 +130,10 @@ def test_the_parts_add_up_to_the_measured_change(name, lr, tol):
            }[name]()
     coef = grpo_coef(batch)
     for _ in range(3):
-        before = one_step(model, batch, coef, opt, clip=1.0)
+        before, kappa = one_step(model, batch, coef, opt, clip=0.05)
         out = motion.token_motion(model, opt, batch, torch.arange(12), coef, before,
-                                  grad_clip=1.0)
+                                  kappa=kappa)
+    assert kappa < 1  # the clip binds: its factor enters every part of the gradient
     assert out["recon"] < 1e-9  # the optimizer's parts rebuild its step
     scale = max(abs(x) for x in out["dlogp"])
     assert scale > 0 and len(out["dlogp"]) >= 4
@@ -134,7 +141,7 @@ def test_the_parts_add_up_to_the_measured_change(name, lr, tol):
         total = sum(out[p][j] for p in motion.PARTS)
         assert abs(out["dlogp"][j] - total) < tol * scale
     assert any(abs(m) > 0 for m in out["memory"]) == (name != "sgd")
-    assert any(abs(d) > 0 for d in out["decay"]) == (name in ("adamw_wd", "adam_l2"))
+    assert any(abs(d) > 0 for d in out["decay"]) == (name in ("adamw_wd", "adam_l2", "sgd_wd"))
 
 
 def test_own_is_zero_for_equal_weights_on_whole_groups():
@@ -144,7 +151,7 @@ def test_own_is_zero_for_equal_weights_on_whole_groups():
         model, batch = tiny()
         opt = torch.optim.SGD(model.parameters(), lr=1e-2)
         coef = grpo_coef(batch, equal=equal)
-        before = one_step(model, batch, coef, opt)
+        before, _ = one_step(model, batch, coef, opt)
         out = motion.token_motion(model, opt, batch, torch.arange(12), coef, before)
         own = [abs(o) for o, k in zip(out["own"], out["kind"]) if k == "shared"]
         moved = max(abs(x) for x in out["dlogp"])
@@ -176,16 +183,19 @@ def per_token_parts(model, batch, coef, lr, before, after, nodes=5):
     return g0, path, [float(v) / 2 for v in w]
 
 
-def test_each_part_against_per_token_autograd():
+@pytest.mark.parametrize("clip", [None, 0.01])
+def test_each_part_against_per_token_autograd(clip):
     """SGD: own, same and other assembled from per-token gradients (autograd, one token at a
-    time) and integrated by Gauss-Legendre; they match the ledger's to 1e-6."""
+    time, times the clip's factor when it binds) and integrated by Gauss-Legendre; they
+    match the ledger's to 1e-6 of the largest change."""
     model, batch = tiny()
-    lr = 1e-2
+    lr = 1e-2 if clip is None else 1.0
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     coef = grpo_coef(batch)
-    before = one_step(model, batch, coef, opt)
+    before, kappa = one_step(model, batch, coef, opt, clip)
+    assert (kappa < 0.5) == (clip is not None)
     after = parameters_to_vector(model.parameters()).detach()
-    out = motion.token_motion(model, opt, batch, torch.arange(12), coef, before)
+    out = motion.token_motion(model, opt, batch, torch.arange(12), coef, before, kappa=kappa)
     tracked = motion.tracked_tokens(batch.tokens, batch.mask, batch.group, batch.rewards)
     g0, path, w = per_token_parts(model, batch, coef, lr, before, after)
     for j, (kind, rows, t) in enumerate(tracked):
@@ -195,7 +205,7 @@ def test_each_part_against_per_token_autograd():
         for (i, s), g in g0.items():
             where = ("own" if i in rows and s == t else "same" if int(batch.group[i]) == k
                      else "other")
-            move[where] = move[where] + lr * float(coef[i, s]) * g
+            move[where] = move[where] + kappa * lr * float(coef[i, s]) * g
         scale = max(abs(x) for x in out["dlogp"])
         for p in move:
             assert out[p][j] == pytest.approx(float(u @ move[p]), abs=1e-6 * scale), (p, j)
@@ -220,7 +230,7 @@ def test_adams_parts_against_steps_without_them(lr):
     m0 = torch.cat([opt.state[p]["exp_avg"].reshape(-1) for p in params])
     v0 = torch.cat([opt.state[p]["exp_avg_sq"].reshape(-1) for p in params])
     t = float(opt.state[params[0]]["step"]) + 1
-    before = one_step(model, batch, coef, opt)
+    before, _ = one_step(model, batch, coef, opt)
     after = parameters_to_vector(params).detach().clone()
     out = motion.token_motion(model, opt, batch, torch.arange(12), coef, before)
     kind, rows, pos = motion.tracked_tokens(batch.tokens, batch.mask, batch.group,
@@ -275,9 +285,9 @@ def test_the_summary_shares_and_lines():
                         "(1, 5, ...: --motion_every=4)")
     lines = lines[:1] + lines[2:]
     assert all(len(x) <= 100 for x in lines)
-    assert "the largest: the rest of its group" in lines[-1]
+    assert lines[-2] == "  the largest push along the change: the rest of its group"
     assert not any("weight decay" in x or "own copies" in x for x in lines)
-    assert lines[1] == "  mean |change| 1.5e+00 nats, 0.38 times the median token's (4.0e+00)"
+    assert lines[1] == "  mean |change| 1.5e+00 nats, 0.38 times the mean token's (4.0e+00)"
 
 
 def test_the_checks_agreement_by_hand():
@@ -290,20 +300,25 @@ def test_the_checks_agreement_by_hand():
     assert b["slope"] == pytest.approx((2 + 8 + 19.5) / 14) and b["worst"] == pytest.approx(3.5 / 3)
 
 
-@pytest.mark.parametrize("argv, words", [(["--step=0"], "--step"), (["--seeds=x"], "--seeds"),
-                                         (["--step=3", "--step=4"], "given twice"),
-                                         (["--jobs=2"], "--jobs")])
-def test_the_checks_bad_input_is_one_line(argv, words, tmp_path):
-    """Bad input is one error line and exit status 2, before anything is written."""
+def test_the_checks_bad_input_is_one_line(tmp_path):
+    """Bad input is one error line and exit status 2, before anything is written: the
+    command once, then each case through its checks in this process."""
     import subprocess
     import sys
+    from lab.experiments import motion_check
+    from plumbing.errors import CliError
     out = tmp_path / "o"
-    run = subprocess.run([sys.executable, "-m", "lab.experiments.motion_check", *argv,
+    run = subprocess.run([sys.executable, "-m", "lab.experiments.motion_check", "--step=0",
                           f"--out={out}"], capture_output=True, text=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     lines = run.stderr.strip().splitlines()
     assert run.returncode == 2 and len(lines) == 1 and lines[0].startswith("error:"), run.stderr
-    assert words in lines[0] and not out.exists()
+    assert "--step" in lines[0] and not out.exists()
+    for argv, words in ((["--seeds=x"], "--seeds"), (["--step=3", "--step=4"], "given twice"),
+                        (["--jobs=2"], "--jobs")):
+        with pytest.raises(CliError, match=words):
+            motion_check.main(argv + [f"--out={out}"])
+        assert not out.exists()
 
 
 def test_the_copy_runs_its_own_parameters_under_compile():

@@ -62,11 +62,11 @@ def test_the_summary_and_lines_are_the_metrics(tmp_path, flags, monkeypatch):
     for k, v in again.items():
         assert summary[k] == pytest.approx(v, rel=1e-9), k
     assert (f"mean |change| {again['motion_moved']:.1e} nats, "
-            f"{again['motion_moved'] / again['motion_scale_mean']:.2f} times the median "
+            f"{again['motion_moved'] / again['motion_scale_mean']:.2f} times the mean "
             f"token's ({again['motion_scale_mean']:.1e})") in printed
     for p, words in motion.PARTS.items():
         share = again[f"motion_share_{p}"]
-        assert (f"{words:34s} {100 * share:+8.2f} %" in printed) == (share != 0), p
+        assert (f"{words:40s} {100 * share:+8.2f} %" in printed) == (share != 0), p
     closing = printed[printed.index("what moved"):printed.index("outputs in")].splitlines()
     assert all(len(line) <= 100 for line in closing), closing  # (the paths' line may not)
     assert "push plus the pull" not in printed

@@ -68,12 +68,13 @@ class Follow(train.Hooks):
         self.seen.append((p, logp))
         return {}
 
-    def step(self, mb, adv, opt):
+    def step(self, mb, adv, opt, norm):
         coef = torch.zeros(len(mb), self.batch.mask.shape[1], dtype=self.before.dtype)
         for p, logp in self.seen:
             coef[p] = -logp.grad.to(coef.dtype)
+        kappa = min(1.0, self.cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip factor
         self.out = motion.token_motion(self.model, opt, self.batch, mb, coef, self.before,
-                                       self.cfg.temperature, self.cfg.grad_clip, caps=CAPS)
+                                       self.cfg.temperature, kappa, caps=CAPS)
         return {}
 
 
