@@ -107,8 +107,9 @@ QUICK = {"sizes": [(2, 32, 2)], "prompts": 4, "group": 4, "new_tokens": 8,
          "mm": 256, "repeats": 1, "recompute_repeats": 1,
          "sync_flags": ["--n_layer=1", "--n_head=2", "--n_embd=32", "--prompts_per_step=4",
                         "--group_size=4", "--eval_size=8"], "ledger": (32, 64),
-         "motion_flags": ["--sft_steps=40", "--rl_steps=10", "--eval_every=10",
-                          "--eval_size=16"]}
+         "motion_flags": ["--n_layer=1", "--n_head=2", "--n_embd=32", "--prompts_per_step=4",
+                          "--group_size=4", "--eval_size=8", "--sft_steps=20", "--rl_steps=8",
+                          "--eval_every=8"]}
 
 
 def timed(fn, device):

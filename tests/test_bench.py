@@ -20,7 +20,7 @@ from sampler import sample  # noqa: E402
 from lab import bench  # noqa: E402
 
 NAMES = {"matmul_peak", "sampler", "hf_generate", "update", "rl_step", "syncs", "ledger",
-         "memory"}
+         "motion", "memory"}
 
 
 def test_quick_bench_prints_json_lines(tmp_path):
@@ -47,6 +47,8 @@ def test_quick_bench_prints_json_lines(tmp_path):
     s = by["syncs"]  # the host's reads: fewer than one per SFT step, a few per RL step
     assert s["sft_reads_per_step"] < 1 and 0 < s["rl_step_instruments_off_reads"] <= \
         s["rl_step_instruments_on_reads"]
+    m = by["motion"]  # the demo's runs with the motion ledger on and off, side by side
+    assert m["on_s"] > 0 and m["off_s"] > 0 and m["share"] == (m["on_s"] - m["off_s"]) / m["off_s"]
     assert out_file.read_text().strip().splitlines() == lines
 
 
