@@ -54,6 +54,9 @@ def help_text(f):
 
 @dataclass
 class Config:
+    # Defaults for every task. A task's own (TASK_DEFAULTS below) replace them where the command
+    # line does not set the flag: `python train.py` (add, the demo) runs scratchpad=True,
+    # sft_steps=400 and rl_steps=100; --help shows the defaults of the --task it is given.
     # task
     task: str = _f("add", "task: {choices} (toy_tasks.py; chain and parity_*: lab/testbeds.py)",
                    lambda: toy_tasks.TASKS)
