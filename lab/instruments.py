@@ -161,7 +161,7 @@ class Instruments:
         out["ledger_mass"] = led["mass"]
         # what the run's weights push inside the mixed groups (lengthcov.py, THEORY.md 2.7)
         choice = b.tokens[:, 0] == self.choice_id if self.choice_id is not None else None
-        cov = lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv), b.group,
+        cov = lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv, b.group), b.group,
                                       b.mask.sum(1), b.rewards, choice)
         out.update(cov)
         sums = self.state.sums  # the run's gap: a mean over its mixed groups, for the summary

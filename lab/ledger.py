@@ -288,7 +288,11 @@ def length_lines(gap, length, cfg, weights=None):
     share = 100 * abs(gap) / length
     out = [f"length and reward (THEORY.md 2.7): in mixed groups, {longer} ran "
            f"{abs(gap):.1f} tokens ({share:.1f} % of L) longer."]
-    if objectives.LossSettings.from_config(cfg).aggregation() != "seq-mean-token-mean":
+    agg = objectives.LossSettings.from_config(cfg).aggregation()
+    if agg == "balanced-token-mean":  # Balanced Aggregation: 1 / T_s of the row's sign class
+        return out + ["  This run's weights depend on its sign classes' mean lengths, not on "
+                      "each L_i: the 1/L_i estimate does not apply."]
+    if agg != "seq-mean-token-mean":
         return out + ["  This run's weights do not depend on L_i: the gap pushes nothing."]
     way = "a push down" if gap > 0 else "a push up"
     out.append(f"  Through that gap 1/L_i leaves a group-shared token {share / 2:.1f} % of its "

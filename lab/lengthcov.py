@@ -83,11 +83,12 @@ def batch_metrics(adv, agg, group, lens, rewards, chosen=None):
     return res
 
 
-def run_agg(cfg, mask, adv):
+def run_agg(cfg, mask, adv, group=None):
     """agg_i [N] of the run's objective and --agg over the whole rollout batch (one optimizer
     step on it: the on-policy weights), built from tensors so that nothing is read back.
     dr_grpo's L_max is the batch's longest, and a micro-batch's token count the batch's:
-    both leave the weights equal, which is all this module needs of them."""
+    both leave the weights equal, which is all this module needs of them. ``group``: the
+    rows' groups, which Balanced Aggregation's sign classes need."""
     mode = objectives.LossSettings.from_config(cfg).aggregation()
     lens = mask.sum(1).double()
     n = lens.numel()
@@ -102,6 +103,8 @@ def run_agg(cfg, mask, adv):
         return one / n
     if mode == "positive-token-mean":
         return one / (lens * (adv > 0)).sum().clamp(min=1)
+    if mode == "balanced-token-mean":  # 1 / T_s of its sign class: lengths enter, not L_i's
+        return objectives.balanced_weight(lens, adv, group).double()
     return one  # token-sum
 
 

@@ -191,3 +191,6 @@ def test_the_closing_lines_give_the_gap_and_the_push_it_makes_as_computed_by_han
     text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(
         ["--loss=dapo", "--agg=seq-mean-token-mean"], check=False))).split())
     assert "a push down." in text
+    text = " ".join(" ".join(ledger.length_lines(0.3, 17.4, parse_args(["--loss=ba"],
+                                                                       check=False))).split())
+    assert "depend on its sign classes' mean lengths" in text and "pushes nothing" not in text
