@@ -53,8 +53,9 @@
   (target ``target_s``, 0.5 s on the CPU), ``ledger_s`` for one ``ledger.ledger_sums``.
 * ``motion``: the motion ledger's cost. The demo (``python train.py``; with --quick a shorter
   run) twice in one process, with the motion ledger as the demo runs it (``--motion_every``'s
-  default) and off (``--motion_every=0``), the same seed: ``on_s``, ``off_s`` and ``share`` =
-  (on - off) / off, against its target ``target_share`` 0.2.
+  default) and off (``--motion_every=0``), the same seed, interleaved (up to 3 times each):
+  the medians ``on_s``, ``off_s`` and ``share`` = (on - off) / off, against its target
+  ``target_share`` 0.2.
 * ``memory``: peak memory (CPU: ru_maxrss; CUDA: max_memory_allocated);
   every line carries the peak so far.
 
@@ -551,17 +552,18 @@ def bench_ledger(P):
 
 
 def bench_motion(P, device):
-    """The demo with the motion ledger on and off, side by side (the docstring's ``motion``)."""
-    secs = {}
-    for on in (Config.motion_every, 0):
+    """The demo with the motion ledger on and off, side by side (the docstring's ``motion``):
+    the two interleaved, P["repeats"] times (at most 3: a demo is a minute), medians."""
+    secs = {Config.motion_every: [], 0: []}
+    for on in [Config.motion_every, 0] * min(P["repeats"], 3):
         quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
         with tempfile.TemporaryDirectory() as tmp, quiet[0], quiet[1]:
             flags = P["motion_flags"] + [f"--motion_every={on}", f"--device={device}",
                                          f"--out_dir={os.path.join(tmp, 'run')}"]
             t = time.perf_counter()
             train.main(parse_args(flags, Config))
-            secs[on] = time.perf_counter() - t
-    on, off = secs[Config.motion_every], secs[0]
+            secs[on].append(time.perf_counter() - t)
+    on, off = statistics.median(secs[Config.motion_every]), statistics.median(secs[0])
     return {"name": "motion", "flags": " ".join(P["motion_flags"]) or "the demo's",
             "every": Config.motion_every, "on_s": on, "off_s": off,
             "share": (on - off) / off, "target_share": 0.2}

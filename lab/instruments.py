@@ -28,8 +28,8 @@ shared histories before and after the update), and bookkeeping on the host (a tr
 the batch's tokens). The motion ledger (rank 0, in every --motion_every-th RL step) adds,
 per optimizer step, on its own copy of the model: a forward and backward pass of each
 group it follows (at most motion.MAX_GROUPS), at three points of the step a forward pass of
-each followed token's row with one backward per token (at most motion.MAX_SHARED +
-motion.MAX_PARTIAL), and two forward passes of the step's rows.
+each followed token's row with one backward per token (at most motion.MAX_SHARED, all
+group-shared), and two forward passes of the step's rows.
 ``--instruments=false`` switches all of it off; then an RL step runs no extra forward or
 backward pass, keeps no coefficient, and logs none of these
 numbers. (The lab's catalogue still resolves the flags: lab/__init__.py.)
@@ -122,8 +122,11 @@ class Instruments:
         moved = {}
         if self.theta is not None:  # what moved the shared tokens (rank 0, --motion_every)
             kappa = min(1.0, self.cfg.grad_clip / (float(norm) + 1e-6))  # torch's clip factor
+            # the group-shared tokens only: the run logs nothing of the others, which cost as
+            # much (lab/experiments/motion_check.py follows both)
             moved = motion.step_metrics(motion.token_motion(
                 self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature, kappa,
+                caps=(motion.MAX_SHARED, 0, motion.MAX_GROUPS),
                 autocast=lambda: amp(self.cfg, self.full.mask.device.type)))
             self.theta = None
         stats, coef, coef_on, adv, mb = to_host(stats, coef, coef_on, adv, mb)  # one read
@@ -161,7 +164,8 @@ class Instruments:
         out["ledger_mass"] = led["mass"]
         # what the run's weights push inside the mixed groups (lengthcov.py, THEORY.md 2.7)
         choice = b.tokens[:, 0] == self.choice_id if self.choice_id is not None else None
-        cov = lengthcov.batch_metrics(adv, lengthcov.run_agg(self.cfg, b.mask, adv, b.group), b.group,
+        agg = lengthcov.run_agg(self.cfg, b.mask, adv, b.group)
+        cov = lengthcov.batch_metrics(adv, agg, b.group,
                                       b.mask.sum(1), b.rewards, choice)
         out.update(cov)
         sums = self.state.sums  # the run's gap: a mean over its mixed groups, for the summary
