@@ -48,7 +48,8 @@ def test_quick_bench_prints_json_lines(tmp_path):
     assert s["sft_reads_per_step"] < 1 and 0 < s["rl_step_instruments_off_reads"] <= \
         s["rl_step_instruments_on_reads"]
     m = by["motion"]  # the demo's runs with the motion ledger on and off, side by side
-    assert m["on_s"] > 0 and m["off_s"] > 0 and m["share"] == (m["on_s"] - m["off_s"]) / m["off_s"]
+    assert m["on_s"] > 0 and m["off_s"] > 0  # (the JSON line rounds them: no exact ratio)
+    assert abs(m["share"] - (m["on_s"] - m["off_s"]) / m["off_s"]) < 1e-3
     assert out_file.read_text().strip().splitlines() == lines
 
 

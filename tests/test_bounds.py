@@ -29,7 +29,7 @@ NO_CKPT = "--init_from=/nonexistent/ckpt.pt"  # read only after every number is 
 ZERO_OK = {
     "train": {"sft_steps", "sft_flawed", "rl_steps", "top_k", "dual_clip", "beta",
               "entropy_coef", "dro_beta", "top_entropy_quantile", "off_policy_mask_threshold",
-              "seed"},
+              "seed", "motion_every"},
     "sample": {"temperature", "seed"},
     "see": {"seed"},
     "experiments": {"seeds", "threads", "sft_flawed", "steps", "eps", "margin"},

@@ -32,6 +32,11 @@ SHARED = {
         "the objectives share one signature (loss.LOSSES); min_replace is exercise 3's, "
         "whose signature the student's answer must keep"),
     "lab/syncs.py": {"__torch_dispatch__": "torch's protocol"},
+    "lab/experiments/motion_check.py": dict.fromkeys(
+        ("part", "step"), "the lesson's hooks (train.Hooks): each takes what the lab's read"),
+    "lab/verl_batching.py": {"verl": "every cut strategy of --minibatch takes (group, "
+                                     "advantages, lengths, M, generator)"},
+    "trl_bridge/lesson.py": {"find_spec": "Python's meta path finder protocol"},
     "trl_bridge/trainer.py": {"compute_loss": "transformers' Trainer.compute_loss signature; "
                               "the step's counts replace TRL's num_items_in_batch"},
     "plumbing/checkpoint.py": {"__exit__": "Python's context-manager protocol"},
