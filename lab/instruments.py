@@ -16,7 +16,7 @@ c_{i,t} = -d loss / d log pi(y_{i,t}) that every token received in every optimiz
                                    separate the objective's own weights from what reuse
                                    adds, the residuals (residuals.py), and in the RL steps
                                    of --motion_every what moved the shared tokens
-                                   (motion.py)
+                                   (motion.py) and a task's choice (choice_motion.py)
   after(model, rec, batch, adv, cut)  after the update: the cancellation ledger (ledger.py),
                                    the learning tax and the shift of the shared tokens
                                    (diagnostics.py); at an evaluation the --diagnostics
@@ -29,7 +29,8 @@ the batch's tokens). The motion ledger (rank 0, in every --motion_every-th RL st
 per optimizer step, on its own copy of the model: a forward and backward pass of each
 group it follows (at most motion.MAX_GROUPS), at three points of the step a forward pass of
 each followed token's row with one backward per token (at most motion.MAX_SHARED, all
-group-shared), and two forward passes of the step's rows.
+group-shared), and two forward passes of the step's rows; in a task with a choice, per group
+two small backward passes at its prompt and, at each of the three points, one per group.
 ``--instruments=false`` switches all of it off; then an RL step runs no extra forward or
 backward pass, keeps no coefficient, and logs none of these
 numbers. (The lab's catalogue still resolves the flags: lab/__init__.py.)
@@ -39,7 +40,7 @@ import types
 
 import torch
 
-from lab import batch_stats, diagnostics, ledger, lengthcov, motion, residuals
+from lab import batch_stats, choice_motion, diagnostics, ledger, lengthcov, motion, residuals
 from lab.syncs import host, to_host
 from model import amp
 from plumbing import dist_utils
@@ -69,6 +70,7 @@ class Instruments:
             state.sums.setdefault(k, v)
         self.task, self.held_out = task, held_out  # --diagnostics evaluates on them
         self.before, self.theta = None, None
+        self.first_m = None  # the first tokens' momentum (choice_motion.py); False: unknown
         self.steps = []  # (rows, c, c°) of each optimizer step of the current batch
         choice = toy_tasks.make_task(cfg.task, cfg.digits, cfg.scratchpad).choice
         self.choice_id = None if choice is None else toy_tasks.encode(choice)[0]
@@ -128,7 +130,11 @@ class Instruments:
                 self.model, opt, self.full, mb, coef, self.theta, self.cfg.temperature, kappa,
                 caps=(motion.MAX_SHARED, 0, motion.MAX_GROUPS),
                 autocast=lambda: amp(self.cfg, self.full.mask.device.type)))
+            if self.choice_id is not None:  # a task's choice: what moved it at the prompts
+                moved.update(self.choice(opt, mb, coef, kappa))
             self.theta = None
+        elif self.master and self.choice_id is not None:  # a step not followed: the first
+            self.first_m = False                          # tokens' momentum is lost
         stats, coef, coef_on, adv, mb = to_host(stats, coef, coef_on, adv, mb)  # one read
         self.steps.append((mb, coef, coef_on))
         b = self.batch
@@ -139,6 +145,23 @@ class Instruments:
             out["exch_residual"] = residuals.exch_residual(coef, adv[mb], b.tokens[mb], mask,
                                                            group)
         return dict(out, **moved)
+
+    def choice(self, opt, mb, coef, kappa):
+        """The choice's motion at the step's prompts (choice_motion.py), with memory split by
+        the first tokens' momentum while every step since RL began was followed."""
+        params = list(self.model.parameters())
+        if self.first_m is None:  # the run's first followed step: RL step 1, or a resume
+            fresh = getattr(self.state, "step", 1) == 1
+            self.first_m = torch.zeros_like(self.theta) if fresh else False
+        carried = self.first_m if self.first_m is not False else None
+        out = choice_motion.choice_motion(
+            self.model, opt, self.full, mb, coef, self.theta, self.choice_id,
+            self.cfg.temperature, kappa, carried=carried,
+            autocast=lambda: amp(self.cfg, self.full.mask.device.type))
+        if carried is not None:
+            m = choice_motion.advance(opt, params, carried, out["first_grad"])
+            self.first_m = m if m is not None else carried  # no momentum: nothing carried
+        return choice_motion.step_metrics(out)
 
     # ------------------------------------------------------------------ after the update
 
