@@ -41,10 +41,8 @@ group's rewards.
 "Keeps exchangeability" (a record's ``verdict`` and ``cancels``) means: every copy of a
 token after one identical history gets the same weight w_i, in the regime named, so such
 copies cancel for every centred Â (tests/test_loss_engines.py checks each verdict on
-synthetic groups; the scoreboard measures them). sapo's temperature tau is 1.0 for
-Â > 0 and 1.05 for Â < 0; clip_cov selects tokens with 1 < (Â - mean Â)(log pi - mean)
-< 5, kl_cov the top-covariance tokens; vespo's phi(W) = e^lam W^k e^(-lam W) is
-detached; dppo's eps are probability (tv) or KL (kl) thresholds, not ratio bounds.
+synthetic groups; the scoreboard measures them). Each engine row's constants and what it
+follows upstream are said once, in lab/engines.py.
 
 The switches that add to any row (``--dual_clip``, ``--beta``, ``--entropy_coef``,
 ``--agg``, ``--top_entropy_quantile``, ``--off_policy_mask_threshold``) and what each

@@ -62,6 +62,28 @@ def test_feedback_files_have_one_name_per_row(tmp_path):
     assert (tmp_path / "summary.md").read_text("utf-8").startswith("# The class")
 
 
+def test_the_written_answers_and_feedback_name_the_roster_id_and_email():
+    """A .csv roster's id and email follow the name wherever a teacher files work by it;
+    a row without them shows the name alone."""
+    ada = dict(row(0, "Ada Lovelace"), id="12345", email="ada@example.edu",
+               answers={"EX1_WHY": "because"})
+    alan = row(1, "Alan Turing")
+    text = gradebook.written_file("EX1_WHY", [ada, alan], {})
+    assert "## Ada Lovelace (12345, ada@example.edu)\n" in text
+    assert "## Alan Turing\n" in text
+    assert gradebook.feedback(ada).startswith("# Feedback: Ada Lovelace (12345, ada@example.edu)")
+    assert gradebook.who(dict(alan, id="", email="a@b.c")) == "Alan Turing (a@b.c)"
+
+
+def test_gradescopes_results_say_whom_they_marked():
+    from exercises.answers import gradescope
+    out = gradescope.results(dict(row(0, "Ada Lovelace"), id="7", email="s@example.invalid",
+                                  notes=["the sheet's STUDENT is 'Ada L'"]))
+    assert out["output"] == ("marked as Ada Lovelace (7, s@example.invalid): the sheet's "
+                             "STUDENT is 'Ada L'")
+    assert gradescope.results(row(1, "Alan Turing"))["output"] == "marked as Alan Turing"
+
+
 def marked(tmp_path, rows, name="marks"):
     folder = tmp_path / name
     folder.mkdir()

@@ -36,12 +36,13 @@ def subtly_wrong(name, src, where):
     rehearse.pack(where, name, files)
 
 
-CASES = {  # student: how their submission is made (rehearse.py's kinds), None: nothing
+# student: how their submission is made (rehearse.py's kinds), None: nothing. A hostile
+# submission's containment is the marker's own test (tests/test_classroom_marker.py)
+CASES = {
     "Ada Lovelace": rehearse.k_right,
     "Alan Turing": subtly_wrong,
     "Ken Thompson": None,
     "Barbara Liskov": rehearse.k_sheet_syntax_error,
-    "Edsger Dijkstra": rehearse.k_vandal,
 }
 FIELDS = {"score", "max_score", "name", "output", "visibility"}
 
@@ -132,6 +133,7 @@ def test_run_autograder_scores_each_submission_as_the_local_marker_does(autograd
             for ex, p in gradebook.POINTS.items() if ex in gradescope.NAMES}
     for n, root in roots.items():
         result = json.loads((root / "results" / "results.json").read_text("utf-8"))
+        assert result["output"].startswith(f"marked as {n} (7, s@example.invalid)"), n
         tests = result["tests"]
         assert all(FIELDS <= set(t) for t in tests), n
         assert all(t["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
@@ -149,7 +151,7 @@ def test_run_autograder_scores_each_submission_as_the_local_marker_does(autograd
         (r / "results" / "results.json").read_text("utf-8"))["tests"]) for n, r in roots.items()}
     assert scores["Ada Lovelace"] == 28 and scores["Ken Thompson"] == 0
     assert scores["Alan Turing"] == 28 - 6 - 1
-    assert scores["Barbara Liskov"] < 28 and scores["Edsger Dijkstra"] < 28
+    assert scores["Barbara Liskov"] < 28
     turing = json.loads((roots["Alan Turing"] / "results" / "results.json").read_text("utf-8"))
     ex2 = next(t for t in turing["tests"] if t["name"] == gradescope.NAMES["ex2"])
     assert rehearse.SAYS["ex2"]["no 0/0 guard"] in ex2["output"]

@@ -162,6 +162,13 @@ def printable(text):
     return "".join(ch if ch == "\n" or ch.isprintable() else " " for ch in str(text or ""))
 
 
+def who(row):
+    """A student as a teacher's platform knows them: the name, then the roster's id and email
+    where it has them ("Ada Lovelace (12345, ada@example.edu)")."""
+    ids = [printable(row[k]) for k in ("id", "email") if row.get(k)]
+    return printable(row["student"]) + (f" ({', '.join(ids)})" if ids else "")
+
+
 def written_file(question, rows, marks):
     """written/<question>.md: every student's answer, with its flag, under their name."""
     lines = [f"# {question} ({WRITTEN_POINTS[question]} points)", "",
@@ -171,7 +178,7 @@ def written_file(question, rows, marks):
              "answers are flagged (a flag is a reason to read closely, not a mark).", ""]
     for r in rows:
         text = printable(r["answers"].get(question, "")).strip()
-        lines += [f"## {printable(r['student'])}", ""]
+        lines += [f"## {who(r)}", ""]
         if (r["index"], question) in marks:
             lines += [f"Flag: {marks[(r['index'], question)]}.", ""]
         if text:
@@ -276,8 +283,7 @@ def feedback(row):
     No key value and nothing of another student (the written answers' flags stay yours)."""
     p = points(row)
     total = "?" if p is None else sum(p.values())
-    who = ", ".join(printable(row[k]) for k in ("id", "email") if row.get(k))
-    lines = [f"# Feedback: {printable(row['student'])}" + (f" ({who})" if who else ""), "",
+    lines = [f"# Feedback: {who(row)}", "",
              f"Marked by the tool: {total} of {MARKED} points. Your teacher marks the written "
              f"answers ({sum(WRITTEN_POINTS.values())} points).", "",
              "| exercise | points |", "|---|---|"]

@@ -13,7 +13,8 @@ Specifications" and "Submission Metadata"), as followed here:
   /autograder/source, runs setup.sh once as root to build the image, and for each
   submission runs run_autograder in /autograder, with the student's files in
   /autograder/submission and /autograder/submission_metadata.json beside them;
-* run_autograder writes /autograder/results/results.json: here a top-level "output" and
+* run_autograder writes /autograder/results/results.json: here a top-level "output" (whom
+  it marked: the name, and the metadata's id and email; then the row's notes) and
   "tests", each test with "score", "max_score", "name", "output", "visibility" and
   "status" ("passed" or "failed"); the spec's other fields are optional and unused;
 * the student is whoever the metadata's "users" names (Gradescope owns identity,
@@ -145,7 +146,7 @@ def identity(root):
 
 def mark_one(root, work):
     """The local marker's row for /autograder/submission, as the metadata's student."""
-    name, _ = identity(root)
+    name, meta = identity(root)
     with open(os.path.join(root, "source", "roster.json"), encoding="utf-8") as f:
         students = json.load(f)["students"]
     sub = collect.stage(root, "submission", os.path.join(work, "sub"))
@@ -165,7 +166,10 @@ def mark_one(root, work):
                                                        "a copy shows a name not on its roster"))
     isolate()
     opts = dict(OPTS, staged=work)
-    return mark.mark_all([sub], [], opts, os.path.join(root, "submission"))[0]
+    row = mark.mark_all([sub], [], opts, os.path.join(root, "submission"))[0]
+    # the platform's id and email of the submitter, so that its row names whom it marked
+    row.update({k: str(v) for k, v in meta.items() if v not in (None, "")})
+    return row
 
 
 def isolate():
@@ -211,7 +215,9 @@ def results(row):
                           "scored by your teacher)", "score": 0.0, "max_score": 0.0,
                   "status": "passed", "output": answers, "visibility": "visible"})
     notes = "; ".join(row["notes"])
-    return {"output": notes or "marked", "tests": tests, "visibility": "visible",
+    head = f"marked as {gradebook.who(row)}"
+    return {"output": head + (f": {notes}" if notes else ""), "tests": tests,
+            "visibility": "visible",
             "stdout_visibility": "hidden"}
 
 
