@@ -319,10 +319,11 @@ def logged(out):
 
 
 def test_torchrun_runs_end_cleanly_and_a_killed_run_resumes_to_the_same_bits(tmp_path):
-    """Five uninterrupted 2-process runs, each under a timeout (a hang at exit fails
-    here), all identical; then a run SIGKILLed in RL step 5 (its last checkpoint is
-    step 4) and resumed equals them: metrics and final weights, bit for bit."""
-    for i in range(5):
+    """Two uninterrupted 2-process runs, each under a timeout (a hang at exit fails
+    here), identical; then a run SIGKILLed in RL step 5 (its last checkpoint is step 4)
+    and resumed equals them: metrics and final weights, bit for bit. (The resumed run
+    ends cleanly too: three clean exits in all.)"""
+    for i in range(2):
         run = torchrun_train(tmp_path / f"full{i}")
         assert run.returncode == 0 and "warm start acc" in run.stdout, run.stderr[-2000:]
         assert logged(tmp_path / f"full{i}") == logged(tmp_path / "full0")

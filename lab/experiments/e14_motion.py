@@ -243,7 +243,8 @@ def analyse(runs):
 
 def decisions(primary, share, pc, rows, runs):
     """Every registered decision, computed: the void rule, the positive control's pass, the
-    primary's verdict."""
+    primary's verdict (beside it the share, which lies above 1/2 exactly when x's interval
+    lies above 0)."""
     n_valid = sum(r["valid adamw"] for r in rows.values())
     pc_passes = pc["n"] > 1 and pc["diff"] - pc["half"] > 0
     c = primary
@@ -266,7 +267,8 @@ def decisions(primary, share, pc, rows, runs):
             verdict, why = "inconclusive", (f"x's interval [{lo:.3g}, {hi:.3g}] crosses 0; "
                                             f"smallest detectable x {c['mde']:.3g}")
     agree = [agreement(rec) for r in runs.values() if "void" not in r for rec in r.values()]
-    return {"primary": {"verdict": verdict, "why": why},
+    return {"primary": {"verdict": verdict, "why": why, "share": share["share"],
+                        "share_interval": share["interval"]},
             "valid_seeds": n_valid, "void_below": VOID_BELOW,
             "void_seeds": sorted(s for s, r in runs.items() if "void" in r),
             "positive_control": {"passes": pc_passes, "diff": pc["diff"], "half": pc["half"]},
