@@ -133,3 +133,16 @@ def test_bad_flags_get_one_line(capsys, argv, words):
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith(words) and err.count("\n") == 1, err
+
+
+def test_the_figure_draws_from_made_up_records_after_a_json_round_trip():
+    import json
+    plt = pytest.importorskip("matplotlib.pyplot")
+    runs = {s: seed(own_wm=0.3 + 0.01 * s) for s in range(6)}
+    data = json.loads(json.dumps(e14.analyse(runs), default=str))
+    fig = e14.plot(plt, data)
+    ax = fig.axes[0]
+    labels = ax.get_legend_handles_labels()[1]
+    assert [lab for lab in labels if lab != "one seed"] == [b[1] for b in e14.BARS]
+    assert "nats" in ax.get_ylabel() and ax.get_title()
+    plt.close(fig)

@@ -277,12 +277,44 @@ def decisions(primary, share, pc, rows, runs):
                           "outside": sum(1 for x in agree if x is None or x > AGREEMENT)}}
 
 
+BARS = (("dlo", "the choice's motion, I", "0.25"), ("now", "decision, in the step", "tab:red"),
+        ("memory_first", "decision, carried by momentum", "salmon"),
+        ("coupling", "other tokens, in the step", "tab:blue"),
+        ("memory_rest", "other tokens, carried", "lightsteelblue"))
+NAMES = {"adamw": "AdamW", "sgd": "SGD", "adam_b1_0": "Adam, beta1 = 0"}
+
+
+def plot(plt, data):
+    """Per optimizer, I of the choice's motion and of its parts (mean over the seeds whose
+    runs pass both checks, 95 % t band; grey dots: one seed each)."""
+    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    rows, width = list(data["rows"].values()), 0.16
+    for i, opt in enumerate(OPTIMIZERS):
+        keep = [r for r in rows if r[f"valid {opt}"]]
+        for j, (k, label, color) in enumerate(BARS):
+            x = i + (j - 2) * width
+            col = [r[f"I {k} {opt}"] for r in keep if r[f"I {k} {opt}"] is not None]
+            if not col:
+                continue
+            m, h = stats.ci(col)
+            ax.bar([x], [m], width * 0.9, color=color, label=label if i == 0 else None,
+                   yerr=[[h or 0.0], [h or 0.0]], capsize=3)
+            ax.scatter([x] * len(col), col, s=8, color="0.35", zorder=3,
+                       label="one seed" if i == j == 0 else None)
+    ax.axhline(0, color="0.5", lw=0.8)
+    ax.set_xticks(range(len(OPTIMIZERS)), [NAMES[o] for o in OPTIMIZERS])
+    ax.set_ylabel("I = [grpo - dapo] W- minus W+ (nats of log-odds)")
+    ax.set_title("what carried 1/L's drift of the choice: the decision's coefficients, or the rest")
+    ax.legend(loc="upper right", fontsize="small")
+    return fig
+
+
 def evaluate(o):
     """The evaluation seeds, in order until N_SEEDS pass the gate, then the analysis."""
     runs = seeds_of(o, o["seeds"][0], MOST_SEEDS, N_SEEDS)
     out = analyse(runs)
     out.update(experiment="e14_motion", seeds=sorted(runs))
-    common.save("e14_motion", out, o["out"])
+    common.save("e14_motion", out, o["out"], lambda plt: plot(plt, out))
     d = out["decisions"]
     print(f"decision: primary {d['primary']['verdict']}: {d['primary']['why']}")
     print(f"decision: {d['valid_seeds']} seeds pass both checks; positive control "
@@ -329,7 +361,7 @@ def calibrate(o):
 
 
 def main(argv):
-    o = common.parse(argv, EXTRA, __doc__, name="e14_motion", modes=("calibrate",),
+    o = common.parse(argv, EXTRA, __doc__, redraw=("e14_motion", plot), modes=("calibrate",),
                      unused=("jobs",))
     o.update(lr=e13.calibrated_lr(o), steps=STEPS, sft_steps=SFT_STEPS)
     if o["quick"]:
