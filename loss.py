@@ -70,14 +70,14 @@ def compact(group):
     return groups(group)[0]
 
 
-def per_group(x, g, k):
+def row_group_sum(x, g, k):
     """The sum of x over each row's group (numbered 0..k-1 by ``groups``), per row."""
     return torch.zeros(k, dtype=x.dtype, device=x.device).index_add_(0, g, x)[g]
 
 
 def group_sum(x, group):
     """The sum of x over each row's group, broadcast back to the rows."""
-    return per_group(x, *groups(group))
+    return row_group_sum(x, *groups(group))
 
 
 def group_mean(x, group):
@@ -99,11 +99,11 @@ def advantages(rewards, group, scale=True, eps=EPS):
     every group either way. Pass the whole rollout batch: the statistics are per group."""
     r = rewards.float()
     g, k = groups(group)
-    n = per_group(torch.ones_like(r), g, k)  # G, the group's size
-    mu = per_group(r, g, k) / n
+    n = row_group_sum(torch.ones_like(r), g, k)  # G, the group's size
+    mu = row_group_sum(r, g, k) / n
     if not scale:
         return r - mu
-    var = per_group((r - mu) ** 2, g, k) / n
+    var = row_group_sum((r - mu) ** 2, g, k) / n
     sigma = (var * n / (n - 1)).sqrt()  # the sample sd (Bessel), as TRL and verl
     return (r - mu) / (sigma + eps)
 
@@ -115,7 +115,7 @@ def mixed_fraction(rewards, group):
     r = rewards.float()
     # a row is in a mixed group when another row of its group has another reward
     differs = ((g[:, None] == g[None, :]) & (r[:, None] != r[None, :])).any(1)
-    mixed = per_group(differs.float(), g, k) > 0  # per row: is its group mixed?
+    mixed = row_group_sum(differs.float(), g, k) > 0  # per row: is its group mixed?
     same = torch.zeros(k, dtype=torch.bool, device=g.device).index_put_((g,), ~mixed)
     return 1.0 - int(same.sum()) / k
 

@@ -57,8 +57,8 @@ def sft(run):
         if (step - 1) % cfg.ckpt_every == 0 or step == first:
             # the batches up to the next checkpoint, which saves the random streams after them
             upto = min(cfg.sft_steps, ((step - 1) // cfg.ckpt_every + 1) * cfg.ckpt_every)
-            batches = sampler.sft_batches(run.task, state.draw, n_sft, state.sol_rng, run.device,
-                                  cfg.sft_flawed, upto - step + 1)
+            batches = sampler.sft_batches(run.task, state.problems, n_sft, state.sol_rng,
+                                          run.device, cfg.sft_flawed, upto - step + 1)
         prompts, tokens, mask = next(batches)
         with amp(cfg, run.device):
             logp = completion_logprobs(run.model, prompts, tokens, mask, PAD)
@@ -122,30 +122,30 @@ def evaluate_warm_start(run, opt):
 
 def rl_step(run, opt):
     """One RL step: rollouts and rewards, the update, evaluation -> its metrics line."""
-    cfg, state, step = run.cfg, run.state, run.state.step
+    cfg, state, step, policy = run.cfg, run.state, run.state.step, run.unwrapped  # (no DDP)
     run.model.train()  # (the sampler switches to eval mode and back by itself)
     # 1-2. each process samples its share of the groups and rewards them; then every one
     # holds the whole batch, so that advantages, the cut and the denominators are global
-    batch = rollouts(run.raw, run.task, state.draw, cfg, state.gen, run.device,
+    batch = rollouts(policy, run.task, state.problems, cfg, state.gen, run.device,
                      cfg.prompts_per_step // run.world, run.decoder)
-    run.hooks.rewarded(run.raw, run.task, batch, state.gen)  # the lab's: ReMax, shuffled rewards
+    run.hooks.rewarded(policy, run.task, batch, state.gen)  # the lab's: ReMax, shuffled rewards
     batch.max_len = run.task.max_new_tokens  # dr_grpo's L_max: the completion budget
     batch = dist_utils.gather_rollouts(batch)
     # only a group with both right and wrong rollouts carries a signal (its Â is not 0)
     mixed = loss.mixed_fraction(batch.rewards, batch.group)
     rec = {"phase": "rl", "step": step, "reward": float(batch.rewards.mean()), "mixed": mixed}
-    rec.update(run.hooks.rollouts(run.raw, batch))  # the lab looks before the update
+    rec.update(run.hooks.rollouts(policy, batch))  # the lab looks before the update
     # 3-4. advantages, mini-batches, epochs: the optimizer steps of this batch
     out = rl_update(run.model, opt, batch, cfg, state.gen, run.hooks)
-    checkpoint.check_finite(run.raw, "after the update")  # never carry a NaN into a checkpoint
+    checkpoint.check_finite(policy, "after the update")  # never carry a NaN into a checkpoint
     rec.update({k: v for k, v in out.items() if k not in ("steps", "adv", "cut")})
     # 5. held-out greedy accuracy every --eval_every steps
     evaluating = step % cfg.eval_every == 0 or step == cfg.rl_steps
     if run.master and evaluating:
-        state.sums["acc"] = rec["eval_acc"] = evaluate(run.raw, run.task, run.held_out, cfg,
+        state.sums["acc"] = rec["eval_acc"] = evaluate(policy, run.task, run.held_out, cfg,
                                                        run.device, run.decoder)
     # the lab: what the update did (the ledger, the learning tax), its diagnostics
-    rec.update(run.hooks.after(run.raw, rec, batch, out["adv"], out["cut"]))
+    rec.update(run.hooks.after(policy, rec, batch, out["adv"], out["cut"]))
     if run.master and evaluating:
         console.eval_line(run, rec)
     return rec
@@ -262,8 +262,8 @@ def logprobs_of(net, batch, rows, cfg):
 # ----------------------------------------------------------------------------- the lab's seams
 
 class Hooks:
-    """The loop's points where the lab looks, each doing nothing: the run without the lab.
-    The lab's hooks (lab/hooks.py) measure at each, and give the step its objective."""
+    """The lesson's hooks: they pick --loss's function and do nothing at the loop's other
+    points. The lab's (lab/hooks.py) also measure there, and may pick the catalogue's."""
     legend = ""
 
     def objective(self, cfg, model, batch):  # --loss's function, with --clip's bounds

@@ -100,13 +100,13 @@ class LabHooks:
         cfg = run.cfg
         if not cfg.beta:
             return
-        ref = GPT(run.raw.cfg).to(run.device)
+        ref = GPT(run.unwrapped.cfg).to(run.device)
         # resumed in RL, the model has moved on: the reference comes back from its file
         if run.state.phase == "rl":
             path = cfg.init_from or os.path.join(cfg.out_dir, "warm_start.pt")
             ref.load_state_dict(checkpoint.load_checkpoint(path, run.device)[0].state_dict())
         else:
-            ref.load_state_dict(run.raw.state_dict())
+            ref.load_state_dict(run.unwrapped.state_dict())
         self.ref_model = ref.eval().requires_grad_(False)
 
     def rewarded(self, model, task, batch, gen):

@@ -351,7 +351,7 @@ class RunState:
     """Everything besides the weights that decides the steps after ``step`` of
     ``phase``: the random streams, the running sums, and the saved state a resumed
     run starts from (None for a new run)."""
-    draw: Callable           # toy_tasks.train_sampler: the problem stream (draw.rng)
+    problems: Callable       # toy_tasks.train_sampler: the problem stream (its .rng)
     sol_rng: random.Random   # SFT: which teacher writes each solution
     gen: torch.Generator     # rollouts and mini-batch cuts
     saved: dict = None       # ckpt.pt's "resume" entry, put back by restore()
@@ -366,7 +366,7 @@ class RunState:
     def streams(self):
         """This rank's random streams (each rank draws its own problems and samples)."""
         return {"torch_gen": self.gen.get_state(), "torch_global": torch.get_rng_state(),
-                "python_random": random.getstate(), "problems": self.draw.rng.getstate(),
+                "python_random": random.getstate(), "problems": self.problems.rng.getstate(),
                 "solutions": self.sol_rng.getstate()}
 
     def capture(self, opt, metrics_bytes, streams):
@@ -383,7 +383,7 @@ class RunState:
         self.gen.set_state(st["torch_gen"].cpu())
         torch.set_rng_state(st["torch_global"].cpu())
         random.setstate(_tuples(st["python_random"]))
-        self.draw.rng.setstate(_tuples(st["problems"]))
+        self.problems.rng.setstate(_tuples(st["problems"]))
         self.sol_rng.setstate(_tuples(st["solutions"]))
         self.sums = dict(self.sums, **s["sums"])  # a sum the run did not save starts at 0
 

@@ -79,8 +79,8 @@ def warm_start(run):
     a metrics line, its printed line, and what the numbers of the lines to come mean (the
     lab's hooks add their legend)."""
     try:
-        acc0 = evaluate(run.raw, run.task, run.held_out, run.cfg, run.device, run.decoder)
-        diag0 = run.hooks.after(run.raw, {"eval_acc": acc0})
+        acc0 = evaluate(run.unwrapped, run.task, run.held_out, run.cfg, run.device, run.decoder)
+        diag0 = run.hooks.after(run.unwrapped, {"eval_acc": acc0})
     except FloatingPointError as e:
         raise FloatingPointError(f"RL step 0 (evaluation of the warm start): {e}") from None
     run.out.log({"phase": "rl", "step": 0, "eval_acc": acc0, **diag0})

@@ -312,8 +312,8 @@ class RunDir:
     """Where rank 0 writes as a run goes: metrics.jsonl (one JSON object a line,
     flushed) and the checkpoints. On the other ranks every call does nothing."""
 
-    def __init__(self, cfg, raw, master):
-        self.cfg, self.raw, self.master = cfg, raw, master
+    def __init__(self, cfg, model, master):
+        self.cfg, self.model, self.master = cfg, model, master
         self.metrics = open(os.path.join(cfg.out_dir, "metrics.jsonl"), "a") if master else None
 
     def log(self, d):
@@ -331,7 +331,7 @@ class RunDir:
         Every rank calls it: each contributes its own random streams."""
         streams = dist_utils.gather_objects(state.streams())
         if self.master:
-            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.raw, self.cfg,
+            checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, name), self.model, self.cfg,
                                        state.phase, state.step,
                                        state.capture(opt, self.metrics.tell(), streams))
 
@@ -339,7 +339,7 @@ class RunDir:
         """warm_start.pt: the end of SFT, the start of RL (and --beta's reference)."""
         if self.master:
             checkpoint.save_checkpoint(os.path.join(self.cfg.out_dir, "warm_start.pt"),
-                                       self.raw, self.cfg, "warm_start", step)
+                                       self.model, self.cfg, "warm_start", step)
 
     def close(self):
         if self.master:
@@ -353,7 +353,8 @@ class Run:
     lab's hooks (train.hooks_for sets them)."""
     cfg: object
     model: object                # what backward runs through: DDP-wrapped under torchrun
-    raw: object                  # the plain module: sampling, evaluation, checkpoints
+    unwrapped: object            # the plain module (no DDP wrapper): sampling,
+                                 # evaluation, checkpoints
     task: object
     held_out: list               # evaluation problems, disjoint from training
     state: checkpoint.RunState   # step, random streams, running sums: what resume restores
@@ -415,19 +416,19 @@ def initial_model(cfg, device, task=None):
 def new_run(cfg, model, task, found, saved, rank, local_rank, world, device):
     """After every check: join the process group, write config.json, and make the Run:
     the held-out problems and each rank's random streams."""
-    model, raw = dist_utils.wrap(model, cfg, device, local_rank, world)
+    model, unwrapped = dist_utils.wrap(model, cfg, device, local_rank, world)
     sft_steps = 0 if cfg.init_from else cfg.sft_steps
-    resolved = dict(vars(cfg), device=device, task_name=task.name, params=raw.num_params(),
+    resolved = dict(vars(cfg), device=device, task_name=task.name, params=unwrapped.num_params(),
                     sft_steps_run=sft_steps, torch=torch.__version__, world_size=world)
     if rank == 0:  # config.json: the run as it resolved (defaults, device, sizes, versions)
         start_writing(cfg, found, resolved, saved)
     held_out = toy_tasks.eval_problems(task, cfg.eval_size, cfg.seed)
     # every rank draws its own problems and samples: its own streams, seeded by rank
     state = checkpoint.RunState(
-        draw=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
+        problems=toy_tasks.train_sampler(task, held_out, cfg.seed + rank),
         sol_rng=random.Random(cfg.seed + 1 + rank),
         gen=torch.Generator(device=device).manual_seed(cfg.seed + rank),
         saved=saved,
     )
-    return Run(cfg, model, raw, task, held_out, state, RunDir(cfg, raw, rank == 0), device,
-               rank, world, decoder=fast_decode.for_run(cfg, device), sft_steps=sft_steps)
+    return Run(cfg, model, unwrapped, task, held_out, state, RunDir(cfg, unwrapped, rank == 0),
+               device, rank, world, decoder=fast_decode.for_run(cfg, device), sft_steps=sft_steps)
