@@ -146,3 +146,23 @@ def test_the_figure_draws_from_made_up_records_after_a_json_round_trip():
     assert [lab for lab in labels if lab != "one seed"] == [b[1] for b in e14.BARS]
     assert "nats" in ax.get_ylabel() and ax.get_title()
     plt.close(fig)
+
+
+def test_the_preregistration_quotes_the_calibration_json():
+    import json
+    import os
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    text = open(os.path.join(root, "results", "e14_preregistration.md"), encoding="utf-8").read()
+    text = re.sub(r"\s+", " ", text)
+    cal = json.load(open(os.path.join(root, "results", "e14_calibration.json"), encoding="utf-8"))
+    rows = [cal["rows"][s] for s in ("4000", "4001")]
+    xs = [f"{r['x adamw']:+.2f}" for r in rows]
+    assert f"x under AdamW was {xs[0]} and {xs[1]} nats (sd {cal['sd_x']:.2f}" in text
+    assert f"I_motion {rows[0]['I dlo adamw']:+.2f} and {rows[1]['I dlo adamw']:+.2f}" in text
+    assert f"{rows[0]['pc decision']:+.2f} and {rows[1]['pc decision']:+.2f} nats" in text
+    worst = max(cal["agreement"].values())
+    assert f"at most {worst:.1e}".replace("e-04", "e-4") in text
+    assert f"The run takes **{e14.N_SEEDS}**" in text and f"fewer than **{e14.VOID_BELOW}**" in text
+    assert f"at most **{e14.AGREEMENT:g}**" in text
+    assert stats.seeds_needed(0.54, 0.72) == 7
