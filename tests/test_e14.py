@@ -166,3 +166,20 @@ def test_the_preregistration_quotes_the_calibration_json():
     assert f"The run takes **{e14.N_SEEDS}**" in text and f"fewer than **{e14.VOID_BELOW}**" in text
     assert f"at most **{e14.AGREEMENT:g}**" in text
     assert stats.seeds_needed(0.54, 0.72) == 7
+
+
+def test_a_cached_record_that_is_not_what_the_run_wrote_is_refused_in_one_line(tmp_path):
+    import json
+    import os
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    good = json.load(open(os.path.join(root, "results", "e14", "Wp2_grpo_adamw_s4000.json")))
+    assert e14.checked("x.json", good) is good
+    for field, key, value in (("motion", "memory_first", "nan"), ("steps", "own", [1.0, "x"]),
+                              ("drift", None, None)):
+        bad = json.loads(json.dumps(good))
+        if key is None:
+            bad[field] = value
+        else:
+            bad[field][key] = value
+        with pytest.raises(e14.common.CliError, match="not what the experiment wrote"):
+            e14.checked(str(tmp_path / "r.json"), bad)

@@ -62,7 +62,10 @@ EXTRA = {"seeds": (str(FIRST_SEED), "the first evaluation seed (quick: 4100; cal
                                     "4000-4001)"),
          "calibrate": (False, "the calibration on seeds 4000-4001 (results/e14_calibration.json)"),
          "small": (False, "tiny model and batches, for smoke tests")}
-RECORD = dict(common.RUN_FIELDS, opt=common.STR, lr=common.NUM)
+RECORD = {"seed": common.INT, "cond": common.STR, "arm": common.STR, "opt": common.STR,
+          "lr": common.NUM, "flags": common.STRS, "seconds": common.NUM, "ell": common.STEPS,
+          "drift": common.NUM, "gap": common.NUMS_OR_NONE, "manipulation": common.NUM_OR_NONE,
+          "reward": common.NUMS}  # a run's record (record_of), with "motion" and "steps"
 
 
 # ----------------------------------------------------------------------------- one run
@@ -85,7 +88,7 @@ def one_run(o, seed, cond, arm, opt):
     kept = [f"--init_from={os.path.relpath(warm.path, o['out'])}"
             if f.startswith("--init_from=") else f for f in flags]
     rec = common.load_record(cache, ("flags", "drift"))
-    if rec is not None and common.check_record(cache, rec, RECORD)["flags"] == kept:
+    if rec is not None and checked(cache, rec)["flags"] == kept:
         return rec
     warm.train()
     run_dir = os.path.join(o["out"], "runs", "e14", name)
@@ -93,6 +96,22 @@ def one_run(o, seed, cond, arm, opt):
     ms = common.run(flags, run_dir)
     rec = record_of(ms, seed, cond, arm, opt, lr, kept, time.time() - t0)
     common.save_record(cache, rec)
+    return rec
+
+
+def checked(path, rec):
+    """A cached record as record_of wrote it (common.check_record's rule), its summed motion
+    and per-step lists included: else one line naming it, never dropped."""
+    common.check_record(path, rec, RECORD, optional=())
+    keys = ("dlo", *choice_motion.PARTS, "gap", "abs", "abs_gap", "memory_first")
+    for field, kind in (("motion", common.NUM_OR_NONE), ("steps", common.NUMS_OR_NONE)):
+        got = rec.get(field)
+        bad = next((k for k in keys if not isinstance(got, dict) or k not in got
+                    or not common.holds(got[k], kind)), None)
+        if bad is not None:
+            raise common.CliError(f"record {path} has no {kind} in {field}[{bad!r}]: it is not "
+                                  f"what the experiment wrote; restore it (git checkout) or "
+                                  f"delete it to run it again")
     return rec
 
 
