@@ -7,7 +7,8 @@ and towards it when right ones are (W-): I = [grpo - dapo]_{W-} - [grpo - dapo]_
 splits each step's change of the choice's log-odds at the step's prompts into the pushes of
 the decision's own coefficients (own and history at the prompt, peers at the other
 prompts: the first-order push of THEORY.md 2.7, carried by shared parameters), the rest of
-the completions' tokens (same, other: [P2]'s coupling) and the optimizer's memory.
+the completions' tokens (same, other: [P2]'s coupling) and the optimizer's memory, which
+the first tokens' own momentum splits into the decision's part and the rest's.
 
 Testbed and arms: E13's at two retries (W+2, W-2: E12's 16-token gap; lab/testbeds.py),
 ``grpo`` against ``dapo`` on-policy from the condition's warm start, under AdamW (E12's lr),
