@@ -258,7 +258,42 @@ def analyse(runs):
               "I of the summed motion, AdamW": stats.contrast(col("I dlo adamw", "adamw"), 0.0,
                                                               "> 0", seeds)}
     return {"primary": primary, "share": share, "secondary": sec, "checks": checks,
-            "rows": rows, "decisions": decisions(primary, share, pc, rows, runs)}
+            "rows": rows, "dapo": dapo_motion(good), "per_part": per_part(rows),
+            "decisions": decisions(primary, share, pc, rows, runs)}
+
+
+def per_part(rows):
+    """Descriptive: per optimizer, each part's I over the seeds whose runs pass both checks
+    (mean and 95 % t half-width)."""
+    out = {}
+    for opt in OPTIMIZERS:
+        keep = [r for r in rows.values() if r[f"valid {opt}"]]
+        for k in ("dlo", *choice_motion.PARTS, "memory_first", "memory_rest", *GROUPS):
+            col = [r[f"I {k} {opt}"] for r in keep if r[f"I {k} {opt}"] is not None]
+            out[f"{k} {opt}"] = list(stats.ci(col)) + [len(col)] if col else None
+    return out
+
+
+def dapo_motion(runs):
+    """Descriptive (the critique: equal weights do not stop motion): under dapo, per
+    optimizer, the W+2 and W-2 runs' summed motion of the choice, its mean |.|, and the mean
+    of the decision's and the rest's parts."""
+    out = {}
+    for opt in OPTIMIZERS:
+        recs = [r[(c, "dapo", opt)] for r in runs.values() for c in CONDS]
+        if not recs:
+            continue
+        n = len(recs)
+        mean = lambda xs: sum(xs) / len(xs) if xs else None
+        out[opt] = {"runs": n, "abs_motion": mean([abs(x["motion"]["dlo"]) for x in recs]),
+                    "motion": mean([x["motion"]["dlo"] for x in recs]),
+                    **{k: mean([v for v in (part(x, k) for x in recs) if v is not None])
+                       for k in ("decision", "rest", "now", "coupling", "memory")},
+                    "abs_decision": mean([abs(v) for v in (part(x, "decision") for x in recs)
+                                          if v is not None]),
+                    "abs_rest": mean([abs(v) for v in (part(x, "rest") for x in recs)
+                                      if v is not None])}
+    return out
 
 
 def decisions(primary, share, pc, rows, runs):
