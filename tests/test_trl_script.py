@@ -191,3 +191,16 @@ def test_help_lists_every_flag_with_its_default(capsys):
         assert f"--{k}={default or chr(39) * 2} " in text, k
     code, text, _ = run(["--help"], capsys, shuffle_cost.main)
     assert code == 0 and all(f"{k} ({v})" in text for k, v in shuffle_cost.FLAGS.items())
+
+
+@pytest.mark.parametrize("module", ["trl_bridge.train_lm", "trl_bridge.shuffle_cost"])
+def test_a_command_without_the_extra_installed_is_one_line(module):
+    """As from an interpreter that lacks one of the extra's packages (trl, here hidden)."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys, runpy; sys.modules['trl'] = None; sys.argv = ['x', '--help']; "
+            f"runpy.run_module({module!r}, run_name='__main__')")
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
+    assert p.stderr.startswith("error: trl not installed for ") and "requirements-trl.txt" in p.stderr

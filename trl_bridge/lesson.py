@@ -50,6 +50,18 @@ def found_elsewhere(name):
 
 
 LOADED = {}  # every lesson module loaded so far: one copy of each, however often asked
+EXTRA = ("torch", "transformers", "trl", "accelerate", "datasets")  # requirements-trl.txt
+
+
+def refuse_without_extra():
+    """A command of the bridge run where the extra is not installed (another interpreter, a
+    venv not activated): one ``error:`` line naming what is missing, exit status 2."""
+    import importlib.util
+    missing = [m for m in EXTRA if importlib.util.find_spec(m) is None]
+    if missing:
+        sys.stderr.write(f"error: {', '.join(missing)} not installed for {sys.executable}: "
+                         f"activate the project's venv, or pip install -r requirements-trl.txt\n")
+        sys.exit(2)
 
 
 def load(*names):

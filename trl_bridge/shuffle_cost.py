@@ -19,7 +19,10 @@ import os
 import sys
 import tempfile
 
-from trl_bridge.lesson import load
+from trl_bridge.lesson import load, refuse_without_extra
+
+if __name__ == "__main__":  # a command: a missing extra is one line
+    refuse_without_extra()
 
 config_mod, errors, stats = load("plumbing.config", "plumbing.errors", "lab.experiments.stats")
 FLAGS = {"seeds": "5", "steps": "32", "num_iterations": "1", "objectives": "dapo,dfpo_min"}

@@ -29,7 +29,10 @@ import os
 import shutil
 import sys
 
-from trl_bridge.lesson import load
+from trl_bridge.lesson import load, refuse_without_extra
+
+if __name__ == "__main__":  # a command: a missing extra is one line
+    refuse_without_extra()
 
 config_mod, errors = load("plumbing.config", "plumbing.errors")
 CliError = errors.CliError
