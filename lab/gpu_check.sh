@@ -8,8 +8,10 @@
 #   demo_plain   the same with --instruments=false (the plain loop)
 #   chain        --task=chain
 #   bench        python -m lab.bench --quick (the sampler, the step, the host reads)
-#   e12          E12's evaluation (lab/experiments/e12_covariance.py) for up to 170 s: its
+#   e12          E12's evaluation (lab/experiments/e12_covariance.py) for up to 80 s: its
 #                records in OUT/e12 say how far it got (one run at a time, not yet batched)
+#   bridge       where TRL is installed: trl_bridge/gpu_step.py, a random 0.5B Qwen2 trained
+#                3 steps with the ledger and without it (seconds, their ratio, peak memory)
 # It writes OUT/gpu_check.json: the device, torch's version, and per part its exit status,
 # wall seconds and the numbers its output gives. results/README.md's Measurements quote it.
 set -u
@@ -38,7 +40,10 @@ part demo_plain 80 "$PY" train.py --device=cuda --instruments=false --out_dir="$
 part chain 110 "$PY" train.py --device=cuda --task=chain --out_dir="$OUT/chain"
 part bench 90 "$PY" -m lab.bench --quick --device=cuda --out="$OUT/bench.json"
 if [ -f lab/experiments/e12_covariance.py ]; then
-    part e12 170 "$PY" -m lab.experiments.e12_covariance --device=cuda --out="$OUT/e12"
+    part e12 80 "$PY" -m lab.experiments.e12_covariance --device=cuda --out="$OUT/e12"
+fi
+if "$PY" -c "import trl" 2> /dev/null; then
+    part bridge 90 "$PY" -m trl_bridge.gpu_step --steps=3 --out="$OUT/bridge"
 fi
 
 "$PY" - "$OUT" <<'EOF'
@@ -62,6 +67,9 @@ for p in rec["parts"]:  # what a run printed: warm start and final accuracy, SFT
         p["final_acc"], p["train_s"] = float(m.group(1)), int(m.group(2))
         if "sft_and_first_eval_s" in p:
             p["rl_s"] = p["train_s"] - p["sft_and_first_eval_s"]
+bridge = os.path.join(out, "bridge", "gpu_step.json")  # its seconds, ratio and memory
+if os.path.exists(bridge):
+    rec["bridge"] = json.load(open(bridge))
 json.dump(rec, open(os.path.join(out, "gpu_check.json"), "w"), indent=1)
 print(json.dumps(rec, indent=1))
 EOF
