@@ -203,4 +203,5 @@ def test_a_command_without_the_extra_installed_is_one_line(module):
     p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 2 and p.stderr.count("\n") == 1, p.stderr
-    assert p.stderr.startswith("error: trl not installed for ") and "requirements-trl.txt" in p.stderr
+    assert p.stderr.startswith("error: trl not installed for ")
+    assert "requirements-trl.txt" in p.stderr
