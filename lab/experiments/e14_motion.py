@@ -342,15 +342,15 @@ NAMES = {"adamw": "AdamW", "sgd": "SGD", "adam_b1_0": "Adam, beta1 = 0"}
 def plot(plt, data):
     """Per optimizer, I of the choice's motion and of its parts (mean over the seeds whose
     runs pass both checks, 95 % t band; grey dots: one seed each)."""
-    fig, ax = plt.subplots(figsize=(10, 4.8), layout="constrained")
+    fig, ax = plt.subplots(figsize=(10, 5.4), layout="constrained")
     rows, width = list(data["rows"].values()), 0.16
     for i, opt in enumerate(OPTIMIZERS):
         keep = [r for r in rows if r[f"valid {opt}"]]
         for j, (k, label, color) in enumerate(BARS):
             x = i + (j - 2) * width
             col = [r[f"I {k} {opt}"] for r in keep if r[f"I {k} {opt}"] is not None]
-            if not col:
-                continue
+            if not col or (k.startswith("memory") and opt != "adamw"):
+                continue  # (without momentum, memory is 0 by construction: no bar)
             m, h = stats.ci(col)
             ax.bar([x], [m], width * 0.9, color=color, label=label if i == 0 else None,
                    yerr=[[h or 0.0], [h or 0.0]], capsize=3)
@@ -358,9 +358,10 @@ def plot(plt, data):
                        label="one seed" if i == j == 0 else None)
     ax.axhline(0, color="0.5", lw=0.8)
     ax.set_xticks(range(len(OPTIMIZERS)), [NAMES[o] for o in OPTIMIZERS])
-    ax.set_ylabel("I = [grpo - dapo] W- minus W+ (nats of log-odds)")
+    ax.set_ylabel("I: [grpo - dapo], W- minus W+ (nats)")
     ax.set_title("what carried 1/L's drift of the choice: the decision's coefficients, or the rest")
-    ax.legend(loc="upper right", fontsize="small")
+    ax.set_ylim(-0.4, 2.2)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.08), ncols=3, fontsize="small")
     return fig
 
 
