@@ -102,7 +102,7 @@ def test_the_primarys_verdict_in_every_regime(own, verdict):
     out = e14.analyse(runs)
     assert out["decisions"]["primary"]["verdict"] == verdict
     assert out["decisions"]["positive_control"]["passes"]
-    assert out["primary"]["n"] == 8
+    assert out["primary"][e14.PRIMARY]["n"] == 8
     if verdict != "inconclusive":
         lo, hi = out["share"]["interval"]
         assert (lo > 0.5) == (verdict == "decision") and (hi < 0.5) == (verdict == "rest")

@@ -213,6 +213,7 @@ def share_interval(a, b, q=None):
     return ((B - math.sqrt(disc)) / A, (B + math.sqrt(disc)) / A)
 
 
+PRIMARY = "x = I_decision - I_motion / 2, AdamW"  # the JSON's name of the primary contrast
 SECONDARY = {  # one Holm family: (per-seed key, predicted); each against 0
     "I_own, AdamW: the choice's own copies' net push": ("I own adamw", "> 0"),
     "I_peers, AdamW: the decision's push at the other prompts": ("I peers adamw", "> 0"),
@@ -257,7 +258,7 @@ def analyse(runs):
                                                                   seeds),
               "I of the summed motion, AdamW": stats.contrast(col("I dlo adamw", "adamw"), 0.0,
                                                               "> 0", seeds)}
-    return {"primary": primary, "share": share, "secondary": sec, "checks": checks,
+    return {"primary": {PRIMARY: primary}, "share": share, "secondary": sec, "checks": checks,
             "rows": rows, "dapo": dapo_motion(good), "per_part": per_part(rows),
             "decisions": decisions(primary, share, pc, rows, runs)}
 
