@@ -142,11 +142,12 @@ def test_the_opening_s_numbers_are_the_json_s():
     assert part["memory_first adamw"] > part["dlo adamw"] / 2
     assert part["peers adamw"] + part["memory_first adamw"] > 0.9 * part["dlo adamw"]
     assert part["own adamw"] + part["history adamw"] < 0.05 * part["dlo adamw"]  # not this one
-    assert ("E14: the first tokens' own pushes carried it, from other prompts (AdamW: via "
+    assert ("E14: the first tokens' pushes carried it, from other prompts (AdamW: via "
             "momentum)") in head
     share = e14["decisions"]["primary"]["share"]
-    assert (f"| [P1] first tokens' own pushes carry it, not coupling | yes ({100 * share:.0f} % "
-            f"of I) |") in head
+    assert (f"| [P1] first tokens' pushes carry it, not coupling | yes ({100 * share:.0f} % "
+            f"of I); own copies: against |") in head
+    assert e14["secondary"]["I_own, AdamW: the choice's own copies' net push"]["diff"] < 0
     assert "momentum or not" not in head  # beta1 = 0 missed its KL match
 
 
@@ -202,8 +203,8 @@ def test_seeds_per_experiment_as_the_report_says():
     (the scoreboard has none)."""
     s = flat(text())
     assert ("Each contrast is taken over ten seeds (twenty for E11's null control, sixteen "
-            "for E12, twelve for E13 and six for E14, as their power calculations asked; the "
-            "scoreboard is synthetic)") in s
+            "for E12 and twelve for E13, as their power calculations asked; six for E14, whose "
+            "power calculation asked seven; the scoreboard is synthetic)") in s
     assert load("e13_dose")["decisions"]["kept the gap at 2 retries"]["sgd"] == 11
     for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
         if not path.endswith(".json") or path == "multiplicity.json":
