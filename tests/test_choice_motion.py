@@ -11,22 +11,10 @@ from torch.nn.utils import parameters_to_vector
 
 from lab import choice_motion
 from model import GPT, GPTConfig, completion_logprobs
+from test_motion import FreeLogits  # one logit vector after every history
 from toy_tasks import PAD
 
 A, B_, C = 0, 1, 2  # token ids: the choice is A
-
-
-class FreeLogits(torch.nn.Module):
-    """One logit vector, the same after every history (every token couples to every other)."""
-
-    def __init__(self, p, dtype=torch.float64):
-        super().__init__()
-        self.z = torch.nn.Parameter(torch.tensor(p, dtype=dtype).log())
-
-    def forward(self, idx, valid=None, return_hidden=False):
-        logits = self.z.expand(*idx.shape, len(self.z))
-        h = torch.zeros(*idx.shape, 1, dtype=self.z.dtype)
-        return (logits, h) if return_hidden else logits
 
 
 class Table(torch.nn.Module):

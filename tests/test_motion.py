@@ -26,7 +26,8 @@ class FreeLogits(torch.nn.Module):
 
     def forward(self, idx, valid=None, return_hidden=False):
         logits = self.z.expand(*idx.shape, len(self.z))
-        return logits, torch.zeros(*idx.shape, 1, dtype=self.z.dtype)
+        h = torch.zeros(*idx.shape, 1, dtype=self.z.dtype)
+        return (logits, h) if return_hidden else logits
 
 
 def one_step(model, batch, coef, opt, clip=None):
