@@ -284,7 +284,7 @@ dfpo_orth = functools.partial(dfpo, transform=adv_orthogonal)
 # ----------------------------------------------------------------------------- the registries
 
 # --loss -> its function of (logp, old_logp, mask, adv, group, counts, clip): train.py calls
-# LOSSES[--loss]. The engines' catalogue (lab/objectives.py) adds its fifteen objectives.
+# LOSSES[--loss]. The engines' catalogue (lab/objectives.py) adds its sixteen objectives.
 LOSSES = {"grpo": grpo, "dr_grpo": dr_grpo, "dapo": dapo,
           "dfpo_min": dfpo_min, "dfpo_orth": dfpo_orth}
 

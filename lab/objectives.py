@@ -311,6 +311,10 @@ register(Objective("dfpo_orth", dfpo_term, agg="seq-mean-token-sum-norm",
     verdict="for tokens the whole group shares; a prefix shared by part of a group: no",
     cancels=ON_POLICY, why="w~_i differ: partial prefixes", adv="dr_grpo", clip="weights",
     group_transform=loss.adv_orthogonal, lesson=loss.dfpo_orth))
+register(Objective("dfpo_raw", dfpo_term, agg="seq-mean-token-sum-norm",
+    coefficient="sg(clip(s_i)) Â_i / (N L_max): DFPO with no group transform",
+    verdict="yes on-policy; off-policy no (s_i)", cancels=ON_POLICY, why="s_i", adv="dr_grpo",
+    clip="weights", group_transform=lambda w, adv, group: w))
 register(Objective("positive_only", ppo_token_term, agg="positive-token-mean",
     coefficient="1 / sum L over positives", verdict="nothing to cancel", cancels=BUT_CLIP,
     why="clip by sign", adv="positive_only", dual_clip=True, own_agg=True))
