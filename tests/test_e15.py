@@ -20,7 +20,7 @@ def seed(gain=(0.0, 0.0, 0.0, 0.0), base=0.7, ratios=0.002, pc=0.05, raw=0.0):
     control pc below gspo at G = 8."""
     r = {}
     for i, G in enumerate(e15.GROUP_SIZES):
-        for a in e15.ARMS:
+        for a in (*e15.ARMS, e15.REF):
             final = base + {"dfpo_min": gain[i], "dfpo_raw": raw}.get(a, 0.0)
             r[(a, G)] = {"final": final, "auc": final - 0.1, "entropy": 0.04,
                          "ratios": ratios if a in ("gspo", "dfpo_raw") else 0.0}

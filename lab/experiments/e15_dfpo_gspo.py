@@ -18,13 +18,15 @@ Arms (each from the seed's warm start, with the seed's first rollout batch):
 dfpo_min - dfpo_raw is the transform's own part; dfpo_raw - gspo is everything else the pair
 changes (sigma, 1/L_i against 1/L_max, a clip on the gradient against a truncated weight).
 
-Design (results/e15_preregistration.md): ``add`` with 3 digits (a 400-step SFT warm start that
+Design (results/e15_preregistration.md): ``add`` with 4 digits (a 700-step SFT warm start that
 RL does not saturate), G in {2, 4, 8, 16} with B = 32 / G prompts, so that every step samples
 32 completions: the compute and the number of completions the gradient averages are the same
 at every G; only how they split into groups changes. Reuse: two mini-batches and two epochs
 (4 optimizer steps per batch), groups kept whole (``--batching=query``), so only the
 objective decides whether a shared token cancels. One lr and one clip for every arm, fixed by
-the stability rule on probe seeds. The positive control is gspo at a third of the lr (G = 8).
+the stability rule on probe seeds: 1 +- 0.2, which bounds GSPO's sequence ratio and DFPO's
+weights alike. ``gspo_ref`` (amendment 1) is gspo with GSPO's own sequence clip (3e-4, 4e-4).
+The positive control is gspo at a third of the lr (G = 8).
 
 Primary (paired by seed): D_G = final accuracy of dfpo_min - gspo (the mean of the last two
 greedy evaluations on 256 held-out problems); (1) mean over G of D_G, (2) the slope of D_G
@@ -45,7 +47,7 @@ if not __package__:  # run as a file: the package imports below need the reposit
     sys.exit(2)
 from lab.experiments import common
 from lab.experiments import stats
-from lab import diagnostics
+from lab import diagnostics, objectives
 from plumbing import checkpoint
 import toy_tasks
 
@@ -56,6 +58,7 @@ TASK, DIGITS, SFT_STEPS = "add", 4, 700
 STEPS, EVAL_EVERY, LAST = 100, 25, 2  # final accuracy: the mean of the LAST evaluations
 REUSE = ["--minibatches=2", "--epochs=2", "--batching=query"]
 CONTROL = ("gspo_slow", "gspo", 8, 1 / 3)  # (name, objective, G, lr factor): the positive control
+REF = "gspo_ref"  # gspo with GSPO's own clip (its record's eps), at every G (amendment 1)
 CALIB_SEEDS, QUICK_SEED, FIRST_SEED = (4500, 4501), 4600, 500
 CANDIDATES = ((1e-5, 0.2), (5e-6, 0.2))  # (lr, clip), tried in order (calibrate)
 SATURATED = 0.90           # a candidate where gspo ends at this or above is rejected
@@ -66,7 +69,8 @@ LR, CLIP = 1e-5, 0.2
 N_SEEDS = 6                # evaluation seeds: the power calculation's, within the budget
 RATIOS_MIN = 0.0008        # the manipulation check: gspo's ledger_ratios share at least this
 VOID_BELOW = 4             # fewer valid seeds than this: the primaries are void
-MARGIN = {"mean": 0.03, "slope": 0.01}  # equivalence margins (accuracy; per doubling of G)
+MARGIN = {"mean": 0.03, "slope": 0.0044}  # equivalence margins (accuracy; per doubling of G:
+# half of [P1]'s 0.0087, amendment 2)
 EXTRA = {"seeds": (str(FIRST_SEED), "the first evaluation seed (quick: 4600; calibrate: "
                                     "4500-4501)"),
          "calibrate": (False, "the stability rule and the power calculation on seeds "
@@ -86,13 +90,18 @@ def tag(arm, G, seed):
 
 def plan():
     """Every run of a seed: (arm, G), the positive control last."""
-    return [(a, G) for G in GROUP_SIZES for a in ARMS] + [(CONTROL[0], CONTROL[2])]
+    return ([(a, G) for G in GROUP_SIZES for a in ARMS] + [(REF, G) for G in GROUP_SIZES]
+            + [(CONTROL[0], CONTROL[2])])
 
 
 def flags_of(o, seed, arm, G, lr, clip, warm):
     objective, factor = (CONTROL[1], CONTROL[3]) if arm == CONTROL[0] else (arm, 1.0)
+    clips = ["--clip=sym", f"--clip_low={clip:g}"]
+    if arm == REF:
+        objective, (lo, hi) = "gspo", objectives.OBJECTIVES["gspo"].eps
+        clips = ["--clip=higher", f"--clip_low={lo:g}", f"--clip_high={hi:g}"]
     flags = [f"--task={TASK}", f"--digits={DIGITS}", f"--init_from={warm}", f"--seed={seed}",
-             f"--loss={objective}", "--clip=sym", f"--clip_low={clip:g}",
+             f"--loss={objective}", *clips,
              f"--lr={lr * factor:g}", f"--rl_steps={o['steps']}",
              f"--eval_every={o['eval_every']}", f"--group_size={G}",
              f"--prompts_per_step={o['completions'] // G}", *REUSE]
@@ -190,6 +199,8 @@ def per_seed(r):
     row = {f"D G{G}": diff("dfpo_min", "gspo", "final", G) for G in GROUP_SIZES}
     row["mean D"] = sum(row[f"D G{G}"] for G in GROUP_SIZES) / len(GROUP_SIZES)
     row["slope D"] = slope([row[f"D G{G}"] for G in GROUP_SIZES])
+    row["slope transform"] = slope([diff("dfpo_min", "dfpo_raw", "final", G)
+                                    for G in GROUP_SIZES])
     for a, b in PAIRS:
         for k in ("final", "auc", "entropy"):
             row[f"{a} - {b} {k}"] = sum(diff(a, b, k, G) for G in GROUP_SIZES) / len(GROUP_SIZES)
@@ -201,7 +212,7 @@ def per_seed(r):
 
 
 PAIRS = (("dfpo_min", "gspo"), ("dfpo_min", "dfpo_raw"), ("dfpo_raw", "gspo"),
-         ("dfpo_orth", "gspo"))
+         ("dfpo_orth", "gspo"), ("dfpo_min", REF), ("gspo", REF))
 PRIMARY = {"mean over G of D_G = final accuracy, dfpo_min - gspo": ("mean D", "mean"),
            "slope of D_G against log2 G": ("slope D", "slope")}
 SECONDARY = {  # one Holm family: (per-seed key, predicted)
@@ -213,6 +224,11 @@ SECONDARY = {  # one Holm family: (per-seed key, predicted)
         ("dfpo_min - gspo auc", "> 0"),
     "dfpo_min - gspo, token entropy at the end": ("dfpo_min - gspo entropy", "> 0"),
     "D at G = 16": ("D G16", "> 0"),
+    # amendment 1 (results/e15_preregistration.md), before any evaluation record was read
+    "dfpo_min - gspo_ref, final accuracy (GSPO with its own clip)":
+        ("dfpo_min - gspo_ref final", "> 0"),
+    "slope of dfpo_min - dfpo_raw against log2 G (the transform's part, by G)":
+        ("slope transform", "> 0"),
 }
 
 
@@ -229,7 +245,7 @@ def analyse(runs):
     family(secondary)
     pc = stats.contrast(col("pc"), 0.0, "> 0", seeds)
     per_arm = {f"{a} G{G}": stats.ci([runs[s][(a, G)]["final"] for s in seeds])
-               for a in ARMS for G in GROUP_SIZES}
+               for a in (*ARMS, REF) for G in GROUP_SIZES}
     per_arm[CONTROL[0]] = stats.ci([runs[s][(CONTROL[0], CONTROL[2])]["final"] for s in seeds])
     checks = {"manipulation: gspo's ratios share (mean over G)": stats.ci(col("ratios gspo")),
               "dfpo_min's ratios share (mean over G)": stats.ci(col("ratios dfpo_min")),
@@ -244,6 +260,12 @@ def family(contrasts):
     adj = iter(stats.holm([p for p in ps if p is not None]))
     for c, p in zip(contrasts.values(), ps):
         c["p"], c["p_holm"] = p, (next(adj) if p is not None else None)
+
+
+def tost(c, margin):
+    """The TOST p of a contrast (1 where it has none: too few seeds)."""
+    p = stats.tost_p(c, margin)
+    return 1.0 if p is None else p
 
 
 def decisions(primary, pc, rows):
@@ -262,7 +284,7 @@ def decisions(primary, pc, rows):
         elif c["p_holm"] is not None and c["p_holm"] < 0.05:
             v = "agrees" if c["diff"] > 0 else "contradicts"
             why = f"{c['diff']:+.3g} ± {c['half']:.2g}, Holm p = {c['p_holm']:.2g}"
-        elif (stats.tost_p(c, margin) or 1.0) < 0.05 and pc_passes:
+        elif tost(c, margin) < 0.05 and pc_passes:
             v = "equivalent"
             why = f"{c['diff']:+.3g} ± {c['half']:.2g} within ±{margin:g} (TOST)"
         else:
@@ -351,7 +373,7 @@ def evaluate(o):
 
 
 COLORS = {"gspo": "tab:blue", "dfpo_min": "tab:red", "dfpo_orth": "tab:orange",
-          "dfpo_raw": "tab:gray"}
+          "dfpo_raw": "tab:gray", REF: "tab:cyan"}
 
 
 def plot(plt, data):
@@ -359,9 +381,9 @@ def plot(plt, data):
     per seed with its mean."""
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(11, 4.6), layout="constrained")
     xs = [math.log2(G) for G in GROUP_SIZES]
-    for i, a in enumerate(ARMS):
+    for i, a in enumerate((*ARMS, REF)):
         ms = [data["per_arm"][f"{a} G{G}"] for G in GROUP_SIZES]
-        ax.errorbar([x + (i - 1.5) * 0.05 for x in xs], [m[0] for m in ms],
+        ax.errorbar([x + (i - 2) * 0.05 for x in xs], [m[0] for m in ms],
                     yerr=[m[1] or 0.0 for m in ms], marker="o", capsize=3, color=COLORS[a],
                     label=a)
     ax.set_xticks(xs, [str(G) for G in GROUP_SIZES])
