@@ -22,7 +22,7 @@ def seed(gain=(0.0, 0.0, 0.0, 0.0), base=0.7, ratios=0.002, pc=0.05, raw=0.0):
     for i, G in enumerate(e15.GROUP_SIZES):
         for a in (*e15.ARMS, e15.REF):
             final = base + {"dfpo_min": gain[i], "dfpo_raw": raw}.get(a, 0.0)
-            r[(a, G)] = {"final": final, "auc": final - 0.1, "entropy": 0.04,
+            r[(a, G)] = {"final": final, "auc": final - 0.1, "entropy": 0.04, "clip_frac": 0.0,
                          "ratios": ratios if a in ("gspo", "dfpo_raw") else 0.0}
     r[(e15.CONTROL[0], e15.CONTROL[2])] = {"final": base - pc, "auc": 0.0, "entropy": 0.0,
                                            "ratios": ratios}
@@ -132,8 +132,27 @@ def test_the_preregistration_quotes_the_calibration_json():
     mde = (stats.t_quantile(e15.N_SEEDS - 1) + 0.8416) * c["sd_D"] / e15.N_SEEDS ** 0.5
     assert f"about {mde:.3f}" in text
     assert f"{mde / 5 ** 0.5:.4f} per doubling" in text
-    assert f"{e15.RATIOS_MIN:g}" in text and f"0.0008, is half" in text
+    assert f"0.0044 since amendment 2" in text and e15.MARGIN["slope"] == 0.0044
+    assert f"({min(ratios):.5f})" in text
+    assert f"{e15.RATIOS_MIN:g}, is about half" in text
     assert min(ratios) / 2 == pytest.approx(e15.RATIOS_MIN, rel=0.05)
     add3 = json.load(open(os.path.join(ROOT, "results", "e15_add3", "e15_calibration.json")))
     f = {x["lr"]: x["gspo_final"] for x in add3["candidates"]}
     assert f"{f[1e-5]['gspo_G2_s4500']:.2f} and {f[5e-6]['gspo_G2_s4500']:.2f}" in text
+
+
+def test_each_arm_gets_its_flags():
+    """gspo_ref is gspo with GSPO's own clip (the record's eps); the control is gspo at a third
+    of the lr; B = 32 / G prompts at every G; the reuse of every arm."""
+    o = {"steps": 100, "eval_every": 25, "completions": e15.COMPLETIONS, "small": False}
+    ref = e15.flags_of(o, 500, e15.REF, 8, 1e-5, 0.2, "w.pt")
+    assert "--loss=gspo" in ref and "--clip=higher" in ref
+    assert {"--clip_low=0.0003", "--clip_high=0.0004"} <= set(ref)
+    assert objectives.OBJECTIVES["gspo"].eps == (3e-4, 4e-4)
+    slow = e15.flags_of(o, 500, e15.CONTROL[0], 8, 1e-5, 0.2, "w.pt")
+    assert "--loss=gspo" in slow and "--lr=3.33333e-06" in slow and "--clip_low=0.2" in slow
+    for G in e15.GROUP_SIZES:
+        f = e15.flags_of(o, 500, "dfpo_min", G, 1e-5, 0.2, "w.pt")
+        assert f"--prompts_per_step={32 // G}" in f and f"--group_size={G}" in f
+        assert set(e15.REUSE) <= set(f) and "--loss=dfpo_min" in f
+    assert len(e15.plan()) == 4 * 5 + 1

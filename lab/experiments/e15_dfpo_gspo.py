@@ -250,8 +250,12 @@ def analyse(runs):
     checks = {"manipulation: gspo's ratios share (mean over G)": stats.ci(col("ratios gspo")),
               "dfpo_min's ratios share (mean over G)": stats.ci(col("ratios dfpo_min")),
               "positive control: gspo - gspo at lr / 3, G = 8": pc}
+    runs_of = lambda a, G: [runs[s][(a, G)] for s in seeds]
+    described = {f"{a} G{G}": {k: stats.ci([x[k] for x in runs_of(a, G)])
+                               for k in ("clip_frac", "ratios", "entropy", "auc")}
+                 for a in (*ARMS, REF) for G in GROUP_SIZES}
     return {"primary": primary, "secondary": secondary, "checks": checks, "per_arm": per_arm,
-            "rows": rows, "decisions": decisions(primary, pc, rows)}
+            "described": described, "rows": rows, "decisions": decisions(primary, pc, rows)}
 
 
 def family(contrasts):
