@@ -204,7 +204,8 @@ def test_seeds_per_experiment_as_the_report_says():
     s = flat(text())
     assert ("Each contrast is taken over ten seeds (twenty for E11's null control, sixteen "
             "for E12 and twelve for E13, as their power calculations asked; six for E14, whose "
-            "power calculation asked seven; the scoreboard is synthetic)") in s
+            "power calculation asked seven; six for E15, whose asked three; the scoreboard is "
+            "synthetic)") in s
     assert load("e13_dose")["decisions"]["kept the gap at 2 retries"]["sgd"] == 11
     for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
         if not path.endswith(".json") or path == "multiplicity.json":
@@ -215,7 +216,7 @@ def test_seeds_per_experiment_as_the_report_says():
                     16 if path == "e12_covariance.json" else
                     11 if key == "log(observed / predicted I), SGD" else
                     12 if path == "e13_dose.json" else
-                    6 if path == "e14_motion.json" else 10)
+                    6 if path in ("e14_motion.json", "e15_dfpo_gspo.json") else 10)
             assert c["n"] == want, (path, key)
 
 

@@ -106,3 +106,16 @@ def test_the_checks():
     assert f"{dec['valid_seeds']} of {len(data['rows'])} seeds" in doc
     ref = [data["described"][f"gspo_ref G{G}"]["clip_frac"][0] for G in (2, 4, 8, 16)]
     assert f"{100 * min(ref):.0f}–{100 * max(ref):.0f} % of its sequences" in doc
+
+
+def test_the_readme_and_the_claims_row_say_what_the_decisions_say():
+    data = load()
+    dec = data["decisions"]
+    assert dec["mean"]["verdict"] == "equivalent" and dec["mean"]["margin"] == 0.03
+    assert dec["slope"]["verdict"] == "inconclusive"
+    readme = " ".join(open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().split())
+    assert "E15: off-policy, DFPO's Min-Replace matched GSPO's accuracy within ±3 points." in readme
+    report = " ".join(open(os.path.join(ROOT, "results", "README.md"),
+                           encoding="utf-8").read().split())
+    assert ("| [P1] Min-Replace beats GSPO, more at larger G | equal within ±3 points; growth "
+            "inconclusive |") in report

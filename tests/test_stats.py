@@ -237,6 +237,8 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
         agree = [v for v in (committed.get("verdict") or {}).values() if v.startswith("agree")]
         agree += [c["equivalence"] for c in committed["primary"].values()
                   if str(c.get("equivalence", "")).startswith("agree")]
+        agree += [k for k, v in (committed.get("decisions") or {}).items()  # E15's TOST verdict
+                  if isinstance(v, dict) and v.get("verdict") == "equivalent"]
         tost = [n for n, c in committed["primary"].items() if c.get("tost_margin") is not None
                 and fam["primary"][n]["p_holm"] < 0.05]
         return len(agree) + len(tost), {n for n, c in committed["primary"].items()
