@@ -8,12 +8,12 @@ size G, +3.1 at G = 2 to +5.7 at G = 16.
 Why off-policy. GSPO weights every token of completion i by one sequence ratio s_i =
 exp(mean_t log rho_{i,t}); with reused data the copies of a shared token carry different s_i,
 which breaks exchangeability (lab/objectives.py). Min-Replace gives the group one weight,
-min_j s_j, under a stop-gradient (loss.py). On-policy s_i = 1 and both transforms do nothing.
+min_j s_j, with no gradient through the weight (loss.py). On-policy s_i = 1 and both transforms do nothing.
 
 Arms (each from the seed's warm start, with the seed's first rollout batch):
   gspo       s_i Â_i / (N L_i), clipped per sequence, Â = (r - mu) / sigma   (GSPO)
   dfpo_min   sg(min_j clip(s_j)) Â_i / (N L_max), Â = r - mu                 (Min-Replace)
-  dfpo_orth  sg(w~_i) Â_i / (N L_max), sum_i Â_i w~_i = 0                     (Adv-Orthogonal)
+  dfpo_orth  w~_i Â_i / (N L_max), sum_i Â_i w~_i = 0                         (Adv-Orthogonal)
   dfpo_raw   sg(clip(s_i)) Â_i / (N L_max): dfpo_min without the transform   (the isolator)
 dfpo_min - dfpo_raw is the transform's own part; dfpo_raw - gspo is everything else the pair
 changes (sigma, 1/L_i against 1/L_max, a clip on the gradient against a truncated weight).
