@@ -8,7 +8,8 @@ size G, +3.1 at G = 2 to +5.7 at G = 16.
 Why off-policy. GSPO weights every token of completion i by one sequence ratio s_i =
 exp(mean_t log rho_{i,t}); with reused data the copies of a shared token carry different s_i,
 which breaks exchangeability (lab/objectives.py). Min-Replace gives the group one weight,
-min_j s_j, with no gradient through the weight (loss.py). On-policy s_i = 1 and both transforms do nothing.
+min_j s_j, with no gradient through the weight (loss.py). On-policy s_i = 1 and both
+transforms do nothing.
 
 Arms (each from the seed's warm start, with the seed's first rollout batch):
   gspo       s_i Â_i / (N L_i), clipped per sequence, Â = (r - mu) / sigma   (GSPO)
