@@ -155,9 +155,8 @@ def rl_update(model, opt, batch, cfg, gen, hooks=None):
     """Advantages, mini-batches, epochs: the optimizer steps of one whole (all-gathered)
     rollout batch. ``hooks``: the run's (the lab's, with its catalogue), else the lesson's."""
     hooks = hooks or Hooks()
-    # 3. one advantage per completion, from its own group of rewards (loss.ADVANTAGES; --adv=
-    # auto is the --loss's own, GRPO's (r - mu_g)/(sigma_g + eps) in the demo); fixed for
-    # every epoch: the data are reused, the credit is not recomputed
+    # 3. one advantage per completion from its group's rewards (--adv, by default the --loss's
+    # own: GRPO's (r - mu_g)/(sigma_g + eps) in the demo); every epoch reuses it, not recomputed
     adv = loss.ADVANTAGES[cfg.adv](batch.rewards, batch.group, batch.mask.sum(1), batch.baseline)
     objective = hooks.objective(cfg, model, batch)  # loss.grpo in the demo
     logs = []  # each optimizer step's numbers
@@ -175,9 +174,8 @@ def rl_update(model, opt, batch, cfg, gen, hooks=None):
 
 
 def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
-    """One optimizer step on mini-batch ``mb`` (indices into the batch): the step's
-    denominators, then per micro-batch the log-probs, the loss and its backward, then the
-    clip and the step. Returns its logged numbers."""
+    """One optimizer step on mini-batch ``mb`` (rows of the batch): the step's denominators, then
+    per micro-batch the log-probs, the loss and its backward; the clip; the step -> its numbers."""
     hooks = hooks or Hooks()
     objective = objective or hooks.objective(cfg, model, batch)
     # this process's rows of mb (torchrun gives each rank a contiguous share), cut into
@@ -196,8 +194,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
         dist_utils.sync_on_last(model, j == len(parts) - 1)  # DDP: one all-reduce a step
         logp, hidden = logprobs_of(model, batch, rows, cfg)
         args = (batch.old_logprobs[rows], batch.mask[rows], adv[rows], batch.group[rows])
-        # the counts, and the rows and their hidden states (an objective may read them too)
-        counts = dict(counts_for(p), rows=rows, hidden=hidden)
+        counts = counts_for(p)  # the step's N, sum L, L_max (and DFPO's w~ of these rows)
+        hooks.forward(rows, hidden)  # the lab's objectives may read these rows' hidden states
         # 4. the objective's loss of these rows: loss.grpo in the demo (loss.py). On-policy, on
         # whole groups, its value is about 0 (the advantages are centred); its gradient is not
         value, clip_frac = objective(logp, *args, counts)
@@ -220,9 +218,8 @@ def optimizer_step(model, opt, batch, adv, mb, cfg, objective=None, hooks=None):
 
 
 def part_counts(model, batch, adv, mb, parts, cfg):
-    """p -> what part p shares with its whole optimizer step: the denominators N, sum L,
-    L_max (loss.step_counts) and, for DFPO, w~ computed over every row of the step (a
-    no-grad pass over each part, summed over ranks); under --norm=local, the part's own."""
+    """p -> the step's counts that part p shares (loss.step_counts: N, sum L, L_max) and DFPO's
+    w~ of p's rows, from a no-grad pass over every row of the step; --norm=local: p's own."""
     world = dist_utils.rank_world()[1]
 
     def counts_of(rows, m=1):  # m: the micro-batches M (bnpo divides by them, as TRL)
@@ -278,6 +275,9 @@ class Hooks:
 
     def rollouts(self, model, batch):
         return {}
+
+    def forward(self, rows, hidden):  # a part's rows, and the hidden states of its log-probs
+        pass
 
     def part(self, p, logp, args, counts, n_parts):
         return {}

@@ -9,12 +9,13 @@ switch of its catalogue: train.hooks_for), train.py takes ``LabHooks`` instead:
                                 mask, Â, group, counts) -> (loss, clip fraction). A switch
                                 of the catalogue (--beta, --agg, --entropy_coef, ...)
                                 takes the catalogue's version of it (objectives.py); its
-                                objectives also read the part's extras (``extra``)
+                                objectives also read the part's extras (``forward``)
   rl_start(run)                 --beta's frozen reference policy: the warm start
   rewarded(model, task, batch, gen)  this process's rewarded rollouts: ReMax's greedy
                                 baseline, --permute_rewards (estimators.controls)
   rollouts(model, batch)        the reference's log-probs of the batch (--beta); the
                                 instruments' look before the update (instruments.py)
+  forward(rows, hidden)         a part's rows and hidden states: the catalogue's extras
   part(p, logp, args, counts, n_parts)  before a part's backward: its log-probs keep their
                                 gradient, the coefficients c_{i,t} = -d loss / d log pi;
                                 returns the catalogue's own numbers of the part
@@ -51,47 +52,50 @@ class LabHooks:
         if instruments is None and cfg.instruments and state is not None:
             self.inst = Instruments(cfg, state, master, task, held_out)
         self.legend = LEGEND_LAB if self.inst else ""
-        self.ref_model, self.seen = None, []
+        self.ref_model, self.seen, self.extras = None, [], None
 
     # ------------------------------------------------------------------ the objective
 
     def objective(self, cfg, model, batch):
         """--loss's function for the update of ``batch`` by ``model``, --clip's bounds bound
         in: loss.LOSSES' (loss.grpo in the demo; the catalogue's objectives joined it when
-        the lab was imported), or the catalogue's version when a switch of its own is on."""
+        the lab was imported), or the catalogue's version when a switch of its own is on.
+        The catalogue's read the part's extras too: ``forward`` makes them."""
         fn = loss.LOSSES[cfg.loss]
+        record = objectives.OBJECTIVES.get(cfg.loss)
         # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
+        catalogue = objectives.switched(cfg) or record is None or record.lesson is None
         if objectives.switched(cfg):
             fn = functools.partial(objectives.catalogue_loss, cfg.loss)
         clip = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
         plain = getattr(model, "module", model)
         self.batch, self.model = batch, plain  # the step reads its mask; the motion ledger, both
 
-        def objective(logp, old_logp, mask, adv, group, counts):
-            if "extra" not in counts:  # the part's extras, made once (its c° reuses them)
-                counts["extra"] = self.extra(cfg, plain, batch, counts)
-            return fn(logp, old_logp, mask, adv, group, counts, clip=clip)
+        def objective(logp, old_logp, mask, adv, group, counts, extra=None):
+            if not catalogue:  # the lesson's own function (loss.py) reads the counts alone
+                return fn(logp, old_logp, mask, adv, group, counts, clip=clip)
+            return fn(logp, old_logp, mask, adv, group, counts, clip=clip,
+                      extra=self.extras if extra is None else extra)
         self.fn = objective
         return objective
 
-    @staticmethod
-    def extra(cfg, model, batch, counts):
-        """What an objective of the catalogue may also read (the lesson's read none of it):
-        the flags, the model and the part's hidden states (token entropies), the frozen
-        reference's log-probs (--beta); and where it leaves numbers to log."""
-        rows = counts["rows"]
-        # the catalogue computes the token entropies once per part, and leaves them here
-        return types.SimpleNamespace(
-            cfg=cfg, model=model, hidden=counts["hidden"],
-            ref_logprobs=batch.ref_logprobs[rows] if cfg.beta else None,
+    def forward(self, rows, hidden):
+        """A part's rows and the hidden states of its log-probs, before its loss: the extras
+        a catalogue objective may also read (the lesson's read none of them). The flags, the
+        model, the hidden states (token entropies, computed once per part and kept here),
+        the frozen reference's log-probs (--beta); and where it leaves numbers to log."""
+        cfg = self.cfg
+        self.extras = types.SimpleNamespace(
+            cfg=cfg, model=self.model, hidden=hidden,
+            ref_logprobs=self.batch.ref_logprobs[rows] if cfg.beta else None,
             on_policy=False, entropy=None, stats={})
 
     @staticmethod
-    def on_policy(counts):
-        """A part's counts with every ratio taken as 1: DFPO's w~ of the ratios at pi_old (all
-        1), and the catalogue's switches as on-policy (for the lab's c°)."""
-        return dict(counts, weights=None, extra=types.SimpleNamespace(
-            **dict(vars(counts["extra"]), on_policy=True)))
+    def on_policy(counts, extras):
+        """A part's counts and extras with every ratio taken as 1: DFPO's w~ of the ratios at
+        pi_old (all 1), and the catalogue's switches as on-policy (for the lab's c°)."""
+        return dict(counts, weights=None), types.SimpleNamespace(
+            **dict(vars(extras), on_policy=True))
 
     # ------------------------------------------------------------------ the run's points
 
@@ -133,9 +137,10 @@ class LabHooks:
             if not self.seen:  # the step's first part: the parameters before the step
                 self.inst.begin_step(self.model)
             logp.retain_grad()  # d loss / d log pi after the backward: the coefficients
-            self.seen.append((p, logp, args, n_parts, lambda lp, a=args, c=counts:
-                              self.fn(lp, *a, self.on_policy(c))[0]))
-        return counts["extra"].stats if "extra" in counts else {}
+            on = self.on_policy(counts, self.extras)
+            self.seen.append((p, logp, args, n_parts, lambda lp, a=args, c=on:
+                              self.fn(lp, *a, c[0], extra=c[1])[0]))
+        return self.extras.stats  # the catalogue's objective left them there
 
     def step(self, mb, adv, opt, norm):
         """After the optimizer step on ``mb`` by ``opt`` (``norm``: the gradient's before the

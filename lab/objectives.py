@@ -497,13 +497,14 @@ def switched(cfg):
     return any(getattr(cfg, k) != v for k, v in SWITCHES_OFF.items())
 
 
-def catalogue_loss(name, logp, old_logp, mask, adv, group, counts, clip):
+def catalogue_loss(name, logp, old_logp, mask, adv, group, counts, clip, extra):
     """Objective ``name`` of this catalogue with the run's switches, for one part of an
-    optimizer step, in the lesson's signature (loss.LOSSES): (loss, clip fraction).
-    ``counts["extra"]`` (lab/hooks.py's extra) gives the flags, the model and the part's hidden
-    states (token entropies), the reference's log-probs (--beta), and whether to take every
-    ratio as 1 (the lab's on-policy coefficients); its ``stats`` get the extra numbers."""
-    x = counts["extra"]
+    optimizer step, in the lesson's signature (loss.LOSSES) and the part's ``extra``
+    (lab/hooks.py's forward): the flags, the model and the part's hidden states (token
+    entropies), the reference's log-probs (--beta), and whether to take every ratio as 1
+    (the lab's on-policy coefficients); its ``stats`` get the extra numbers. Returns (loss,
+    clip fraction)."""
+    x = extra
     cfg = x.cfg
     if engines.needs_entropy(cfg) and x.entropy is None:  # once per part, before any step
         x.entropy = model.token_entropy(x.model, x.hidden, cfg.temperature)

@@ -126,7 +126,12 @@ if __name__ == "__main__":
     mode, rank = sys.argv[1], int(os.environ["RANK"])
     # train.py with a reward that mixes groups; SIGKILL itself in RL step k (0: never)
     if mode == "train":
+        import faulthandler
         import signal
+        if os.environ.get("DDP_DRIVER_STACKS"):  # a run that hangs shows where (test_ddp.py)
+            faulthandler.dump_traceback_later(
+                float(os.environ["DDP_DRIVER_STACKS_AFTER"]),
+                file=open(f"{os.environ['DDP_DRIVER_STACKS']}.{rank}", "w"))
         make, kill_at, calls = toy_tasks.make_task, int(sys.argv[2]), [0]
         toy_tasks.make_task = lambda *a, **k: dataclasses.replace(
             make(*a, **k), reward=lambda p, t: float(len(t) % 2 == 0)

@@ -9,6 +9,7 @@ started once per scenario (the 2-process runs of every case share one launch).
 """
 import json
 import os
+import signal
 import types
 import socket
 import subprocess
@@ -297,19 +298,48 @@ RUN_FLAGS = [
 ]
 
 
+HANG = 300  # s: a run far past its usual 5-30 s (2 cores shared with the suite) has hung
+
+
 def torchrun_train(out, kill_at=0, extra=()):
-    return subprocess.run(
-        TORCHRUN
-        + ["tests/ddp_driver.py", "train", str(kill_at)]
-        + RUN_FLAGS
-        + [f"--out_dir={out}"]
-        + list(extra),
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    """One torchrun of train.py (tests/ddp_driver.py). A run still going at HANG fails the
+    test with what each worker was doing: the driver dumps its threads' stacks (faulthandler)
+    a little before, so a hang at exit is told from a slow machine or a hung launcher."""
+    stacks = f"{out}.stacks"
+    env = dict(ENV, DDP_DRIVER_STACKS=stacks, DDP_DRIVER_STACKS_AFTER=str(HANG - 30))
+    proc = subprocess.Popen(
+        TORCHRUN + ["tests/ddp_driver.py", "train", str(kill_at)] + RUN_FLAGS
+        + [f"--out_dir={out}"] + list(extra),
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said, err = proc.communicate(timeout=HANG)
+    except subprocess.TimeoutExpired:
+        # the workers first (torchrun starts them in sessions of their own), then torchrun
+        for pid in descendants(proc.pid) + [proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        said, _ = proc.communicate()
+        dumps = "".join(f"\nrank {r}: {open(f'{stacks}.{r}').read()}" for r in (0, 1)
+                        if os.path.exists(f"{stacks}.{r}") and os.path.getsize(f"{stacks}.{r}"))
+        pytest.fail(f"torchrun ran past {HANG} s; its last output:\n{said[-1500:]}\n"
+                    f"the workers' stacks {HANG - 30} s in (none: they had left, the launcher "
+                    f"hung):{dumps or ' none'}", pytrace=False)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, said, err)
+
+
+def descendants(pid):
+    """The processes below ``pid`` (Linux's /proc), children first."""
+    out = []
+    for task in os.listdir(f"/proc/{pid}/task") if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            kids = open(f"/proc/{pid}/task/{task}/children").read().split()
+        except OSError:
+            continue
+        for k in map(int, kids):
+            out += [k] + descendants(k)
+    return out
 
 
 def logged(out):
