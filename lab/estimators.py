@@ -38,7 +38,8 @@ through the lab's hooks). ``grpo_passk`` follows verl: the first of equal maxima
 ``gdpo`` is GDPO with one reward: each reward's grpo advantage, summed (one term here),
 then verl's token-weighted whitening (``_token_whiten``), as NVlabs/GDPO's verl port does.
 verl's ``optimal_token_baseline`` gives one advantage per token, which ``--adv`` cannot
-carry; ``optimal_token_baseline`` below computes it, for tests and readers.
+carry; ``optimal_token_baseline`` below computes it, and the scoreboard scores it
+(lab/experiments/scoreboard.py's TOKEN_ROWS).
 """
 
 from dataclasses import dataclass

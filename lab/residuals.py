@@ -94,15 +94,17 @@ def exch_residual(coef, adv, tokens, mask, group):
     0.85, 1.05) with Â = (1, -1, 1, -1); Adv-Orthogonal), so 0 says that this
     step's copies cancel, not that the objective is exchangeable. On a set that
     holds the whole group (sum_S Â_i = 0) it is the plain |sum_S c_i| / sum_S |c_i|.
-    Returns the mean of res_S over sets with at least two copies and non-zero
-    mass (0.0 if there are none)."""
+    ``adv``: Â_i [N], or one advantage per token [N, T] (verl's optimal_token_baseline),
+    whose copies' A_{i,t} then stand for the Â_i. Returns the mean of res_S over sets with
+    at least two copies and non-zero mass (0.0 if there are none)."""
     ids = history_token_sets(tokens, mask, group)
     on = ids >= 0
     flat = ids[on]
     if flat.numel() == 0:
         return 0.0
     c = coef.detach().double().cpu()[on]  # bookkeeping on the CPU, where ids live
-    a = adv.detach().double().cpu()[:, None].expand_as(ids)[on]
+    a = adv.detach().double().cpu()
+    a = (a if a.dim() == 2 else a[:, None]).expand_as(ids)[on]  # Â_i, or A_{i,t} per token
     n_sets = int(flat.max()) + 1
 
     def per_set(v):

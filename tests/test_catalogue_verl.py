@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from lab import estimators, objectives
+from lab import estimators, objectives, residuals
 
 
 def test_gdpo_is_grpo_then_a_token_weighted_whitening():
@@ -116,3 +116,54 @@ def test_the_scoreboard_agrees_with_the_records(row):
     else:  # dapo's equal weights, but gdpo is not centred: only the whole group's sum is off
         assert board[row]["on-policy"]["exch_residual"] < 1e-6
         assert board[row]["on-policy"]["whole_group"] > 1e-6
+
+
+def test_exch_residual_reads_one_advantage_per_token_by_hand():
+    # one group of three rows sharing their first token (one set of three copies)
+    tokens = torch.tensor([[5, 1], [5, 2], [5, 1]])
+    mask = torch.ones(3, 2, dtype=torch.bool)
+    group = torch.zeros(3, dtype=torch.long)
+    adv = torch.tensor([[0.6, 0.0], [-0.2, 0.0], [-0.4, 0.0]], dtype=torch.float64)
+    equal = 0.5 * adv  # the same weight on every copy: nothing beyond the credit
+    assert residuals.exch_residual(equal, adv, tokens, mask, group) < 1e-12
+    # weights 1, 1, 0.5: c0 = (0.6, -0.2, -0.2); wbar = (0.6 + 0.2 + 0.2) / 1.2 = 5/6;
+    # sum A = 0, so res = |0.6 - 0.2 - 0.2| / 1.0 = 0.2 on the first-token set; the two
+    # copies of token 1 after (5) have A = 0 and no mass: the mean is over one set
+    c = adv * torch.tensor([[1.0], [1.0], [0.5]], dtype=torch.float64)
+    assert residuals.exch_residual(c, adv, tokens, mask, group) == pytest.approx(0.2)
+
+
+def test_the_scoreboard_scores_the_optimal_token_baseline_per_token():
+    """OTB's A_{i,t} reach the coefficients token by token: dapo's token mean keeps the
+    copies' weights equal and the group-shared token cancels (B_t = the group's mean
+    there); grpo's 1/L_i does not; and deeper in the rollouts A is not r - mu."""
+    from lab.experiments import scoreboard
+    board = scoreboard.score(list(scoreboard.TOKEN_ROWS), 3)
+    for row in scoreboard.TOKEN_ROWS:
+        for regime in objectives.REGIMES:
+            assert board[row][regime]["exch_match"] and board[row][regime]["whole_match"]
+    dapo, grpo = (board[f"{o} · optimal_token_baseline"]["on-policy"] for o in ("dapo", "grpo"))
+    assert dapo["exch_residual"] < 1e-6 and dapo["whole_group"] < 1e-6
+    assert grpo["exch_residual"] > 1e-3 and grpo["whole_group"] > 1e-3
+    b = scoreboard.make_batch("on-policy", 3)
+    _, a = scoreboard.coefficients(b, "dapo · optimal_token_baseline")
+    mu = estimators.advantages(b["rewards"], b["group"], "dr_grpo")  # r - mu
+    assert a.shape == b["mask"].shape
+    assert torch.allclose(a[:, 0], mu.double(), atol=1e-6)  # centred where all share
+    assert float(((a - mu[:, None].double()) * b["mask"]).abs().max()) > 1e-2  # not below
+
+
+def test_the_reports_scoreboard_tables_are_the_jsons():
+    """results/README.md's three exchangeability tables, each as the committed board
+    generates it (scoreboard.report_tables), and the row count its verdict states."""
+    import json
+    import os
+    from lab.experiments import scoreboard
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = json.load(open(os.path.join(root, "results", "scoreboard.json")))
+    report = open(os.path.join(root, "results", "README.md")).read()
+    objective, switch, token = scoreboard.report_tables(data)
+    assert objective in report and switch in report
+    assert "| per-token Â " + token[len("| row "):] in report
+    assert f"{len(data['summary'])} rows × 4 regimes × 2 measures" in report
+    assert data["mismatches"] == [] and set(data["token_rows"]) == set(scoreboard.TOKEN_ROWS)

@@ -314,7 +314,8 @@ def test_scoreboard_quick_mode(tmp_path, capsys):
     saved = json.loads((tmp_path / "scoreboard.json").read_text())
     assert saved["summary"].keys() == data["summary"].keys()
     grid = {f"{l} · {e}" for l in objectives.OBJECTIVES for e in estimators.ESTIMATORS}
-    assert grid | set(scoreboard.SWITCHES) == set(saved["summary"]) and saved["regimes"] == list(
+    rows = grid | set(scoreboard.TOKEN_ROWS) | set(scoreboard.SWITCHES)
+    assert rows == set(saved["summary"]) and saved["regimes"] == list(
         scoreboard.REGIMES
     )
     for row in saved["summary"].values():

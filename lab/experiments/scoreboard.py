@@ -48,7 +48,9 @@ probability and KL thresholds); none for the objectives registered without one
 use cov_ratio = 0.02 instead of verl's 2e-4 so that their selection (a few tokens, not
 one) can be seen on ~300 tokens. beta: log pi_ref - log pi = U(-0.3, 0.3) per set. remax: a greedy
 reward drawn per group. Token entropies (top_entropy_quantile) are drawn per
-set; the first token gets the largest.
+set; the first token gets the largest. verl's optimal_token_baseline, one advantage per
+token, has two rows of its own (TOKEN_ROWS: with dapo's and grpo's aggregation), its
+sum_v pi_old(v)^2 the sampled token's pi_old^2 plus the rest spread over the other two.
 
     python -m lab.experiments.scoreboard  # 8 groups, seeds 0,1,2: results/scoreboard.{json,png}
     python -m lab.experiments.scoreboard --quick    # 3 groups, seed 0: out/partial/ (CI)
@@ -130,6 +132,13 @@ SWITCHES = {
 }
 
 
+# verl's optimal_token_baseline gives one advantage per *token* (estimators.optimal_token_baseline),
+# which no --adv carries: scored with the token-mean objective verl pairs it with by default
+# (dapo's, verl's vanilla PPO loss) and with grpo's 1/L_i, through the same PPO term
+OTB = "optimal_token_baseline"
+TOKEN_ROWS = {f"{objective} · {OTB}": objective for objective in ("dapo", "grpo")}
+
+
 def make_batch(regime, n_groups, G=6, seed=0):
     """Synthetic groups, log-probs per (history, token) set; see the module docstring."""
     g = torch.Generator().manual_seed(seed)
@@ -160,6 +169,9 @@ def make_batch(regime, n_groups, G=6, seed=0):
     if regime == "split step":  # every group split; the halves get unequal token counts
         parts = [torch.arange(0, N, 2), torch.arange(1, N, 2)]
     d = lambda x: x.double()  # float64, so that "zero" means zero up to 1e-6, not float32 rounding
+    # OTB's sum_v pi_old(v)^2: the sampled token's pi_old, the rest spread over the other two
+    p_old = (new - logr).exp()
+    spsq = torch.where(mask, p_old ** 2 + (1 - p_old) ** 2 / 2, torch.zeros(()))
     return {
         "tokens": tokens,
         "mask": mask,
@@ -172,6 +184,7 @@ def make_batch(regime, n_groups, G=6, seed=0):
         "ids": ids,
         "parts": parts,
         "baseline": baseline,
+        "spsq": d(spsq),
     }
 
 
@@ -195,7 +208,9 @@ def keeps(b, sw, adv, idx):
 
 
 def coefficients(b, name):
-    """c_{i,t} of one row on one batch, accumulated over its micro-batches."""
+    """c_{i,t} of one row on one batch, accumulated over its micro-batches, and its Â."""
+    if name in TOKEN_ROWS:
+        return token_coefficients(b, TOKEN_ROWS[name])
     objective, est, sw = row_setup(name)
     clip, lo, hi = clip_of(objective)
     adv = estimators.advantages(
@@ -223,6 +238,30 @@ def coefficients(b, name):
     return -new.grad, adv
 
 
+def token_coefficients(b, objective):
+    """c_{i,t} of ``objective``'s aggregation and PPO clip with OTB's per-token A_{i,t}
+    (from pi_old: verl computes it before the update), and A [N, T]."""
+    adv = estimators.optimal_token_baseline(b["rewards"], b["group"], b["mask"], b["old"],
+                                            b["spsq"])
+    bounds = loss.clip_bounds(*clip_of(objective))
+    lens = b["mask"].sum(1)
+    seq = (adv * b["mask"]).sum(1)  # the counts read the signs of the rows' advantages only
+    counts = loss.step_counts(b["mask"], seq, max_len=b["mask"].shape[1],
+                              micro_batches=len(b["parts"]))
+    agg = objectives.agg_weight(objectives.OBJECTIVES[objective].agg, lens, counts)
+    new = b["new"].clone().requires_grad_(True)
+    for idx in b["parts"]:
+        m = b["mask"][idx].double()
+        per_tok, _ = objectives.ppo_term(((new[idx] - b["old"][idx]) * m).exp(), adv[idx], bounds)
+        (per_tok * agg[idx][:, None] * m).sum().backward()
+    return -new.grad, adv
+
+
+def per_token(adv, like):
+    """Â as an [N, T] tensor like ``like``: a sequence's Â on each of its tokens, or OTB's own."""
+    return (adv if adv.dim() == 2 else adv[:, None]).expand_as(like)
+
+
 def _sets(b):
     """{set id: flat indices} of every (history, token) set with two or more copies."""
     ids = b["ids"].flatten()
@@ -236,7 +275,7 @@ def _sets(b):
 
 def one_signed(b, adv):
     """Is every multi-copy set one-signed in A (its non-zero A all of one sign)?"""
-    a = adv[:, None].expand_as(b["ids"]).flatten()
+    a = per_token(adv, b["ids"]).flatten()
     return all(not (bool((a[w] > 0).any()) and bool((a[w] < 0).any())) for w in _sets(b).values())
 
 
@@ -279,7 +318,7 @@ def data_hits(b, name, adv):
         # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A
         # has
         # the set's one sign into wbar; it sees one on a copy with A = 0, or in a set of both signs.
-        a = adv[:, None].expand_as(b["ids"]).flatten()
+        a = per_token(adv, b["ids"]).flatten()
         f = full.flatten()
         return {
             s
@@ -299,7 +338,7 @@ def data_hits(b, name, adv):
 def blind_sets(b, adv):
     """Ids of the sets whose copies all have non-zero A of one sign: there
     exch_residual is 0 for *any* coefficients (wbar absorbs them), by construction."""
-    a = adv[:, None].expand_as(b["ids"]).flatten()
+    a = per_token(adv, b["ids"]).flatten()
     return {s for s, w in _sets(b).items() if bool((a[w] > 0).all()) or bool((a[w] < 0).all())}
 
 
@@ -330,11 +369,9 @@ def predict(b, name, regime, adv):
     if name == "dapo + dual_clip=1.3" and regime == "clip binds":
         note = "vacuous"
     first = set(b["ids"][:, 0].tolist())
-    whole = (
-        "0"
-        if regime in cancels and estimators.ESTIMATORS[est].centred and not seen & first
-        else ">0"
-    )
+    # OTB is centred at a token the whole group shares (every copy the same W_t: B_t = mean r)
+    centred = est == OTB or estimators.ESTIMATORS[est].centred
+    whole = "0" if regime in cancels and centred and not seen & first else ">0"
     return exch, whole, note
 
 
@@ -395,7 +432,7 @@ def main(argv):
     seeds = tuple(o["seeds"][:1]) if o["quick"] else tuple(o["seeds"])
     t0 = time.time()
     grid = [f"{name} · {est}" for name in objectives.OBJECTIVES for est in estimators.ESTIMATORS]
-    board = score(grid + list(SWITCHES), n_groups, seeds)
+    board = score(grid + list(TOKEN_ROWS) + list(SWITCHES), n_groups, seeds)
     for key, match, title in (("exch_residual", "exch_match", "exch_residual"),
                               ("whole_group", "whole_match", "whole-group residual")):
         print(
@@ -426,6 +463,9 @@ def main(argv):
         ],
         ["switch row"] + [f"{r}: pred. | exch" for r in REGIMES] + ["what breaks it"],
     )
+    common.table([[n, code([board[n][r] for r in REGIMES], "exch_residual", "exch_match"),
+                   code([board[n][r] for r in REGIMES], "whole_group", "whole_match")]
+                  for n in TOKEN_ROWS], ["per-token Â (verl's OTB)", "exch", "whole group"])
     mism = [
         (n, r, k)
         for n in board
@@ -452,6 +492,7 @@ def main(argv):
         "losses": list(objectives.OBJECTIVES),
         "estimators": list(estimators.ESTIMATORS),
         "switches": {n: SWITCHES[n][3] for n in SWITCHES},
+        "token_rows": list(TOKEN_ROWS),
         "why": {n: o.why for n, o in objectives.OBJECTIVES.items() if o.why},
         "summary": board,
         "mismatches": [list(m) for m in mism],
@@ -459,6 +500,35 @@ def main(argv):
     }
     common.save("scoreboard", data, out_dir, lambda plt: plot(plt, board))
     return data
+
+
+def report_tables(data):
+    """The lab report's three exchangeability tables, from a saved board (results/README.md
+    holds them verbatim; tests/test_catalogue_verl.py checks the copy): per objective (the
+    code per regime, the same for every centred estimator), per switch row and per OTB row
+    (the measured residual, max over seeds)."""
+    board, regimes = data["summary"], data["regimes"]
+    centred = [e for e in data["estimators"] if estimators.ESTIMATORS[e].centred]
+    lines = ["| objective | exch | what breaks it |", "|---|---|---|"]
+    for o in data["losses"]:
+        codes = {code([board[f"{o} · {e}"][r] for r in regimes], "exch_residual", "exch_match")
+                 for e in centred}
+        lines.append(f"| `{o}` | `{'` / `'.join(sorted(codes))}` | {data['why'].get(o, '')} |")
+
+    def cell(d):
+        v = d["exch_residual"]
+        return ("0" if v < 1e-6 else f"{v:.3f}") + (f" ({d['note']})" if d["note"] else "")
+    head = "| {} | " + " | ".join(r.split()[0] for r in regimes) + " | {} |"
+    rule = "|---" * (len(regimes) + 2) + "|"
+    switch = [head.format("row", "what breaks it"), rule] + [
+        f"| `{n}` | " + " | ".join(cell(board[n][r]) for r in regimes) + f" | {why} |"
+        for n, why in data["switches"].items()]
+    token = [head.format("row", "whole-group residual"), rule] + [
+        f"| `{n}` | " + " | ".join(cell(board[n][r]) for r in regimes) + " | "
+        + " / ".join("n/a" if board[n][r]["whole_group"] is None
+                     else f"{board[n][r]['whole_group']:.1e}" for r in regimes) + " |"
+        for n in data.get("token_rows", [])]
+    return "\n".join(lines), "\n".join(switch), "\n".join(token)
 
 
 def plot(plt, board):
