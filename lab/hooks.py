@@ -64,7 +64,7 @@ class LabHooks:
         fn = loss.LOSSES[cfg.loss]
         record = objectives.OBJECTIVES.get(cfg.loss)
         # a switch adds a term or drops tokens: the catalogue's own version, the same numbers else
-        catalogue = objectives.switched(cfg) or record is None or record.lesson is None
+        catalogue = objectives.switched(cfg) or (record is not None and record.lesson is None)
         if objectives.switched(cfg):
             fn = functools.partial(objectives.catalogue_loss, cfg.loss)
         clip = loss.clip_bounds(cfg.clip, cfg.clip_low, cfg.clip_high)
@@ -132,7 +132,7 @@ class LabHooks:
     def part(self, p, logp, args, counts, n_parts):
         """Before part ``p``'s backward: the instruments keep its log-probs, whose gradient
         the backward leaves (the coefficients), and its loss with every ratio 1. Returns the
-        catalogue's own numbers of the part (its objective left them in counts)."""
+        catalogue's own numbers of the part (its objective left them in the part's extras)."""
         if self.inst:
             if not self.seen:  # the step's first part: the parameters before the step
                 self.inst.begin_step(self.model)
@@ -147,6 +147,7 @@ class LabHooks:
         clip): c_{i,t} = -d loss / d log pi(y_{i,t}) of its rows, and the instruments'
         measures of the step's copies of each shared token."""
         seen, self.seen = self.seen, []
+        self.extras = None  # the last part's: no later call may read them (its c° keeps a copy)
         if not self.inst:
             return {}
         world = dist_utils.rank_world()[1]

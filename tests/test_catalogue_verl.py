@@ -119,18 +119,20 @@ def test_the_scoreboard_agrees_with_the_records(row):
 
 
 def test_exch_residual_reads_one_advantage_per_token_by_hand():
-    # one group of three rows sharing their first token (one set of three copies)
+    # one group of three rows: all share their first token (a set of three copies); rows 0
+    # and 2 also share the second (a set of two), where their A differ from the first's
     tokens = torch.tensor([[5, 1], [5, 2], [5, 1]])
     mask = torch.ones(3, 2, dtype=torch.bool)
     group = torch.zeros(3, dtype=torch.long)
-    adv = torch.tensor([[0.6, 0.0], [-0.2, 0.0], [-0.4, 0.0]], dtype=torch.float64)
+    adv = torch.tensor([[0.6, 0.3], [-0.2, 0.5], [-0.4, -0.3]], dtype=torch.float64)
     equal = 0.5 * adv  # the same weight on every copy: nothing beyond the credit
     assert residuals.exch_residual(equal, adv, tokens, mask, group) < 1e-12
-    # weights 1, 1, 0.5: c0 = (0.6, -0.2, -0.2); wbar = (0.6 + 0.2 + 0.2) / 1.2 = 5/6;
-    # sum A = 0, so res = |0.6 - 0.2 - 0.2| / 1.0 = 0.2 on the first-token set; the two
-    # copies of token 1 after (5) have A = 0 and no mass: the mean is over one set
+    # weights 1, 1, 0.5 by row. First set: c = (0.6, -0.2, -0.2), sum A = 0, so res =
+    # |0.6 - 0.2 - 0.2| / 1.0 = 0.2. Second: c = (0.3, -0.15), wbar = 0.45 / 0.6 = 0.75,
+    # sum A = 0, res = 0.15 / 0.45 = 1/3. Mean (0.2 + 1/3) / 2. (Read from column 0,
+    # A = (0.6, -0.4) there would give wbar 0.45, res |0.15 - 0.09| / 0.45 and a mean 1/6.)
     c = adv * torch.tensor([[1.0], [1.0], [0.5]], dtype=torch.float64)
-    assert residuals.exch_residual(c, adv, tokens, mask, group) == pytest.approx(0.2)
+    assert residuals.exch_residual(c, adv, tokens, mask, group) == pytest.approx((0.2 + 1 / 3) / 2)
 
 
 def test_the_scoreboard_scores_the_optimal_token_baseline_per_token():

@@ -320,12 +320,16 @@ def torchrun_train(out, kill_at=0, extra=()):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        said, _ = proc.communicate()
+        try:  # a worker orphaned before the kill could still hold the pipes
+            said, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            said, err = "(its output: a process still held it)", ""
         dumps = "".join(f"\nrank {r}: {open(f'{stacks}.{r}').read()}" for r in (0, 1)
                         if os.path.exists(f"{stacks}.{r}") and os.path.getsize(f"{stacks}.{r}"))
         pytest.fail(f"torchrun ran past {HANG} s; its last output:\n{said[-1500:]}\n"
-                    f"the workers' stacks {HANG - 30} s in (none: they had left, the launcher "
-                    f"hung):{dumps or ' none'}", pytrace=False)
+                    f"its last errors:\n{err[-1500:]}\nthe workers' stacks {HANG - 30} s "
+                    f"after each started (none: they had left, or started late):"
+                    f"{dumps or ' none'}", pytrace=False)
     return subprocess.CompletedProcess(proc.args, proc.returncode, said, err)
 
 

@@ -517,7 +517,9 @@ def report_tables(data):
 
     def cell(d):
         v = d["exch_residual"]
-        return ("0" if v < 1e-6 else f"{v:.3f}") + (f" ({d['note']})" if d["note"] else "")
+        if v >= 1e-6:
+            return f"{v:.3f}"
+        return "0" + (f" ({d['note']})" if d["note"] else "")  # why a zero is zero
     head = "| {} | " + " | ".join(r.split()[0] for r in regimes) + " | {} |"
     rule = "|---" * (len(regimes) + 2) + "|"
     switch = [head.format("row", "what breaks it"), rule] + [
