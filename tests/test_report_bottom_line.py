@@ -202,10 +202,10 @@ def test_seeds_per_experiment_as_the_report_says():
     E13 (eleven for its SGD ratio, where one seed failed the manipulation check), six for E14
     (the scoreboard has none)."""
     s = flat(text())
-    assert ("Each contrast is taken over ten seeds (twenty for E11's null control, sixteen "
-            "for E12 and twelve for E13, as their power calculations asked; six for E14, whose "
-            "power calculation asked seven; six for E15, whose asked three; the scoreboard is "
-            "synthetic)") in s
+    assert ("Each contrast is taken over ten seeds. E11's null control took twenty. E12 took "
+            "sixteen and E13 twelve, as their power calculations asked. E14 took six, where its "
+            "power calculation asked seven. E15 took six, where its asked three. The scoreboard "
+            "is synthetic.") in s
     assert load("e13_dose")["decisions"]["kept the gap at 2 retries"]["sgd"] == 11
     for path in sorted(os.listdir(os.path.join(ROOT, "results"))):
         if not path.endswith(".json") or path == "multiplicity.json":

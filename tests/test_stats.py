@@ -256,7 +256,7 @@ def test_multiplicity_over_the_committed_results(tmp_path, capsys):
     assert counts["e11"][3:] == (3, 1) and counts["demo_ledger"][3:] == (0, 1)
     # the lab report repeats the two totals: they are the script's too
     readme = open(os.path.join(ROOT, "results", "README.md")).read()
-    assert f"; {total[0]} primary contrasts in all" in readme
+    assert f"There are {total[0]} primary contrasts in all." in readme
     assert f"\n{total[1]} secondaries and {total[2]} post-hoc contrasts are exploratory" in readme
     gap = data["families"]["e9_drift_mechanism"]["post_hoc"]["warm_credit_gap adamw"]
     assert (f"`adamw` {100 * gap['diff']:.1f} ± {100 * gap['half']:.1f} points, raw p = "
