@@ -2,36 +2,26 @@
 results/e13_dose.json's: the primaries between their markers, every row of the contrasts'
 table, the plain-words list and the checks. The descriptive numbers are recomputed here
 from the JSON's per-seed rows with an independent 95 % t interval."""
-import json
 import math
 import os
 import re
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T975 = {10: 2.228, 11: 2.201}  # Student t quantiles, from a printed table
+from report_text import ROOT, ci
+import report_text
 
 
 def load():
-    return json.load(open(os.path.join(ROOT, "results", "e13_dose.json")))
+    return report_text.load("e13_dose")
 
 
 def section():
-    s = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
-    start = s.index("## E13: the law of the push")
-    return s[start:s.index("\n## ", start + 1)]
+    return report_text.section("E13: the law of the push", flat=False)
 
 
 def flat(s):
     return " ".join(s.split())
-
-
-def ci(xs):
-    """Mean and the 95 % t half-width of xs."""
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, T975[len(xs) - 1] * sd / math.sqrt(len(xs))
 
 
 def valid(data):

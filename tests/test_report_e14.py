@@ -2,29 +2,19 @@
 results/e14_motion.json's: the primary and the share between their markers, every row of
 the contrasts' table, the plain-words list and the checks; the descriptive parts are
 recomputed here from the JSON's per-seed rows with an independent 95 % t interval."""
-import json
-import math
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T975 = {4: 2.776, 5: 2.571}  # Student t quantiles, from a printed table
+from report_text import ROOT, ci
+import report_text
 
 
 def load():
-    return json.load(open(os.path.join(ROOT, "results", "e14_motion.json"), encoding="utf-8"))
+    return report_text.load("e14_motion")
 
 
 def section():
-    s = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
-    start = s.index("## E14: what carried 1/L_i's drift")
-    return " ".join(s[start:s.index("\n## ", start + 1)].split())
-
-
-def ci(xs):
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, T975[len(xs) - 1] * sd / math.sqrt(len(xs))
+    return report_text.section("E14: what carried 1/L_i's drift")
 
 
 def column(data, key, opt):

@@ -3,29 +3,21 @@ results/e15_dfpo_gspo.json's: the primaries between their markers, every row of 
 table and of the per-arm table, the checks; the primaries are recomputed here from the JSON's
 per-seed rows with an independent 95 % t interval, and the per-seed rows from the records."""
 import json
-import math
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-T975 = {4: 2.776, 5: 2.571}  # Student t quantiles, from a printed table
+from report_text import ROOT, ci
+import report_text
+
 SLOPE_X = [1, 2, 3, 4]  # log2 G
 
 
 def load():
-    return json.load(open(os.path.join(ROOT, "results", "e15_dfpo_gspo.json"), encoding="utf-8"))
+    return report_text.load("e15_dfpo_gspo")
 
 
 def section():
-    s = open(os.path.join(ROOT, "results", "README.md"), encoding="utf-8").read()
-    start = s.index("## E15: does Min-Replace beat GSPO off-policy")
-    return " ".join(s[start:s.index("\n## ", start + 1)].split())
-
-
-def ci(xs):
-    m = sum(xs) / len(xs)
-    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
-    return m, T975[len(xs) - 1] * sd / math.sqrt(len(xs))
+    return report_text.section("E15: does Min-Replace beat GSPO off-policy")
 
 
 def pm(c):
