@@ -76,6 +76,12 @@ def history_token_sets(tokens, mask, group):
     return ids
 
 
+def per_token(adv, like):
+    """Â as an [N, T] tensor shaped like ``like``: a sequence's Â_i [N] on each of its tokens,
+    or an advantage that is already per token (verl's optimal_token_baseline) as it is."""
+    return (adv if adv.dim() == 2 else adv[:, None]).expand_as(like)
+
+
 def exch_residual(coef, adv, tokens, mask, group):
     """The exchangeability residual, per (history, token) set (logged as exch_residual).
 
@@ -103,8 +109,7 @@ def exch_residual(coef, adv, tokens, mask, group):
     if flat.numel() == 0:
         return 0.0
     c = coef.detach().double().cpu()[on]  # bookkeeping on the CPU, where ids live
-    a = adv.detach().double().cpu()
-    a = (a if a.dim() == 2 else a[:, None]).expand_as(ids)[on]  # Â_i, or A_{i,t} per token
+    a = per_token(adv.detach().double().cpu(), ids)[on]
     n_sets = int(flat.max()) + 1
 
     def per_set(v):

@@ -257,11 +257,6 @@ def token_coefficients(b, objective):
     return -new.grad, adv
 
 
-def per_token(adv, like):
-    """Â as an [N, T] tensor like ``like``: a sequence's Â on each of its tokens, or OTB's own."""
-    return (adv if adv.dim() == 2 else adv[:, None]).expand_as(like)
-
-
 def _sets(b):
     """{set id: flat indices} of every (history, token) set with two or more copies."""
     ids = b["ids"].flatten()
@@ -275,7 +270,7 @@ def _sets(b):
 
 def one_signed(b, adv):
     """Is every multi-copy set one-signed in A (its non-zero A all of one sign)?"""
-    a = per_token(adv, b["ids"]).flatten()
+    a = residuals.per_token(adv, b["ids"]).flatten()
     return all(not (bool((a[w] > 0).any()) and bool((a[w] < 0).any())) for w in _sets(b).values())
 
 
@@ -318,7 +313,7 @@ def data_hits(b, name, adv):
         # kl_cov adds to the selected copies. exch_residual absorbs an addition to a copy whose A
         # has
         # the set's one sign into wbar; it sees one on a copy with A = 0, or in a set of both signs.
-        a = per_token(adv, b["ids"]).flatten()
+        a = residuals.per_token(adv, b["ids"]).flatten()
         f = full.flatten()
         return {
             s
@@ -338,7 +333,7 @@ def data_hits(b, name, adv):
 def blind_sets(b, adv):
     """Ids of the sets whose copies all have non-zero A of one sign: there
     exch_residual is 0 for *any* coefficients (wbar absorbs them), by construction."""
-    a = per_token(adv, b["ids"]).flatten()
+    a = residuals.per_token(adv, b["ids"]).flatten()
     return {s for s, w in _sets(b).items() if bool((a[w] > 0).all()) or bool((a[w] < 0).all())}
 
 
